@@ -1,0 +1,19 @@
+"""Validation levels, lowest to highest. A kernel reports the highest it reached."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Level(IntEnum):
+    FAILED = 0          # did not even render or compile
+    RENDERED = 1        # template rendered to CUDA source
+    COMPILED = 2        # NVRTC + ptxas produced a cubin for the target
+    SASS_CHECKED = 3    # tensor-core opcodes present, no spills, within limits
+    NUMERICS = 4        # the variant's arithmetic matches the fp64 reference (CPU model)
+    DEVICE_VALIDATED = 5  # ran on a GPU of the target arch and matched the reference
+    BENCHMARKED = 6     # measured on a GPU against the vendor baseline
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
