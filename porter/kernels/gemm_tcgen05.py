@@ -1,0 +1,304 @@
+"""GEMM configuration for tcgen05 tensor cores (single-thread MMA into Tensor Memory).
+
+Layout of the kernel (templates/gemm/tcgen05.cu.j2), 6 warps per CTA:
+  warp 0      TMA producer (one elected lane) filling a STAGES-deep ring of A/B tiles
+              (and, for block-scaled kinds, their scale-factor chunks)
+  warp 1      TMEM allocator; one elected lane issues every tcgen05.cp / tcgen05.mma /
+              tcgen05.commit (in a CTA pair: only in the even CTA)
+  warps 2..5  epilogue: tcgen05.ld of the accumulator lanes of warp % 4, scale, bf16, store
+The accumulator is double-buffered in TMEM when the columns allow, so the epilogue of
+tile i overlaps the MMAs of tile i+1. A persistent grid walks the tiles
+(gemm::TileScheduler from templates/gemm.cu.j2).
+
+Choices, each from a descriptor figure:
+  * MMA kind: the tensor-core kind whose formats hold the operand format; block-scaled
+    variants take the kind listed under ``block_scales.<scheme>.kinds`` (mx ->
+    mxf8f6f4, nvfp4 -> mxf4nvf4); the scale vector (1X / 4X) is MMA K / block size.
+  * MMA M: the largest M of the kind's shapes for the cta_group (1: 128, pair: 256), so
+    each CTA owns 128 accumulator rows = the 128 TMEM lanes.
+  * TILE_K: one 128-byte swizzle row of K (64 bf16, 128 e4m3, 256 packed e2m1), i.e.
+    four MMAs of 32 bytes of K each per stage.
+  * N: the largest legal N (``mma_shapes``) whose accumulators fit ``tmem.columns``
+    double-buffered next to one scale-factor slot per stage, with B's share a TMA box
+    (<= 256 rows) and at least MIN_STAGES stages in shared memory. Block-scaled kinds
+    need N a multiple of 128 (scale chunks of 128 rows).
+  * STAGES: as many stages as ``smem_per_block_bytes`` holds after barriers and the
+    1 KiB alignment slack (capped at MAX_STAGES).
+"""
+
+from __future__ import annotations
+
+from porter.errors import PorterError
+from porter.kernels import block_scale_layout as bsl
+from porter.kernels import encodings_tcgen05 as enc
+from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule
+
+WARPS = 6
+THREADS = WARPS * 32
+EPILOGUE_WARPS = 4                 # 4 x 32 lanes = the 128 TMEM lanes of one accumulator
+PRODUCER_WARP, MMA_WARP, FIRST_EPILOGUE_WARP = 0, 1, 2
+SWIZZLE_ROW_BYTES = 128            # 128B swizzle: one row of K per TMA box row
+TMA_BOX_MAX = 256
+ALIGN_SLACK = 1024                 # dynamic smem base rounded up to the swizzle atom
+BARRIER_BYTES = 256                # full/empty per stage, acc full/empty per buffer, TMEM base
+MIN_STAGES = 3
+MAX_STAGES = 8
+GROUP_M = 8
+EPILOGUE_COLUMNS = 32              # tcgen05.ld .32x32b.x32 per step
+ELEMENT_BITS = {"bf16": 16, "f16": 16, "e4m3": 8, "e5m2": 8, "e2m1": 4}
+# PTX spelling of the operand format in the TMA map comment.
+TMA_DTYPE = {16: "BFLOAT16", 8: "UINT8", 4: "UINT8 (two e2m1 per byte, even k in the low nibble)"}
+# Device primitive (kernels_src/tcgen05/tcgen05.cuh) that issues each kind.
+MMA_PRIMITIVE = {"f16": "mma_f16", "f8f6f4": "mma_f8f6f4",
+                 "mxf8f6f4": "mma_mxf8f6f4", "mxf4nvf4": "mma_mxf4nvf4_4x"}
+SCALE_SCHEMES = {"mx": bsl.MX_1X, "nvfp4": bsl.NVFP4_4X}
+
+
+def _pick_kind(arch, variant) -> str:
+    tc = arch.tensor_core
+    candidates = tc.kinds_for_format(variant.a_format)
+    if variant.block_scale:
+        scheme = arch.block_scales.get(variant.block_scale)
+        if scheme is None:
+            raise PorterError(f"arch {arch.name}: block_scales has no {variant.block_scale!r} scheme")
+        candidates = [k for k in candidates if k in scheme.kinds]
+    else:
+        candidates = [k for k in candidates if k not in tc.block_scaled_kinds]
+    candidates = [k for k in candidates if k in MMA_PRIMITIVE]
+    if not candidates:
+        raise PorterError(f"arch {arch.name}: no tcgen05 kind porter can issue takes {variant.a_format} "
+                          f"operands{' with ' + variant.block_scale + ' block scales' if variant.block_scale else ''}")
+    return candidates[0]
+
+
+def _mma_m(arch, kind: str, cta_group: int) -> int:
+    ms = [s.m for s in arch.tensor_core.mma_shapes[kind] if s.cta_group == cta_group]
+    if not ms:
+        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind} has no cta_group {cta_group} shape")
+    m = max(ms)
+    if m // cta_group != arch.tmem.lanes:
+        raise PorterError(f"arch {arch.name}: kind {kind} M={m} over {cta_group} CTA(s) does not fill "
+                          f"the {arch.tmem.lanes} TMEM lanes porter's epilogue maps rows to")
+    return m
+
+
+def _next_pow2(x: int) -> int:
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme):
+    """(N, stages, acc_buffers, layout dict) - the first fit, double buffering preferred."""
+    shapes = [s for s in arch.tensor_core.mma_shapes[kind] if s.m == mma_m and s.cta_group == cta_group]
+    n_values = sorted({n for s in shapes for n in s.n_values}, reverse=True)
+    row_bytes = tile_k * elem_bits // 8
+    a_bytes = (mma_m // cta_group) * row_bytes
+    budget = arch.smem_per_block_bytes - ALIGN_SLACK - BARRIER_BYTES
+    for acc_buffers in (2, 1):
+        for n in n_values:
+            b_rows = n // cta_group
+            if n % EPILOGUE_COLUMNS or b_rows % 8 or b_rows > TMA_BOX_MAX:
+                continue
+            sfa = sfb = None
+            sf_bytes = sf_cols = 0
+            if scheme is not None:
+                if n % bsl.CHUNK_ROWS:
+                    continue
+                sfa = bsl.StagePlan(scheme, rows=mma_m // cta_group, stage_k=tile_k)
+                sfb = bsl.StagePlan(scheme, rows=n, stage_k=tile_k)   # every CTA stages all of B's scales
+                sf_bytes = sfa.smem_bytes + sfb.smem_bytes
+                sf_cols = sfa.tmem_columns + sfb.tmem_columns
+            b_bytes = b_rows * row_bytes
+            stage_bytes = -(-(a_bytes + b_bytes + sf_bytes) // 1024) * 1024
+            stages = min(budget // stage_bytes, MAX_STAGES)
+            if stages < MIN_STAGES:
+                continue
+            # Fewer stages if the scale slots (one per stage) crowd out the accumulators.
+            while stages >= MIN_STAGES and acc_buffers * n + stages * sf_cols > arch.tmem.columns:
+                stages -= 1
+            if stages < MIN_STAGES:
+                continue
+            tmem_used = acc_buffers * n + stages * sf_cols
+            return n, stages, acc_buffers, dict(
+                a_stage_bytes=a_bytes, b_stage_bytes=b_bytes,
+                sfa_stage_bytes=sfa.smem_bytes if sfa else 0, sfb_stage_bytes=sfb.smem_bytes if sfb else 0,
+                sfa_chunks=sfa.chunks if sfa else 0, sfb_chunks=sfb.chunks if sfb else 0,
+                sf_k_chunks=sfa.k_chunks if sfa else 0,
+                sfa_tmem_columns=sfa.tmem_columns if sfa else 0, sfb_tmem_columns=sfb.tmem_columns if sfb else 0,
+                stage_bytes=stage_bytes, tmem_columns_used=tmem_used,
+                tmem_columns=max(arch.tmem.alloc_min_columns, _next_pow2(tmem_used)))
+    raise PorterError(f"arch {arch.name}: no tcgen05 {kind} tile fits {arch.smem_per_block_bytes} B shared memory "
+                      f"and {arch.tmem.columns} TMEM columns with >= {MIN_STAGES} stages")
+
+
+def _sass_rules(arch, kind: str, pair: bool, block_scaled: bool):
+    sig = arch.sass_signatures
+    ops = arch.tensor_core.kind_sass.get(kind) or ()
+    if not ops:
+        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
+    op = ops[0]
+    required = [SassRule(rf"{op}\b", f"tcgen05.mma kind::{kind} main loop (tensor_core.kinds.{kind}.sass)")]
+    if kind == "mxf4nvf4":
+        # UTCOMMA.4X, or UTCOMMA.2CTA.4X in the pair form (nvdisasm 13.x).
+        required.append(SassRule(rf"{op}\S*\.4X", "scale_vec::4X: NVFP4 ue4m3 scale per 16 elements"))
+    if pair:
+        # nvdisasm 13.x prints the cta_group::2 forms with a .2CTA modifier: UTCHMMA.2CTA,
+        # UTCQMMA.2CTA, UTCOMMA.2CTA.4X, UTMALDG.2D.2CTA, UTCBAR.2CTA.MULTICAST (verified).
+        pair_sig = sig.get("cta_pair") or (rf"{op}\.2CTA",)
+        required.append(SassRule(pair_sig[0], "cta_group::2: one MMA spans the CTA pair (sass_signatures.cta_pair)"))
+        required.append(SassRule(rf"{op}\.2CTA", f"the pair form of this kernel's own MMA ({op}.2CTA)"))
+        required.append(SassRule(r"UTCBAR\.2CTA\.MULTICAST", "commit multicast to both CTAs of the pair"))
+    # Descriptor signatures this kernel must show: of tma only the load (no TMA store here),
+    # of tmem only the epilogue's LDTM, of mbarrier all it lists.
+    for feature, wanted, why in (("tma", "UTMALDG", "TMA tile loads of A and B"),
+                                 ("tmem", "LDTM", "epilogue reads the accumulator with tcgen05.ld"),
+                                 ("mbarrier", "", "mbarrier ring synchronisation")):
+        for pattern in sig.get(feature, ()):
+            if pattern.lstrip("^").startswith(wanted):
+                required.append(SassRule(pattern, f"{why} (sass_signatures.{feature})"))
+    required.append(SassRule(r"UTCBAR", "tcgen05.commit arrives on the stage / accumulator mbarriers"))
+    if block_scaled:
+        required.append(SassRule(r"UTCCP", "tcgen05.cp stages the scale factors into TMEM"))
+    forbidden = list(NO_SPILLS) + [
+        SassRule(r"HMMA\b", "mma.sync fallback instead of tcgen05"),
+        SassRule(r"QMMA\b", "mma.sync fp8 fallback instead of tcgen05"),
+        SassRule(r"HGMMA\b", "Hopper wgmma (absent on tcgen05 targets)"),
+    ]
+    if not pair:
+        forbidden.append(SassRule(rf"{op}\S*\.2CTA", "a single-CTA kernel must issue cta_group::1"))
+    return tuple(required), tuple(forbidden)
+
+
+def _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme) -> list[str]:
+    """What the host encodes for each tensor map (printed in the kernel's header comment)."""
+    dt = TMA_DTYPE[elem_bits]
+    k_cols = "K" if elem_bits >= 8 else "K/2"
+    box_k = SWIZZLE_ROW_BYTES * 8 // max(elem_bits, 8)
+    lines = [
+        f"tma_a: A, {dt}, dims {{{k_cols}, M}}, box {{{box_k}, {mma_m // cta_group}}}, 128B swizzle, "
+        "row pitch = bytes of one row of A",
+        f"tma_b: B, {dt}, dims {{{k_cols}, N}}, box {{{box_k}, {n // cta_group}}}, 128B swizzle",
+    ]
+    if scheme is not None:
+        for op, rows in (("sfa", "M"), ("sfb", "N")):
+            lines.append(
+                f"tma_{op}: scale factors of {'A' if op == 'sfa' else 'B'} ({scheme.scale_format}, one per "
+                f"{scheme.block} K) in porter.kernels.block_scale_layout.to_kernel_layout order, viewed as "
+                f"UINT8 dims {{128, {rows}*K/{scheme.block * 128}}}, box {{128, {4 * layout['sf_k_chunks']}}}, "
+                "no swizzle")
+    return lines
+
+
+def make_spec(arch, variant, pair: bool) -> KernelSpec:
+    from porter.kernels import gemm
+
+    if not (arch.has("tcgen05") and arch.has("tmem")):
+        raise PorterError(f"arch {arch.name}: the tcgen05 GEMM path needs the tcgen05 and tmem features")
+    cta_group = 2 if pair else 1
+    kind = _pick_kind(arch, variant)
+    elem_bits = ELEMENT_BITS.get(variant.a_format)
+    if elem_bits is None:
+        raise PorterError(f"gemm_tcgen05: no element size known for format {variant.a_format!r}")
+    mma_k = arch.tensor_core.k_of(kind)
+    if mma_k * elem_bits != 256:
+        raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} is not 32 bytes of {variant.a_format}")
+    tile_k = SWIZZLE_ROW_BYTES * 8 // elem_bits
+    scheme = SCALE_SCHEMES[variant.block_scale] if variant.block_scale else None
+    if scheme is not None and (scheme.mma_k != mma_k or scheme.block != variant.scale_block_k):
+        raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not match the "
+                          f"{variant.block_scale} scheme (block {variant.scale_block_k}, MMA K {scheme.mma_k})")
+    mma_m = _mma_m(arch, kind, cta_group)
+    n, stages, acc_buffers, layout = _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme)
+    if not arch.tensor_core.valid_shape(kind, mma_m, n, cta_group):
+        raise PorterError(f"arch {arch.name}: chosen {kind} shape M={mma_m} N={n} cta_group {cta_group} is not legal")
+
+    mmas_per_stage = tile_k // mma_k
+    if scheme is not None:
+        sfa_plan = bsl.StagePlan(scheme, rows=mma_m // cta_group, stage_k=tile_k)
+        sfb_plan = bsl.StagePlan(scheme, rows=n, stage_k=tile_k)
+        idescs, sfa_cols, sfb_cols = [], [], []
+        for j in range(mmas_per_stage):
+            a_col, a_id = sfa_plan.mma_operand(j)
+            b_col, b_id = sfb_plan.mma_operand(j)
+            idescs.append(enc.encode_instr_desc(enc.InstrDesc(
+                kind, variant.a_format, variant.b_format, m=mma_m, n=n, scale_type=scheme.scale_format,
+                sfa_id=a_id, sfb_id=b_id)))
+            sfa_cols.append(a_col)
+            sfb_cols.append(b_col)
+        sfa_chunk_cols = [sfa_plan.tmem_chunk_column(g, kc) for g in range(sfa_plan.row_groups)
+                          for kc in range(sfa_plan.k_chunks)]
+        sfb_chunk_cols = [sfb_plan.tmem_chunk_column(g, kc) for g in range(sfb_plan.row_groups)
+                          for kc in range(sfb_plan.k_chunks)]
+    else:
+        idescs = [enc.encode_instr_desc(enc.InstrDesc(kind, variant.a_format, variant.b_format, m=mma_m, n=n))] \
+            * mmas_per_stage
+        sfa_cols = sfb_cols = [0] * mmas_per_stage
+        sfa_chunk_cols = sfb_chunk_cols = []
+
+    smem_bytes = ALIGN_SLACK + stages * layout["stage_bytes"] + BARRIER_BYTES
+    tile_m = mma_m                     # rows of C per CTA pair (or CTA)
+    tx_bytes = layout["a_stage_bytes"] + layout["b_stage_bytes"] + layout["sfa_stage_bytes"] + layout["sfb_stage_bytes"]
+    grid_ctas = arch.sm_count // cta_group * cta_group
+    config = {
+        "mainloop": arch.tensor_core.generation,
+        "kind": kind,
+        "a_format": variant.a_format, "b_format": variant.b_format,
+        "block_scale": variant.block_scale,
+        "scale_format": scheme.scale_format if scheme else "",
+        "scale_block_k": scheme.block if scheme else 0,
+        "scale_vec": scheme.scale_vec if scheme else "",
+        "per_tensor_scales": variant.per_tensor_scales,
+        "cta_group": cta_group,
+        "mma_m": mma_m, "mma_n": n, "mma_k": mma_k,
+        "mma_shape": f"m{mma_m}n{n}k{mma_k} cta_group::{cta_group}",
+        "mma_primitive": MMA_PRIMITIVE[kind],
+        "mmas_per_stage": mmas_per_stage,
+        "tile_m": tile_m, "tile_n": n, "tile_k": tile_k,
+        "cta_rows": mma_m // cta_group, "b_rows_per_cta": n // cta_group,
+        "tma_k_per_stage": SWIZZLE_ROW_BYTES * 8 // max(elem_bits, 8),
+        "stages": stages,
+        "stage_tx_bytes": tx_bytes,
+        "acc_buffers": acc_buffers,
+        "group_m": GROUP_M,
+        "grid_ctas": grid_ctas,
+        "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
+                  "epilogue": list(range(FIRST_EPILOGUE_WARP, FIRST_EPILOGUE_WARP + EPILOGUE_WARPS))},
+        "epilogue_columns": EPILOGUE_COLUMNS,
+        "idesc": [f"0x{w:08X}" for w in idescs],
+        "sfa_mma_column": sfa_cols, "sfb_mma_column": sfb_cols,
+        "sfa_chunk_column": sfa_chunk_cols, "sfb_chunk_column": sfb_chunk_cols,
+        "smem_desc_operand": f"0x{enc.kmajor_sw128_operand_desc():016X}",
+        "smem_desc_scale": f"0x{enc.scale_factor_copy_desc():016X}",
+        "smem_budget": {
+            "per_block": arch.smem_per_block_bytes, "per_stage": layout["stage_bytes"],
+            "a_stage": layout["a_stage_bytes"], "b_stage": layout["b_stage_bytes"],
+            "sfa_stage": layout["sfa_stage_bytes"], "sfb_stage": layout["sfb_stage_bytes"],
+            "stages": stages, "barriers": BARRIER_BYTES, "align_slack": ALIGN_SLACK, "total": smem_bytes,
+        },
+        "tmem_budget": {
+            "columns": arch.tmem.columns, "accumulator": n, "accumulators": acc_buffers,
+            "scale_slots": stages if scheme else 0,
+            "sfa_per_slot": layout["sfa_tmem_columns"], "sfb_per_slot": layout["sfb_tmem_columns"],
+            "used": layout["tmem_columns_used"], "allocated": layout["tmem_columns"],
+        },
+        # Everything a thread can keep live: 64K registers over 192 threads, capped.
+        "registers_budget": min(arch.regs_per_sm // THREADS, arch.max_regs_per_thread),
+        # The largest live set is an epilogue thread's: one tcgen05.ld chunk (32 f32), its
+        # bf16 pairs (16) and ~24 for addresses, loop state and the scale.
+        "registers_expected": EPILOGUE_COLUMNS + EPILOGUE_COLUMNS // 2 + 24,
+        "params": gemm.kernel_params(variant),
+    }
+    config["sfa_stage_chunks"] = layout["sfa_chunks"]
+    config["sfb_stage_chunks"] = layout["sfb_chunks"]
+    config["sf_k_chunks"] = layout["sf_k_chunks"]
+    config["tma_maps"] = _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme)
+    required, forbidden = _sass_rules(arch, kind, pair, scheme is not None)
+    features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ())
+    return KernelSpec(
+        family=gemm.FAMILY, name=gemm.spec_name(variant, pair), variant=variant.variant,
+        entry=gemm.entry_name(variant, pair, arch.tensor_core.generation),
+        config=config, features=features, sass_required=required, sass_forbidden=forbidden,
+        threads=THREADS, smem_bytes=smem_bytes, tmem_columns=layout["tmem_columns"],
+        cluster=(cta_group, 1, 1), template=gemm.TEMPLATE)
