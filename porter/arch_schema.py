@@ -1,0 +1,696 @@
+"""Parse and check one arch descriptor (``arch/*.yaml``) before it becomes an ``Arch``.
+
+Everything a person can get wrong in a descriptor ends here as ONE ``PorterError``
+line: ``<file>:<line>: <key>: <what is wrong>; <how to fix>``. The checks run in three
+passes: YAML syntax (safe loader only, so ``!!python/...`` tags are errors, never
+executed), then the shape of each section (known keys, types, units, ranges), then
+contradictions between sections (e.g. Tensor Memory without a TMEM accumulator).
+
+Units are part of the key names (``smem_per_sm_kib``, ``hbm_bandwidth_tb_s``), so a
+value is always a bare number and a key without its unit is an unknown key whose
+nearest valid spelling is suggested.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+
+from porter.errors import PorterError
+
+SCHEMA_VERSION = 1
+
+# Feature names a descriptor can claim; ``Arch.has`` derives each from content.
+FEATURES = (
+    "wgmma", "tcgen05", "tmem", "cta_pair", "clusters", "dsmem", "tma", "mbarrier",
+    "fp8", "fp6", "fp4", "block_scale_mx", "block_scale_nvfp4", "setmaxnreg",
+)
+
+# Element formats a tensor core may consume (A/B operands).
+ELEMENT_FORMATS = ("bf16", "f16", "tf32", "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "s8", "u8")
+SCALE_FORMATS = ("ue8m0", "ue4m3")
+GENERATIONS = ("none", "mma_sync", "wgmma", "tcgen05")
+ISSUERS = ("warp", "warpgroup", "thread")
+ACCUMULATORS = ("registers", "tmem")
+
+# Peak-rate dtypes and the element formats each stands for: a peak for a dtype the
+# arch has no format of is a contradiction.
+PEAK_DTYPES = {
+    "tf32": ("tf32",), "f16": ("f16",), "bf16": ("bf16",), "fp8": ("e4m3", "e5m2"),
+    "fp6": ("e2m3", "e3m2"), "fp4": ("e2m1",), "int8": ("s8", "u8"),
+}
+
+_MAX_FILE_BYTES = 1 << 20
+# The C safe loader when libyaml is there (about 7x faster), else the pure-Python one;
+# both are safe loaders: tags like !!python/object are errors, never executed.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_REF = re.compile(r"\[([A-Z][A-Z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One scalar key of a section: its type, unit and allowed range or choices."""
+
+    kind: str  # int | number | bool | str | version | strlist | target
+    unit: str = ""
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple = ()
+    required: bool = True
+    default: Any = None
+    min_items: int = 0
+
+
+def _int(lo, hi, unit="", **kw):
+    return Field("int", unit, lo, hi, **kw)
+
+
+def _num(lo, hi, unit, **kw):
+    return Field("number", unit, lo, hi, **kw)
+
+
+_BOOL = Field("bool")
+_TEXT = Field("str")
+_NOTES = Field("str", required=False)
+
+# Keys every section may carry besides its figures.
+_META = ("source", "notes")
+
+SECTIONS: dict[str, dict[str, Field]] = {
+    "identity": {
+        "target": Field("target"),
+        "min_ptx": Field("version"),
+        "min_cuda": Field("version"),
+        "products": Field("strlist", min_items=1),
+    },
+    "limits": {
+        "sm_count": _int(1, 1024, "SMs"),
+        "smem_per_sm_kib": _int(1, 4096, "KiB"),
+        "smem_per_block_kib": _int(1, 4096, "KiB"),
+        "regs_per_sm": _int(1024, 1 << 20, "32-bit registers"),
+        "max_regs_per_thread": _int(1, 1024, "registers"),
+        "max_threads_per_block": _int(32, 4096, "threads"),
+        "max_threads_per_sm": _int(32, 8192, "threads"),
+        "max_blocks_per_sm": _int(1, 256, "blocks"),
+        "setmaxnreg": _BOOL,
+    },
+    "memory": {
+        "l2_mib": _num(0.001, 4096, "MiB"),
+        "hbm_gb": _num(0.001, 100000, "GB (1e9 bytes)"),
+        "hbm_bandwidth_tb_s": _num(0.001, 1000, "TB/s (1e12 bytes/s)"),
+    },
+    "tensor_core": {
+        "generation": Field("str", choices=GENERATIONS),
+        "instruction": _TEXT,
+        "issue": Field("str", choices=ISSUERS),
+        "accumulator": Field("str", choices=ACCUMULATORS),
+        # "kinds" is checked by _check_kinds
+    },
+    "tmem": {
+        "lanes": _int(0, 1024, "lanes"),
+        "columns": _int(0, 1 << 16, "columns"),
+        "cell_bits": _int(8, 64, "bits", required=False, default=32),
+        "size_kib": _num(0, 1 << 16, "KiB"),
+        "alloc_min_columns": _int(0, 1 << 16, "columns", required=False, default=0),
+    },
+    "cluster": {
+        "max_portable": _int(1, 64, "CTAs"),
+        "max_nonportable": _int(1, 64, "CTAs"),
+        "distributed_smem": _BOOL,
+        "cta_pair": _BOOL,
+    },
+    "async_copy": {
+        "tma": _BOOL,
+        "tma_multicast": _BOOL,
+        "mbarrier": _BOOL,
+    },
+    "formats": {
+        "elements": Field("strlist", choices=ELEMENT_FORMATS),
+    },
+}
+
+_KIND_FIELDS: dict[str, Field] = {
+    "formats": Field("strlist", choices=ELEMENT_FORMATS, min_items=1),
+    "k": _int(1, 1024, "elements per instruction"),
+    "block_scaled": Field("bool", required=False, default=False),
+}
+_SHAPE_FIELDS: dict[str, Field] = {
+    "m": _int(1, 1024, "rows"),
+    "n_min": _int(1, 1024, "columns"),
+    "n_max": _int(1, 1024, "columns"),
+    "n_step": _int(1, 1024, "columns"),
+    "cta_group": _int(1, 2, "CTAs", choices=(1, 2)),
+}
+_SCALE_FIELDS: dict[str, Field] = {
+    "scale_format": Field("str", choices=SCALE_FORMATS),
+    "block_size": _int(1, 1024, "elements"),
+    "kinds": Field("strlist", min_items=1),
+}
+
+# SECTIONS already holds tensor_core (its scalar keys); its kinds are checked apart.
+TOP_KEYS = ("schema", "name", "summary", "sources", *SECTIONS, "block_scales", "peak",
+            "sass_signatures", "uncertain")
+_TOP_OPTIONAL = ("summary", "uncertain")
+
+
+def one_line(text: str) -> str:
+    """``text`` with newlines and other control characters escaped: errors stay one line."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _err(message: str) -> PorterError:
+    """A PorterError whose message is kept to one line whatever text it quotes."""
+    return PorterError(one_line(message))
+
+
+def _nearest(word: str, options) -> str:
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else "valid keys: " + ", ".join(map(str, options))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Checker:
+    """Checks one parsed descriptor; ``fail`` raises the one-line PorterError."""
+
+    def __init__(self, file: str, lines: dict[str, int]):
+        self.file = file
+        self.lines = lines
+
+    def line_of(self, dotted: str) -> int | None:
+        while dotted:
+            if dotted in self.lines:
+                return self.lines[dotted]
+            dotted = dotted.rsplit(".", 1)[0] if "." in dotted else ""
+        return None
+
+    def fail(self, dotted: str, problem: str, fix: str) -> None:
+        line = self.line_of(dotted)
+        where = f"{self.file}:{line}" if line else self.file
+        raise _err(f"{where}: {dotted or 'descriptor'}: {problem}; {fix}")
+
+    # -- generic pieces -------------------------------------------------------------
+
+    def mapping(self, value: Any, dotted: str, what: str) -> dict:
+        if not isinstance(value, dict):
+            self.fail(dotted, f"expected a mapping of {what}, got {type(value).__name__} {_show(value)}",
+                      f"write '{dotted.rsplit('.', 1)[-1]}:' followed by indented 'key: value' lines")
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(dotted, f"key {_show(key)} is a {type(key).__name__}, keys must be text",
+                          "quote the key or rename it")
+        return value
+
+    def keys(self, data: dict, dotted: str, allowed, required) -> None:
+        allowed = tuple(allowed)
+        # An unknown key is most often a misspelling of a key that is missing, so
+        # those are suggested first.
+        missing = [k for k in allowed if k not in data]
+        for key in data:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, missing, n=1, cutoff=0.5)
+                hint = f"did you mean '{close[0]}'?" if close else _nearest(key, allowed)
+                self.fail(f"{dotted}.{key}" if dotted else key, "unknown key", hint)
+        for key in required:
+            if key not in data:
+                self.fail(f"{dotted}.{key}" if dotted else key, "missing key",
+                          f"add '{key}:' to {'section ' + repr(dotted) if dotted else 'the top level'}")
+
+    def value(self, raw: Any, field: Field, dotted: str) -> Any:
+        key = dotted.rsplit(".", 1)[-1]
+        kind = field.kind
+        if kind in ("int", "number"):
+            unit = f" in {field.unit}" if field.unit else ""
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                number = re.match(r"\s*([-+]?\d+(?:\.\d+)?)", raw) if isinstance(raw, str) else None
+                hint = f"write '{key}: {number.group(1)}'" if number else f"write a bare number{unit}"
+                self.fail(dotted, f"expected a number{unit} (the unit is part of the key name), "
+                          f"got {type(raw).__name__} {_show(raw)}", hint)
+            if isinstance(raw, float) and not math.isfinite(raw):
+                self.fail(dotted, f"expected a finite number{unit}, got {raw}", "write a real figure")
+            if kind == "int":
+                if isinstance(raw, float):
+                    if not raw.is_integer():
+                        self.fail(dotted, f"expected a whole number{unit}, got {raw}",
+                                  "round it or check the unit")
+                    raw = int(raw)
+            if field.choices and raw not in field.choices:
+                self.fail(dotted, f"expected one of {', '.join(map(str, field.choices))}, got {_show(raw)}",
+                          "use one of the listed values")
+            if (field.lo is not None and raw < field.lo) or (field.hi is not None and raw > field.hi):
+                self.fail(dotted, f"value {raw} is out of range [{field.lo:g}, {field.hi:g}]{unit}",
+                          f"check the figure and its unit (this key is{unit or ' a count'})")
+            return raw
+        if kind == "bool":
+            if not isinstance(raw, bool):
+                self.fail(dotted, f"expected true or false, got {type(raw).__name__} {_show(raw)}",
+                          f"write '{key}: true' or '{key}: false'")
+            return raw
+        if kind in ("str", "target", "version"):
+            if kind == "version" and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                self.fail(dotted, f"expected a quoted version like \"8.0\", got the number {raw}",
+                          f"quote it: {key}: \"{raw}\"")
+            if not isinstance(raw, str) or not raw.strip():
+                self.fail(dotted, f"expected text, got {type(raw).__name__} {_show(raw)}",
+                          f"write '{key}: <text>'")
+            if kind == "target" and not re.fullmatch(r"sm_\d{2,3}[af]?", raw):
+                self.fail(dotted, f"expected a target like sm_90a or sm_100a, got {_show(raw)}",
+                          "write sm_<major><minor> with an optional a/f suffix")
+            if kind == "version" and not re.fullmatch(r"\d+\.\d+", raw):
+                self.fail(dotted, f"expected a version like \"12.8\", got {_show(raw)}",
+                          "write <major>.<minor> in quotes")
+            if field.choices and raw not in field.choices:
+                self.fail(dotted, f"expected one of {', '.join(field.choices)}, got {_show(raw)}",
+                          _nearest(raw, field.choices))
+            return raw
+        if kind == "strlist":
+            if not isinstance(raw, list):
+                self.fail(dotted, f"expected a list, got {type(raw).__name__} {_show(raw)}",
+                          f"write '{key}: [a, b]'")
+            if len(raw) < field.min_items:
+                self.fail(dotted, "expected a non-empty list", f"list at least {field.min_items} item(s)")
+            out = []
+            for i, item in enumerate(raw):
+                if not isinstance(item, str) or not item.strip():
+                    self.fail(f"{dotted}[{i}]", f"expected text, got {type(item).__name__} {_show(item)}",
+                              "write a name")
+                if field.choices and item not in field.choices:
+                    self.fail(f"{dotted}[{i}]", f"unknown name {_show(item)}; known: "
+                              f"{', '.join(field.choices)}", _nearest(item, field.choices))
+                if item in out:
+                    self.fail(f"{dotted}[{i}]", f"{_show(item)} is listed twice", "list it once")
+                out.append(item)
+            return out
+        raise AssertionError(kind)  # pragma: no cover - schema bug
+
+    def source(self, raw: Any, dotted: str, figure_keys, sources: dict) -> Any:
+        """A section's ``source``: text citing ``[KEY]``s, or a per-figure mapping."""
+        if isinstance(raw, str):
+            self.cites(raw, dotted, sources)
+            return raw
+        if isinstance(raw, dict):
+            self.mapping(raw, dotted, "figure -> source")
+            allowed = (*figure_keys, "default")
+            self.keys(raw, dotted, allowed, ())
+            if "default" not in raw:
+                for key in figure_keys:
+                    if key not in raw:
+                        self.fail(f"{dotted}.{key}", "figure has no source",
+                                  f"add '{key}:' or 'default:' under {dotted}")
+            for key, text in raw.items():
+                if not isinstance(text, str):
+                    self.fail(f"{dotted}.{key}", f"expected text, got {type(text).__name__}",
+                              "write the source as text citing [KEY]")
+                self.cites(text, f"{dotted}.{key}", sources)
+            return dict(raw)
+        self.fail(dotted, f"expected text or a mapping, got {type(raw).__name__} {_show(raw)}",
+                  "write source: \"[DS] datasheet ...\"")
+
+    def cites(self, text: str, dotted: str, sources: dict) -> None:
+        refs = _REF.findall(text)
+        if not refs:
+            self.fail(dotted, f"source {_show(text)} cites no key from 'sources'",
+                      f"cite one in brackets, e.g. [{next(iter(sources), 'DS')}]")
+        for ref in refs:
+            if ref not in sources:
+                self.fail(dotted, f"source cites [{ref}], which 'sources' does not define",
+                          f"define {ref} under 'sources' or cite one of {', '.join(sources)}")
+
+    def section(self, data: dict, name: str, fields: dict[str, Field], sources: dict,
+                dotted: str | None = None, with_source: bool = True) -> dict:
+        dotted = dotted or name
+        self.mapping(data, dotted, "keys")
+        meta = _META if with_source else ("notes",)
+        self.keys(data, dotted, (*fields, *meta),
+                  [k for k, f in fields.items() if f.required] + (["source"] if with_source else []))
+        out: dict[str, Any] = {}
+        for key, field in fields.items():
+            out[key] = self.value(data[key], field, f"{dotted}.{key}") if key in data else field.default
+        if "notes" in data:
+            out["notes"] = self.value(data["notes"], _NOTES, f"{dotted}.notes")
+        if with_source:
+            out["source"] = self.source(data["source"], f"{dotted}.source", tuple(fields), sources)
+        return out
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+
+def _index_lines(node: yaml.Node, prefix: str, out: dict[str, int], seen: set[int],
+                 fail: Callable[[str, int, str], None]) -> None:
+    """Record the 1-based line of every key and list item; reject duplicate keys."""
+    if id(node) in seen:  # aliases share nodes; each is walked once
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        names: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+            if key != "<<":
+                if key in names:
+                    fail(f"{prefix}.{key}" if prefix else key, key_node.start_mark.line + 1,
+                         "duplicate key; keep one of them")
+                names.add(key)
+            path = f"{prefix}.{key}" if prefix else key
+            out.setdefault(path, key_node.start_mark.line + 1)
+            _index_lines(value_node, path, out, seen, fail)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            path = f"{prefix}[{i}]"
+            out.setdefault(path, item.start_mark.line + 1)
+            _index_lines(item, path, out, seen, fail)
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
+    """Safe-load ``text``; return the data and a dotted-key -> line index."""
+    if len(text) > _MAX_FILE_BYTES:
+        raise _err(f"{file}: descriptor is {len(text)} bytes, over the 1 MiB limit; "
+                          "is this really an arch descriptor?")
+    loader = None
+    try:
+        loader = _SAFE_LOADER(text)
+        node = loader.get_single_node()
+        lines: dict[str, int] = {}
+        if node is not None:
+            def dup(dotted: str, line: int, msg: str) -> None:
+                raise _err(f"{file}:{line}: {dotted}: {msg}")
+            _index_lines(node, "", lines, set(), dup)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
+        problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
+        if "python/" in str(exc.problem) or "could not determine a constructor" in str(exc.problem):
+            fix = "remove the tag: descriptors are plain YAML (loaded with the safe loader)"
+        else:
+            fix = "fix the YAML syntax at that position"
+        raise _err(f"{where}: YAML error: {problem}; {fix}") from None
+    except yaml.YAMLError as exc:
+        raise _err(f"{file}: YAML error: {' '.join(str(exc).split())}; fix the YAML syntax") from None
+    except RecursionError:
+        raise _err(f"{file}: YAML nests too deeply; a descriptor is a few levels of "
+                          "mappings and lists") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # e.g. an impossible date (2026-13-45) that the safe loader turns into a datetime
+        raise _err(f"{file}: YAML value error: {' '.join(str(exc).split())}; "
+                          "quote the value if it is meant as text") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, lines
+
+
+# -- the whole descriptor -----------------------------------------------------------------
+
+
+def check_descriptor(data: Any, lines: dict[str, int], file: str) -> dict[str, Any]:
+    """Validate parsed descriptor data; return a normalised plain dict (defaults filled)."""
+    c = _Checker(file, lines)
+    if data is None:
+        c.fail("", "the file is empty", "start from arch/hopper.yaml and edit it")
+    c.mapping(data, "", "top-level sections")
+    c.keys(data, "", TOP_KEYS, [k for k in TOP_KEYS if k not in _TOP_OPTIONAL])
+
+    schema = data["schema"]
+    if isinstance(schema, bool) or schema != SCHEMA_VERSION:
+        c.fail("schema", f"expected schema version {SCHEMA_VERSION}, got {_show(schema)}",
+               f"write 'schema: {SCHEMA_VERSION}' (porter reads version {SCHEMA_VERSION} only)")
+    name = data["name"]
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", name):
+        c.fail("name", f"expected a lower-case name like 'hopper', got {_show(name)}",
+               "use lower-case letters, digits, '-' and '_'")
+    out: dict[str, Any] = {"schema": SCHEMA_VERSION, "name": name}
+    out["summary"] = c.value(data["summary"], _TEXT, "summary") if "summary" in data else ""
+
+    sources = c.mapping(data["sources"], "sources", "KEY -> description")
+    if not sources:
+        c.fail("sources", "no sources are defined", "add e.g. 'DS: vendor datasheet'")
+    for key, text in sources.items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", key):
+            c.fail(f"sources.{key}", "source keys are upper-case like DS or PTX", "rename the key")
+        if not isinstance(text, str) or not text.strip():
+            c.fail(f"sources.{key}", f"expected a description, got {_show(text)}",
+                   "say what the source is (document, repository path, measurement)")
+    out["sources"] = dict(sources)
+
+    for name_, fields in SECTIONS.items():
+        if name_ == "tensor_core":
+            continue
+        out[name_] = c.section(data[name_], name_, fields, sources)
+
+    out["tensor_core"] = _check_tensor_core(c, data["tensor_core"], sources)
+    out["block_scales"] = _check_block_scales(c, data["block_scales"], sources)
+    out["peak"] = _check_peak(c, data["peak"], sources)
+    out["sass_signatures"] = _check_signatures(c, data["sass_signatures"], sources)
+    out["uncertain"] = _check_uncertain(c, data.get("uncertain", []), data)
+
+    _check_consistency(c, out)
+    return out
+
+
+def _check_tensor_core(c: _Checker, raw: Any, sources: dict) -> dict:
+    c.mapping(raw, "tensor_core", "keys")
+    fields = SECTIONS["tensor_core"]
+    body = {k: v for k, v in raw.items() if k != "kinds"}
+    out = c.section(body, "tensor_core", fields, sources)
+    if "kinds" not in raw:
+        c.fail("tensor_core.kinds", "missing key", "add 'kinds:' ({} when there is no tensor core)")
+    kinds_raw = c.mapping(raw["kinds"] if raw["kinds"] is not None else {}, "tensor_core.kinds",
+                          "MMA kind -> formats, k, shapes")
+    kinds: dict[str, dict] = {}
+    for kind, spec in kinds_raw.items():
+        dotted = f"tensor_core.kinds.{kind}"
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
+            c.fail(dotted, "kind names are lower-case like f16 or f8f6f4", "rename the kind")
+        c.mapping(spec, dotted, "formats, k, sass, shapes")
+        c.keys(spec, dotted, (*_KIND_FIELDS, "sass", "shapes", "notes"),
+               [k for k, f in _KIND_FIELDS.items() if f.required] + ["sass", "shapes"])
+        entry = {k: (c.value(spec[k], f, f"{dotted}.{k}") if k in spec else f.default)
+                 for k, f in _KIND_FIELDS.items()}
+        entry["sass"] = _regex_list(c, spec["sass"], f"{dotted}.sass")
+        shapes_raw = spec["shapes"]
+        if not isinstance(shapes_raw, list) or not shapes_raw:
+            c.fail(f"{dotted}.shapes", f"expected a non-empty list of shapes, got {_show(shapes_raw)}",
+                   "write '- {m: 64, n_min: 8, n_max: 256, n_step: 8, cta_group: 1}'")
+        shapes = []
+        for i, shape_raw in enumerate(shapes_raw):
+            sd = f"{dotted}.shapes[{i}]"
+            c.mapping(shape_raw, sd, "m, n_min, n_max, n_step, cta_group")
+            c.keys(shape_raw, sd, _SHAPE_FIELDS, _SHAPE_FIELDS)
+            shape = {k: c.value(shape_raw[k], f, f"{sd}.{k}") for k, f in _SHAPE_FIELDS.items()}
+            if shape["n_min"] > shape["n_max"]:
+                c.fail(f"{sd}.n_min", f"n_min {shape['n_min']} is above n_max {shape['n_max']}",
+                       "swap them or fix the range")
+            if (shape["n_max"] - shape["n_min"]) % shape["n_step"]:
+                c.fail(f"{sd}.n_step", f"n_max {shape['n_max']} is not n_min {shape['n_min']} plus a "
+                       f"multiple of n_step {shape['n_step']}", "make the range land on n_max")
+            if shape in shapes:
+                c.fail(sd, "shape is listed twice", "list it once")
+            shapes.append(shape)
+        entry["shapes"] = shapes
+        if "notes" in spec:
+            entry["notes"] = c.value(spec["notes"], _NOTES, f"{dotted}.notes")
+        kinds[kind] = entry
+    out["kinds"] = kinds
+    return out
+
+
+def _regex_list(c: _Checker, raw: Any, dotted: str) -> list[str]:
+    if not isinstance(raw, list):
+        c.fail(dotted, f"expected a list of SASS opcode patterns, got {type(raw).__name__} {_show(raw)}",
+               "write e.g. [\"HGMMA\"] ([] when not yet known)")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, str) or not item.strip():
+            c.fail(f"{dotted}[{i}]", f"expected an opcode pattern, got {_show(item)}", "write e.g. \"UTCHMMA\"")
+        try:
+            re.compile(item)
+        except re.error as exc:
+            c.fail(f"{dotted}[{i}]", f"pattern {_show(item)} is not a valid regular expression ({exc})",
+                   "escape special characters or write a plain opcode prefix")
+        out.append(item)
+    return out
+
+
+def _check_block_scales(c: _Checker, raw: Any, sources: dict) -> dict:
+    c.mapping(raw if raw is not None else {}, "block_scales", "name -> scale_format, block_size, kinds")
+    out = {}
+    for name, spec in (raw or {}).items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            c.fail(f"block_scales.{name}", "block-scale names are lower-case like mx or nvfp4", "rename it")
+        out[name] = c.section(spec, name, _SCALE_FIELDS, sources, dotted=f"block_scales.{name}")
+    return out
+
+
+def _check_peak(c: _Checker, raw: Any, sources: dict) -> dict:
+    c.mapping(raw, "peak", "dense_tflops and source")
+    c.keys(raw, "peak", ("dense_tflops", *_META), ("dense_tflops", "source"))
+    rates = c.mapping(raw["dense_tflops"] if raw["dense_tflops"] is not None else {},
+                      "peak.dense_tflops", "dtype -> TFLOP/s")
+    field = _num(0.001, 1e6, "TFLOP/s (dense, 1e12 FLOP/s)")
+    out_rates = {}
+    for dtype, value in rates.items():
+        if dtype not in PEAK_DTYPES:
+            c.fail(f"peak.dense_tflops.{dtype}", f"unknown dtype; known: {', '.join(PEAK_DTYPES)}",
+                   _nearest(dtype, PEAK_DTYPES))
+        out_rates[dtype] = float(c.value(value, field, f"peak.dense_tflops.{dtype}"))
+    out = {"dense_tflops": out_rates}
+    if "notes" in raw:
+        out["notes"] = c.value(raw["notes"], _NOTES, "peak.notes")
+    out["source"] = c.source(raw["source"], "peak.source", ("dense_tflops",), sources)
+    return out
+
+
+def _check_signatures(c: _Checker, raw: Any, sources: dict) -> dict:
+    c.mapping(raw, "sass_signatures", "feature -> SASS opcode patterns")
+    c.keys(raw, "sass_signatures", (*FEATURES, *_META), ("source",))
+    out = {f: _regex_list(c, raw[f], f"sass_signatures.{f}") for f in FEATURES if f in raw}
+    out["source"] = c.source(raw["source"], "sass_signatures.source", (), sources)
+    return out
+
+
+def _check_uncertain(c: _Checker, raw: Any, data: dict) -> list[str]:
+    if not isinstance(raw, list):
+        c.fail("uncertain", f"expected a list of dotted keys, got {_show(raw)}",
+               "write '- memory.l2_mib' lines")
+    out = []
+    for i, item in enumerate(raw):
+        node: Any = data
+        for part in str(item).split(".") if isinstance(item, str) else [None]:
+            if not isinstance(node, dict) or part not in node:
+                c.fail(f"uncertain[{i}]", f"{_show(item)} names no key of this descriptor",
+                       "write a dotted key that exists, e.g. memory.l2_mib")
+            node = node[part]
+        out.append(item)
+    return out
+
+
+def _check_consistency(c: _Checker, d: dict) -> None:
+    """Contradictions between sections: each would mislead a template or a check."""
+    lim, tc, tmem, cl, fmt = d["limits"], d["tensor_core"], d["tmem"], d["cluster"], d["formats"]
+
+    if lim["smem_per_block_kib"] > lim["smem_per_sm_kib"]:
+        c.fail("limits.smem_per_block_kib", f"{lim['smem_per_block_kib']} KiB per block is more than "
+               f"the {lim['smem_per_sm_kib']} KiB per SM", "a block cannot use more than its SM has")
+    if lim["max_threads_per_block"] > lim["max_threads_per_sm"]:
+        c.fail("limits.max_threads_per_block", "more threads per block than per SM",
+               "check both figures")
+    if cl["max_nonportable"] < cl["max_portable"]:
+        c.fail("cluster.max_nonportable", f"{cl['max_nonportable']} is below max_portable "
+               f"{cl['max_portable']}", "the non-portable limit is at least the portable one")
+
+    # Tensor Memory: its size must match lanes x columns x cell bits, and it exists
+    # exactly when the tensor core accumulates into it.
+    tmem_bytes = tmem["lanes"] * tmem["columns"] * tmem["cell_bits"] // 8
+    if abs(tmem["size_kib"] * 1024 - tmem_bytes) > 0.5:
+        c.fail("tmem.size_kib", f"{tmem['size_kib']} KiB does not match lanes x columns x cell_bits "
+               f"= {tmem['lanes']} x {tmem['columns']} x {tmem['cell_bits']} bit = {tmem_bytes / 1024:g} KiB",
+               "fix the size or the geometry")
+    if tmem_bytes > 0 and tc["accumulator"] != "tmem":
+        c.fail("tmem.size_kib", f"Tensor Memory is declared but tensor_core.accumulator is "
+               f"'{tc['accumulator']}'", "set tensor_core.accumulator: tmem, or set the tmem sizes to 0")
+    if tc["accumulator"] == "tmem" and tmem_bytes == 0:
+        c.fail("tensor_core.accumulator", "accumulator is tmem but the tmem section has size 0",
+               "declare tmem lanes, columns and size_kib, or use accumulator: registers")
+    if tmem["alloc_min_columns"] > tmem["columns"]:
+        c.fail("tmem.alloc_min_columns", "the smallest allocation is larger than Tensor Memory",
+               "check alloc_min_columns against columns")
+
+    # CTA pairs and distributed shared memory need clusters.
+    if cl["cta_pair"] and cl["max_portable"] < 2:
+        c.fail("cluster.cta_pair", "CTA pairs are claimed but clusters are limited to 1 CTA",
+               "set cluster.max_portable to at least 2, or cta_pair: false")
+    if cl["distributed_smem"] and cl["max_portable"] < 2:
+        c.fail("cluster.distributed_smem", "distributed shared memory is claimed without clusters",
+               "set cluster.max_portable to at least 2, or distributed_smem: false")
+
+    kinds = tc["kinds"]
+    if tc["generation"] == "none" and kinds:
+        c.fail("tensor_core.kinds", "MMA kinds are listed but the generation is 'none'",
+               "name the tensor-core generation or empty the kinds")
+    if tc["generation"] != "none" and not kinds:
+        c.fail("tensor_core.kinds", f"generation '{tc['generation']}' lists no MMA kinds",
+               "add the kinds this tensor core executes")
+    for kind, spec in kinds.items():
+        for i, shape in enumerate(spec["shapes"]):
+            if shape["cta_group"] == 2 and not cl["cta_pair"]:
+                c.fail(f"tensor_core.kinds.{kind}.shapes[{i}].cta_group",
+                       "a cta_group 2 shape needs CTA pairs, but cluster.cta_pair is false",
+                       "set cluster.cta_pair: true or drop the shape")
+        for j, f in enumerate(spec["formats"]):
+            if f not in fmt["elements"]:
+                c.fail(f"tensor_core.kinds.{kind}.formats[{j}]", f"format {f} is not in formats.elements",
+                       f"add {f} to formats.elements or remove it from the kind")
+
+    consumed = {f for spec in kinds.values() for f in spec["formats"]}
+    for j, f in enumerate(fmt["elements"]):
+        if f not in consumed:
+            c.fail(f"formats.elements[{j}]", f"format {f} is listed but no MMA kind consumes it",
+                   f"add {f} to a tensor_core kind's formats, or remove it")
+
+    scaled_by: dict[str, list[str]] = {}
+    for name, scale in d["block_scales"].items():
+        for j, kind in enumerate(scale["kinds"]):
+            dotted = f"block_scales.{name}.kinds[{j}]"
+            if kind not in kinds:
+                c.fail(dotted, f"block scale '{name}' names MMA kind '{kind}', which tensor_core.kinds "
+                       "lacks", f"add the kind or remove it ({_nearest(kind, kinds) if kinds else 'no kinds'})")
+            if not kinds[kind]["block_scaled"]:
+                c.fail(dotted, f"kind '{kind}' is not marked block_scaled", 
+                       f"set tensor_core.kinds.{kind}.block_scaled: true or remove it here")
+            scaled_by.setdefault(kind, []).append(name)
+    for kind, spec in kinds.items():
+        if spec["block_scaled"] and kind not in scaled_by:
+            c.fail(f"tensor_core.kinds.{kind}.block_scaled",
+                   "a block-scaled kind that no block_scales entry consumes",
+                   "list the kind under a block_scales entry's kinds, or set block_scaled: false")
+
+    for dtype in d["peak"]["dense_tflops"]:
+        if not set(PEAK_DTYPES[dtype]) & set(fmt["elements"]):
+            c.fail(f"peak.dense_tflops.{dtype}", f"a peak for {dtype} but formats.elements has none of "
+                   f"{', '.join(PEAK_DTYPES[dtype])}", "add the format or drop the peak")
+
+    claimed = derive_features(d)
+    for feature in d["sass_signatures"]:
+        if feature != "source" and feature not in claimed:
+            c.fail(f"sass_signatures.{feature}", f"a signature for '{feature}', which this descriptor "
+                   "does not claim", "drop the signature or declare the feature")
+
+
+def derive_features(d: dict) -> frozenset[str]:
+    """The features a normalised descriptor claims, derived from its content."""
+    tc, tmem, cl, ac = d["tensor_core"], d["tmem"], d["cluster"], d["async_copy"]
+    formats = set(d["formats"]["elements"])
+    tmem_bytes = tmem["lanes"] * tmem["columns"] * tmem["cell_bits"] // 8
+    have = {
+        "wgmma": tc["generation"] == "wgmma",
+        "tcgen05": tc["generation"] == "tcgen05",
+        "tmem": tmem_bytes > 0,
+        "cta_pair": cl["cta_pair"],
+        "clusters": cl["max_portable"] > 1,
+        "dsmem": cl["distributed_smem"],
+        "tma": ac["tma"],
+        "mbarrier": ac["mbarrier"],
+        "fp8": bool(formats & {"e4m3", "e5m2"}),
+        "fp6": bool(formats & {"e2m3", "e3m2"}),
+        "fp4": "e2m1" in formats,
+        "block_scale_mx": "mx" in d["block_scales"],
+        "block_scale_nvfp4": "nvfp4" in d["block_scales"],
+        "setmaxnreg": d["limits"]["setmaxnreg"],
+    }
+    assert set(have) == set(FEATURES)
+    return frozenset(f for f, on in have.items() if on)
+
+
+def load_descriptor(text: str, file: str) -> dict[str, Any]:
+    """Parse and validate descriptor text; the normalised dict or one PorterError."""
+    data, lines = parse_yaml(text, file)
+    return check_descriptor(data, lines, file)

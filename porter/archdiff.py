@@ -1,0 +1,205 @@
+"""What changes when a kernel moves from one arch to another, as data.
+
+``diff_archs(a, b)`` compares two ``Arch`` objects and returns an ``ArchDiff``: features
+gained and lost, tensor-core changes (generation, issue, accumulator), MMA kinds and
+shapes, formats, block scales, limits and peak rates with their ratios. The CLI renders
+it (``porter arch diff``); planners and reports read the same object or ``to_dict()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from porter.arch import FEATURES, Arch, MmaShape
+
+# (label, unit, getter) for the scalar figures compared; units are those of the Arch.
+_FIGURES = (
+    ("target", "", lambda a: a.target),
+    ("min_ptx", "", lambda a: a.min_ptx),
+    ("min_cuda", "", lambda a: a.min_cuda),
+    ("sm_count", "SMs", lambda a: a.sm_count),
+    ("smem_per_sm_bytes", "bytes", lambda a: a.smem_per_sm_bytes),
+    ("smem_per_block_bytes", "bytes", lambda a: a.smem_per_block_bytes),
+    ("regs_per_sm", "registers", lambda a: a.regs_per_sm),
+    ("max_regs_per_thread", "registers", lambda a: a.max_regs_per_thread),
+    ("max_threads_per_block", "threads", lambda a: a.max_threads_per_block),
+    ("max_threads_per_sm", "threads", lambda a: a.max_threads_per_sm),
+    ("max_blocks_per_sm", "blocks", lambda a: a.max_blocks_per_sm),
+    ("l2_bytes", "bytes", lambda a: a.l2_bytes),
+    ("hbm_bytes", "bytes", lambda a: a.hbm_bytes),
+    ("hbm_bandwidth_bytes_per_s", "bytes/s", lambda a: a.hbm_bandwidth_bytes_per_s),
+    ("tmem_bytes", "bytes", lambda a: a.tmem.bytes),
+    ("cluster_max_portable", "CTAs", lambda a: a.cluster.max_portable),
+    ("cluster_max_nonportable", "CTAs", lambda a: a.cluster.max_nonportable),
+)
+
+
+def _ratio(before: Any, after: Any) -> float | None:
+    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and not isinstance(before, bool):
+        return after / before if before else None
+    return None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One figure or property that differs (before/after None when one side lacks it)."""
+
+    key: str
+    before: Any
+    after: Any
+    unit: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return _ratio(self.before, self.after)
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "before": self.before, "after": self.after, "unit": self.unit,
+                "ratio": self.ratio}
+
+
+@dataclass(frozen=True)
+class KindChange:
+    """An MMA kind present on both archs whose shapes, K or formats differ."""
+
+    kind: str
+    shapes_before: tuple[MmaShape, ...]
+    shapes_after: tuple[MmaShape, ...]
+    formats_before: tuple[str, ...]
+    formats_after: tuple[str, ...]
+
+    @property
+    def shapes_gained(self) -> tuple[MmaShape, ...]:
+        return tuple(s for s in self.shapes_after if s not in self.shapes_before)
+
+    @property
+    def shapes_lost(self) -> tuple[MmaShape, ...]:
+        return tuple(s for s in self.shapes_before if s not in self.shapes_after)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind,
+                "shapes_before": [s.to_dict() for s in self.shapes_before],
+                "shapes_after": [s.to_dict() for s in self.shapes_after],
+                "shapes_gained": [s.to_dict() for s in self.shapes_gained],
+                "shapes_lost": [s.to_dict() for s in self.shapes_lost],
+                "formats_before": list(self.formats_before), "formats_after": list(self.formats_after)}
+
+
+@dataclass(frozen=True)
+class PeakChange:
+    """Dense peak rate of one dtype on both archs (None where an arch has no peak)."""
+
+    dtype: str
+    before_tflops: float | None
+    after_tflops: float | None
+    ridge_before: float | None  # FLOP per HBM byte
+    ridge_after: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return _ratio(self.before_tflops, self.after_tflops)
+
+    def to_dict(self) -> dict:
+        return {"dtype": self.dtype, "before_tflops": self.before_tflops,
+                "after_tflops": self.after_tflops, "ratio": self.ratio,
+                "ridge_flop_per_byte_before": self.ridge_before,
+                "ridge_flop_per_byte_after": self.ridge_after}
+
+
+@dataclass(frozen=True)
+class ArchDiff:
+    before: str  # arch names
+    after: str
+    features_gained: tuple[str, ...]
+    features_lost: tuple[str, ...]
+    features_kept: tuple[str, ...]
+    tensor_core: tuple[Change, ...]  # generation / instruction / issue / accumulator
+    kinds_gained: tuple[str, ...]
+    kinds_lost: tuple[str, ...]
+    kinds_changed: tuple[KindChange, ...]
+    formats_gained: tuple[str, ...]
+    formats_lost: tuple[str, ...]
+    block_scales_gained: tuple[str, ...]
+    block_scales_lost: tuple[str, ...]
+    block_scales_changed: tuple[Change, ...]
+    figures: tuple[Change, ...]  # only figures that differ
+    peaks: tuple[PeakChange, ...]  # every dtype either arch rates
+    sass_signatures: tuple[Change, ...]  # features whose signature patterns differ
+
+    @property
+    def mma_shapes_changed(self) -> bool:
+        return bool(self.kinds_gained or self.kinds_lost or self.kinds_changed)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.features_gained or self.features_lost or self.tensor_core
+                    or self.mma_shapes_changed or self.formats_gained or self.formats_lost
+                    or self.block_scales_gained or self.block_scales_lost or self.block_scales_changed
+                    or self.figures or self.sass_signatures
+                    or any(p.before_tflops != p.after_tflops for p in self.peaks))
+
+    def to_dict(self) -> dict:
+        return {
+            "before": self.before, "after": self.after,
+            "features": {"gained": list(self.features_gained), "lost": list(self.features_lost),
+                         "kept": list(self.features_kept)},
+            "tensor_core": [c.to_dict() for c in self.tensor_core],
+            "mma": {"kinds_gained": list(self.kinds_gained), "kinds_lost": list(self.kinds_lost),
+                    "kinds_changed": [k.to_dict() for k in self.kinds_changed],
+                    "shapes_changed": self.mma_shapes_changed},
+            "formats": {"gained": list(self.formats_gained), "lost": list(self.formats_lost)},
+            "block_scales": {"gained": list(self.block_scales_gained),
+                             "lost": list(self.block_scales_lost),
+                             "changed": [c.to_dict() for c in self.block_scales_changed]},
+            "figures": [c.to_dict() for c in self.figures],
+            "peaks": [p.to_dict() for p in self.peaks],
+            "sass_signatures": [c.to_dict() for c in self.sass_signatures],
+            "empty": self.empty,
+        }
+
+
+def _gained_lost(before, after) -> tuple[tuple, tuple]:
+    return tuple(x for x in after if x not in before), tuple(x for x in before if x not in after)
+
+
+def diff_archs(a: Arch, b: Arch) -> ArchDiff:
+    """What changes going from ``a`` (before) to ``b`` (after)."""
+    fa, fb = a.features, b.features
+    tca, tcb = a.tensor_core, b.tensor_core
+    tc_changes = tuple(Change(attr, getattr(tca, attr), getattr(tcb, attr))
+                       for attr in ("generation", "instruction", "issue", "accumulator")
+                       if getattr(tca, attr) != getattr(tcb, attr))
+    kinds_gained, kinds_lost = _gained_lost(tca.kinds, tcb.kinds)
+    kinds_changed = tuple(
+        KindChange(k, tca.mma_shapes[k], tcb.mma_shapes[k], tca.kind_formats[k], tcb.kind_formats[k])
+        for k in tca.kinds if k in tcb.mma_shapes
+        and (tca.mma_shapes[k] != tcb.mma_shapes[k] or tca.kind_formats[k] != tcb.kind_formats[k]))
+    formats_gained, formats_lost = _gained_lost(a.formats, b.formats)
+    bs_gained, bs_lost = _gained_lost(tuple(a.block_scales), tuple(b.block_scales))
+    bs_changed = tuple(
+        Change(f"{n}.{attr}", getattr(a.block_scales[n], attr), getattr(b.block_scales[n], attr))
+        for n in a.block_scales if n in b.block_scales
+        for attr in ("scale_format", "block_size", "kinds")
+        if getattr(a.block_scales[n], attr) != getattr(b.block_scales[n], attr))
+    figures = tuple(Change(key, get(a), get(b), unit) for key, unit, get in _FIGURES if get(a) != get(b))
+    dtypes = tuple(dict.fromkeys((*a.peak_tflops, *b.peak_tflops)))
+    peaks = tuple(
+        PeakChange(d, a.peak_tflops.get(d), b.peak_tflops.get(d),
+                   a.ridge_flop_per_byte(d) if d in a.peak_tflops else None,
+                   b.ridge_flop_per_byte(d) if d in b.peak_tflops else None)
+        for d in dtypes)
+    sigs = tuple(Change(f, a.sass_signatures.get(f), b.sass_signatures.get(f))
+                 for f in FEATURES
+                 if a.sass_signatures.get(f) != b.sass_signatures.get(f))
+    return ArchDiff(
+        before=a.name, after=b.name,
+        features_gained=tuple(f for f in FEATURES if f in fb and f not in fa),
+        features_lost=tuple(f for f in FEATURES if f in fa and f not in fb),
+        features_kept=tuple(f for f in FEATURES if f in fa and f in fb),
+        tensor_core=tc_changes,
+        kinds_gained=kinds_gained, kinds_lost=kinds_lost, kinds_changed=kinds_changed,
+        formats_gained=formats_gained, formats_lost=formats_lost,
+        block_scales_gained=bs_gained, block_scales_lost=bs_lost, block_scales_changed=bs_changed,
+        figures=figures, peaks=peaks, sass_signatures=sigs,
+    )

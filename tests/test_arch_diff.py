@@ -1,0 +1,75 @@
+"""``porter.archdiff``: the structured Hopper -> Blackwell diff other code reuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from porter.arch import load_arch
+from porter.archdiff import diff_archs
+
+
+@pytest.fixture(scope="module")
+def h2b():
+    return diff_archs(load_arch("hopper"), load_arch("blackwell"))
+
+
+def test_features(h2b):
+    assert h2b.features_lost == ("wgmma",)
+    assert set(h2b.features_gained) == {"tcgen05", "tmem", "cta_pair", "fp6", "fp4",
+                                        "block_scale_mx", "block_scale_nvfp4"}
+    assert {"tma", "mbarrier", "clusters", "fp8"} <= set(h2b.features_kept)
+
+
+def test_tensor_core_changes(h2b):
+    changes = {c.key: (c.before, c.after) for c in h2b.tensor_core}
+    assert changes["generation"] == ("wgmma", "tcgen05")
+    assert changes["issue"] == ("warpgroup", "thread")
+    assert changes["accumulator"] == ("registers", "tmem")
+
+
+def test_mma_shapes(h2b):
+    assert h2b.mma_shapes_changed
+    assert h2b.kinds_lost == ("f8",)
+    assert set(h2b.kinds_gained) == {"f8f6f4", "mxf8f6f4", "mxf4", "mxf4nvf4"}
+    f16 = next(k for k in h2b.kinds_changed if k.kind == "f16")
+    assert not f16.shapes_lost  # Hopper's m64 family survives on tcgen05
+    assert {(s.m, s.cta_group) for s in f16.shapes_gained} == {(128, 1), (128, 2), (256, 2)}
+
+
+def test_formats_and_block_scales(h2b):
+    assert set(h2b.formats_gained) == {"e2m3", "e3m2", "e2m1"} and h2b.formats_lost == ()
+    assert set(h2b.block_scales_gained) == {"mx", "nvfp4"}
+
+
+def test_peaks_with_ratio(h2b):
+    peaks = {p.dtype: p for p in h2b.peaks}
+    assert peaks["bf16"].ratio == pytest.approx(2250 / 989)
+    assert peaks["fp8"].ratio == pytest.approx(4500 / 1979)
+    assert peaks["fp4"].before_tflops is None and peaks["fp4"].after_tflops == 9000 and peaks["fp4"].ratio is None
+    assert peaks["bf16"].ridge_after == pytest.approx(2250e12 / 7.7e12)
+
+
+def test_figures(h2b):
+    figs = {c.key: c for c in h2b.figures}
+    assert figs["sm_count"].before == 132 and figs["sm_count"].after == 148
+    assert figs["tmem_bytes"].after == 262144
+    assert "smem_per_sm_bytes" not in figs  # same 228 KiB on both
+
+
+def test_self_diff_is_empty():
+    a = load_arch("blackwell")
+    d = diff_archs(a, a)
+    assert d.empty and not d.features_gained and not d.mma_shapes_changed
+
+
+def test_reverse_diff_mirrors(h2b):
+    b2h = diff_archs(load_arch("blackwell"), load_arch("hopper"))
+    assert set(b2h.features_gained) == set(h2b.features_lost)
+    assert set(b2h.features_lost) == set(h2b.features_gained)
+
+
+def test_to_dict_is_json(h2b):
+    d = json.loads(json.dumps(h2b.to_dict()))
+    assert d["before"] == "hopper" and d["after"] == "blackwell" and d["features"]["lost"] == ["wgmma"]
