@@ -1,0 +1,97 @@
+// probe: tcgen05_mxf4nvf4
+// feature: block_scale_nvfp4
+// also-needs: tcgen05, tmem, fp4
+// kind: mxf4nvf4
+// sass: ^UTCOMMA\.4X
+// sass: ^UTCCP
+// sass-line: ^UTCOMMA\.4X\b.*idesc\[[^]]*\], tmem\[
+// proves: NVFP4 block-scaled MMA as an NVFP4 GEMM issues it: ue4m3 scale factors (one
+//   per 16 e2m1 elements along K, four per instruction) are staged shared -> Tensor
+//   Memory with tcgen05.cp, then one thread issues tcgen05.mma cta_group::1
+//   kind::mxf4nvf4.block_scale.scale_vec::4X (e2m1 x e2m1 -> f32, M=128 N=64 K=64, two
+//   elements per byte) reading those scales from TMEM; the result is read back with
+//   tcgen05.ld and written to global memory.
+// denied: ptxas rejects tcgen05 on targets without it (sm_90a, sm_120a).
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+// tcgen05 shared-memory descriptor, no swizzle (16-byte units, version bit 46 = 1).
+__device__ static u64 smem_desc(const void* smem, u32 lead_bytes, u32 stride_bytes) {
+    u32 addr = (u32)__cvta_generic_to_shared(smem);
+    return (u64)((addr >> 4) & 0x3FFF) | ((u64)((lead_bytes >> 4) & 0x3FFF) << 16)
+         | ((u64)((stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 46);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+probe_tcgen05_mxf4nvf4(const uint4* __restrict__ a, const uint4* __restrict__ b,
+                       const uint4* __restrict__ scales, float* __restrict__ out) {
+    constexpr u32 M = 128, N = 64, K = 64, COLS = 128;
+    // TMEM columns: D in 0..63, A scales at 64, B scales at 68.
+    constexpr u32 SFA_COL = 64, SFB_COL = 68;
+    __shared__ alignas(1024) uint4 sa[M * K / 32];      // 128 x 64 e2m1, packed
+    __shared__ alignas(1024) uint4 sb[N * K / 32];      // 64 x 64 e2m1, packed
+    __shared__ alignas(128) uint4 sfa[32], sfb[32];     // 32 rows x 16 B of ue4m3 each
+    __shared__ u32 tmem_base;
+    __shared__ alignas(8) u64 mma_done;
+    const u32 warp = threadIdx.x / 32;
+
+    for (u32 i = threadIdx.x; i < M * K / 32; i += 128) sa[i] = a[i];
+    for (u32 i = threadIdx.x; i < N * K / 32; i += 128) sb[i] = b[i];
+    if (threadIdx.x < 32) sfa[threadIdx.x] = scales[threadIdx.x];
+    else if (threadIdx.x < 64) sfb[threadIdx.x - 32] = scales[threadIdx.x];
+    if (warp == 0) {
+        asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;"
+                     :: "r"((u32)__cvta_generic_to_shared(&tmem_base)), "r"(COLS) : "memory");
+        asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: "memory");
+    }
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;"
+                     :: "r"((u32)__cvta_generic_to_shared(&mma_done)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+    __syncthreads();
+    asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+    const u32 tmem = tmem_base;
+
+    if (threadIdx.x == 0) {
+        // Scale factors: 32 rows x 128 bit copied to each of the four 32-lane quarters
+        // (warpx4), so all 128 lanes of the accumulator see their row's scale.
+        asm volatile("tcgen05.cp.cta_group::1.32x128b.warpx4 [%0], %1;"
+                     :: "r"(tmem + SFA_COL), "l"(smem_desc(sfa, 16, 128)) : "memory");
+        asm volatile("tcgen05.cp.cta_group::1.32x128b.warpx4 [%0], %1;"
+                     :: "r"(tmem + SFB_COL), "l"(smem_desc(sfb, 16, 128)) : "memory");
+        // Block-scaled idesc: D is always f32; A and B e2m1 (format 1 at bits 7-9, 10-12
+        // for the mxf4 kinds), K-major, N >> 3 at bits 17-22, scale type ue4m3 (bit 23 = 0),
+        // M >> 4 at bits 24-28.
+        const u32 idesc = (1u << 7) | (1u << 10) | ((N >> 3) << 17) | (0u << 23) | ((M >> 4) << 24);
+        u64 da = smem_desc(sa, 128, 256), db = smem_desc(sb, 128, 256);
+        // tcgen05.cp and tcgen05.mma issued by one thread execute in issue order.
+        asm volatile("{\n.reg .pred acc;\nsetp.ne.b32 acc, %6, 0;\n"
+                     "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X "
+                     "[%0], %1, %2, %3, [%4], [%5], acc;\n}\n"
+                     :: "r"(tmem), "l"(da), "l"(db), "r"(idesc), "r"(tmem + SFA_COL),
+                        "r"(tmem + SFB_COL), "r"(0) : "memory");
+        asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];"
+                     :: "r"((u32)__cvta_generic_to_shared(&mma_done)) : "memory");
+    }
+    asm volatile("{\n.reg .pred done;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+                 "@!done bra WAIT_%=;\n}\n"
+                 :: "r"((u32)__cvta_generic_to_shared(&mma_done)) : "memory");
+    asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+
+    u32 r[8];
+    asm volatile("tcgen05.ld.sync.aligned.32x32b.x8.b32 {%0,%1,%2,%3,%4,%5,%6,%7}, [%8];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]), "=r"(r[4]), "=r"(r[5]), "=r"(r[6]), "=r"(r[7])
+                 : "r"(tmem + ((warp * 32) << 16)));
+    asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory");
+    for (int j = 0; j < 8; ++j) out[threadIdx.x * 8 + j] = __uint_as_float(r[j]);
+
+    asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+    __syncthreads();
+    if (warp == 0)
+        asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" :: "r"(tmem), "r"(COLS) : "memory");
+}

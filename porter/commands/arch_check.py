@@ -1,0 +1,119 @@
+"""``porter arch check NAME|FILE``: compile the feature probes and judge the descriptor.
+
+Prints one row per probe (what the descriptor says, what the compiler says, the SASS
+seen, the verdict), the per-feature verdicts, and a one-line summary. Exit code 1 when
+the compiler disagrees with the descriptor anywhere, 0 otherwise; bad input is a
+PorterError (exit 2) like every other command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from porter.arch import load_arch
+from porter.probes import ArchCheck, ProbeResult, check_arch
+
+
+def register(arch_subparsers) -> None:
+    p = arch_subparsers.add_parser(
+        "check", help="prove a descriptor's feature claims with probe compiles and SASS",
+        description="Compile every probe in kernels_src/probes/ for the descriptor's target and "
+                    "compare: claimed features must compile and show their SASS, denied ones must be "
+                    "rejected by the compiler. Exit 1 on any disagreement.")
+    p.add_argument("arch", metavar="NAME|FILE", help="a bare name (blackwell) or a path to a .yaml file")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument("--jobs", type=int, default=None, help="parallel disassemblies (default: CPU count)")
+    p.set_defaults(func=cmd_check)
+
+
+def _descriptor_says(r: ProbeResult) -> str:
+    text = f"claims {r.feature}" if r.claimed else f"denies {r.feature}"
+    if r.denied_prereqs:
+        text += f" ({'but' if r.claimed else 'and'} denies {', '.join(r.denied_prereqs)})"
+    return text
+
+
+def _compiler_says(r: ProbeResult) -> str:
+    if r.compiled:
+        return f"compiles for {r.target}"
+    # The compiler's words without the "file:line:" prefix and the quoted source line
+    # (both stay in --json).
+    reason = r.error.split(" | ", 1)[0]
+    reason = reason.split(": ", 1)[-1] if ": " in reason else reason
+    return f"rejects: {reason}"
+
+
+def _evidence(r: ProbeResult) -> str:
+    if not r.compiled:
+        return "-"
+    seen: list[str] = []
+    for hits in r.sass_found.values():
+        for h in hits:
+            short = h if len(h) <= 40 else h[:37] + "..."
+            if short not in seen:
+                seen.append(short)
+    parts = [", ".join(seen)]
+    if r.sass_missing:
+        parts.append("missing: " + ", ".join(r.sass_missing))
+    return "\n".join(p for p in parts if p)
+
+
+def _style(verdict: str) -> str:
+    if verdict.startswith("contradicted"):
+        return f"[red]{verdict}[/red]"
+    if verdict == "no probe":
+        return f"[yellow]{verdict}[/yellow]"
+    return f"[green]{verdict}[/green]"
+
+
+def summary_line(check: ArchCheck) -> str:
+    n = len(check.probes)
+    confirmed = sum(r.verdict == "confirmed" for r in check.probes)
+    denied = sum(r.verdict == "denied-confirmed" for r in check.probes)
+    bad = len(check.contradictions)
+    unprobed = [f.feature for f in check.features if f.verdict == "no probe"]
+    text = (f"{check.arch} ({check.target}): {n} probes, {confirmed} confirmed, {denied} denied-confirmed, "
+            f"{bad} contradiction{'s' if bad != 1 else ''} in {check.seconds:.1f} s "
+            f"(compile {check.compile_seconds:.1f} s, disassemble {check.disassemble_seconds:.1f} s)")
+    if unprobed:
+        text += f"; no probe for {', '.join(unprobed)}"
+    return text + (": descriptor AGREES with the compiler" if check.ok else ": descriptor DISAGREES with the compiler")
+
+
+def render(check: ArchCheck) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160, highlight=False)
+    t = Table(title=f"feature probes: {check.arch} ({check.target})", title_justify="left")
+    for col in ("probe", "feature", "descriptor says", "compiler says", "SASS evidence", "verdict"):
+        t.add_column(col, overflow="fold")
+    for r in check.probes:
+        t.add_row(r.probe, r.feature, _descriptor_says(r), _compiler_says(r), _evidence(r), _style(r.verdict))
+    con.print(t, markup=True)
+
+    f = Table(title="features (the descriptor's SASS signature must appear in a probe using the feature)",
+              title_justify="left")
+    for col in ("feature", "descriptor", "probes", "signature", "signature seen in", "verdict"):
+        f.add_column(col, overflow="fold")
+    for fr in check.features:
+        f.add_row(fr.feature, "claims" if fr.claimed else "denies", ", ".join(fr.probes) or "-",
+                  ", ".join(fr.signature) or "-", ", ".join(fr.signature_seen_in) or "-", _style(fr.verdict))
+    con.print(f)
+    if check.kinds_without_probe:
+        con.print(f"[yellow]MMA kinds the descriptor lists without a probe:[/yellow] "
+                  f"{', '.join(check.kinds_without_probe)}")
+    for line in check.contradictions:
+        con.print(f"[red]contradiction[/red] {line}", markup=True)
+    con.print(summary_line(check), markup=False, soft_wrap=True)
+
+
+def cmd_check(args) -> int:
+    arch = load_arch(args.arch)
+    check = check_arch(arch, jobs=args.jobs)
+    if args.json:
+        print(json.dumps(check.to_dict(), indent=2))
+    else:
+        render(check)
+    return 0 if check.ok else 1

@@ -1,0 +1,342 @@
+"""Feature probes: let the compiler judge what an arch descriptor claims.
+
+Each ``kernels_src/probes/*.cu`` is a tiny real kernel that uses one descriptor
+feature and declares, in its leading comment block::
+
+    // probe: tcgen05_f16           (the file's stem)
+    // feature: tcgen05             (the feature it proves; decides whether it must compile)
+    // also-needs: tmem             (prerequisites it uses too)
+    // kind: f16                    (the descriptor's MMA kind it issues, if any)
+    // sass: ^UTCHMMA               (opcode regexes that must all appear)
+    // sass-line: ^UTCQMMA\\b.*tmem  (instruction-text regexes, for evidence in operands)
+    // proves: / note: / seen: / denied:   (free text; indented '//   ' lines continue it)
+
+``check_arch(arch)`` compiles every probe for ``arch.target`` and compares with the
+descriptor: a claimed feature must compile and show the probe's SASS; a denied one
+must be rejected by the compiler *because of the target*. Per feature, the
+descriptor's own ``sass_signatures`` must show up in at least one compiled probe
+that uses the feature (a conversion probe for fp8 shows F2FP, not the QGMMA the
+descriptor lists, so the signature is judged over all probes using fp8).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from porter import paths
+from porter import sass as sasslib
+from porter.arch import FEATURES
+from porter.errors import CompileError, PorterError
+from porter.fsutil import atomic_write
+from porter.toolchain import compile_cuda
+
+_HEADER = re.compile(r"^//\s?(?P<key>[a-z][a-z-]*):\s*(?P<value>.*)$")
+_CONTINUATION = re.compile(r"^//\s{2,}(?P<text>\S.*)$")
+_LIST_KEYS = ("sass", "sass-line")
+_TEXT_KEYS = ("proves", "note", "seen", "denied")
+_KNOWN_KEYS = ("probe", "feature", "also-needs", "kind", *_LIST_KEYS, *_TEXT_KEYS)
+# A rejection counts as "the target lacks the feature" only when the compiler says so;
+# a probe with a typo must not pass as a confirmed denial.
+_TARGET_REJECTION = re.compile(r"not supported|unsupported|requires|not available", re.I)
+# "/*0090*/   @!P0 UTCQMMA gdesc[UR4], ... ;" -> "UTCQMMA gdesc[UR4], ..."
+_INSTR_TEXT = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?(?P<text>[A-Z].*?)\s*;?\s*$")
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    path: Path
+    feature: str
+    also_needs: tuple[str, ...]
+    kind: str
+    sass: tuple[str, ...]
+    sass_lines: tuple[str, ...]
+    text: dict
+    source: str = field(repr=False, default="")
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return (self.feature, *self.also_needs)
+
+
+@dataclass
+class ProbeResult:
+    probe: str
+    feature: str
+    needs: list[str]
+    target: str
+    claimed: bool                  # the descriptor claims the probe's feature
+    denied_prereqs: list[str]      # prerequisites the descriptor denies
+    compiled: bool
+    sass_found: dict               # regex -> matching opcodes / instruction texts
+    sass_missing: list[str]
+    signature_hits: dict           # needed feature -> descriptor patterns seen here
+    verdict: str
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.verdict.startswith("contradicted")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FeatureResult:
+    feature: str
+    claimed: bool
+    probes: list[str]              # probes whose feature this is
+    signature: list[str]           # the descriptor's sass_signatures for it
+    signature_seen_in: list[str]   # compiled probes using the feature that show it
+    verdict: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.verdict.startswith("contradicted")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ArchCheck:
+    arch: str
+    target: str
+    probes: list[ProbeResult]
+    features: list[FeatureResult]
+    kinds_without_probe: list[str]
+    seconds: float
+    compile_seconds: float = 0.0       # NVRTC (or cache reads), all probes in order
+    disassemble_seconds: float = 0.0   # nvdisasm (or SASS cache reads), wall time of the pool
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.probes) and all(f.ok for f in self.features)
+
+    @property
+    def contradictions(self) -> list[str]:
+        return ([f"{r.probe}: {r.verdict}" for r in self.probes if not r.ok]
+                + [f"feature {f.feature}: {f.verdict}" for f in self.features if not f.ok])
+
+    def to_dict(self) -> dict:
+        return {"arch": self.arch, "target": self.target, "ok": self.ok, "seconds": round(self.seconds, 3),
+                "compile_seconds": round(self.compile_seconds, 3),
+                "disassemble_seconds": round(self.disassemble_seconds, 3),
+                "probes": [r.to_dict() for r in self.probes],
+                "features": [f.to_dict() for f in self.features],
+                "kinds_without_probe": self.kinds_without_probe,
+                "contradictions": self.contradictions}
+
+
+# -- discovery ------------------------------------------------------------------------
+
+
+def probes_dir() -> Path:
+    return paths.data_dir("kernels_src") / "probes"
+
+
+def parse_probe(path: Path, source: str | None = None) -> Probe:
+    """Read a probe's header block; a malformed header is a PorterError naming file:line."""
+    source = path.read_text(encoding="utf-8") if source is None else source
+    values: dict[str, list[str]] = {}
+    last_text_key = None
+    for lineno, line in enumerate(source.splitlines(), 1):
+        if not line.startswith("//"):
+            break
+        cont = _CONTINUATION.match(line)
+        if cont and last_text_key:
+            values[last_text_key][-1] += " " + cont.group("text").strip()
+            continue
+        head = _HEADER.match(line)
+        if not head:
+            if line.strip("/ "):
+                raise PorterError(f"{path}:{lineno}: probe header line is not '// key: value': {line.strip()}")
+            continue
+        key, value = head.group("key"), head.group("value").strip()
+        if key not in _KNOWN_KEYS:
+            raise PorterError(f"{path}:{lineno}: unknown probe header key '{key}'; "
+                              f"known: {', '.join(_KNOWN_KEYS)}")
+        if key in _LIST_KEYS:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise PorterError(f"{path}:{lineno}: bad {key} regex {value!r}: {exc}") from None
+        values.setdefault(key, []).append(value)
+        last_text_key = key if key in _TEXT_KEYS else None
+
+    def one(key: str, required: bool = True) -> str:
+        got = values.get(key, [])
+        if len(got) > 1 or (required and not got):
+            raise PorterError(f"{path}: probe header needs exactly one '// {key}:' line, found {len(got)}")
+        return got[0] if got else ""
+
+    name = one("probe")
+    if name != path.stem:
+        raise PorterError(f"{path}: '// probe: {name}' must match the file name '{path.stem}'")
+    needs = [one("feature")] + [f.strip() for v in values.get("also-needs", []) for f in v.split(",") if f.strip()]
+    for feature in needs:
+        if feature not in FEATURES:
+            raise PorterError(f"{path}: feature '{feature}' is not one porter knows; known: {', '.join(FEATURES)}")
+    if not values.get("sass"):
+        raise PorterError(f"{path}: a probe must declare at least one '// sass: REGEX' opcode it produces")
+    return Probe(name=name, path=path, feature=needs[0], also_needs=tuple(needs[1:]), kind=one("kind", False),
+                 sass=tuple(values["sass"]), sass_lines=tuple(values.get("sass-line", ())),
+                 text={k: " ".join(values[k]) for k in _TEXT_KEYS if k in values}, source=source)
+
+
+def discover(folder: Path | None = None) -> list[Probe]:
+    folder = probes_dir() if folder is None else folder
+    probes = [parse_probe(p) for p in sorted(folder.glob("*.cu"))]
+    if not probes:
+        raise PorterError(f"{folder}: no probe .cu files found")
+    return probes
+
+
+# -- one probe ----------------------------------------------------------------------------
+
+
+def _disassemble_cached(key: str, cubin: bytes) -> str:
+    """nvdisasm costs ~0.7 s per cubin even for a tiny kernel; keep its text by compile key
+    (the key already covers source, target, options and the nvdisasm version)."""
+    path = paths.cache_dir() / "sass" / key[:2] / f"{key}.sass"
+    try:
+        return path.read_text()
+    except OSError:
+        pass
+    text = sasslib.disassemble(cubin)
+    atomic_write(path, text)
+    return text
+
+
+def instruction_texts(sass_text: str) -> list[str]:
+    out = []
+    for line in sass_text.splitlines():
+        m = _INSTR_TEXT.match(line)
+        if m:
+            out.append(m.group("text"))
+    return out
+
+
+def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, seconds: float = 0.0) -> ProbeResult:
+    """Compare one probe's compile outcome and SASS with what ``arch`` claims."""
+    claimed = arch.has(probe.feature)
+    denied_prereqs = [f for f in probe.also_needs if not arch.has(f)]
+    found: dict[str, list[str]] = {}
+    missing: list[str] = []
+    hits: dict[str, list[str]] = {}
+    if compiled:
+        hist = sasslib.opcode_histogram(sass_text)
+        texts = instruction_texts(sass_text)
+        # Opcode regexes match the full opcode (like SassRule); line regexes the whole
+        # instruction text, for evidence that lives in operands (block-scale TMEM operands).
+        evidence = [(p, sorted(op for op in hist if re.match(p, op))) for p in probe.sass]
+        evidence += [(p, [t for t in texts if re.search(p, t)][:2]) for p in probe.sass_lines]
+        for pattern, seen in evidence:
+            if seen:
+                found[pattern] = seen
+            else:
+                missing.append(pattern)
+        for feature in probe.needs:
+            pats = arch.sass_signatures.get(feature, ())
+            seen = [p for p in pats if sasslib.count_matching(hist, p)]
+            if pats:
+                hits[feature] = seen
+        if probe.kind and probe.kind in arch.tensor_core.kind_sass:
+            pats = arch.tensor_core.kind_sass[probe.kind]
+            if pats:
+                hits[f"kind:{probe.kind}"] = [p for p in pats if sasslib.count_matching(hist, p)]
+
+    if claimed and compiled:
+        if missing:
+            verdict = f"contradicted: compiles but its SASS lacks {', '.join(missing)}"
+        elif denied_prereqs:
+            verdict = (f"contradicted: the compiler accepts it, yet the descriptor denies "
+                       f"{', '.join(denied_prereqs)}, which it uses")
+        elif probe.kind and probe.kind not in arch.tensor_core.kind_sass:
+            verdict = f"contradicted: the compiler accepts MMA kind {probe.kind}, which the descriptor does not list"
+        elif hits.get(f"kind:{probe.kind}") == []:
+            pats = ", ".join(arch.tensor_core.kind_sass[probe.kind])
+            verdict = f"contradicted: the descriptor's SASS for kind {probe.kind} ({pats}) is not in the probe"
+        else:
+            verdict = "confirmed"
+    elif claimed:
+        why = f" (the descriptor also denies {', '.join(denied_prereqs)})" if denied_prereqs else ""
+        verdict = f"contradicted: descriptor claims {probe.feature} but the compiler rejects it{why}: {error}"
+    elif compiled:
+        verdict = f"contradicted: descriptor denies {probe.feature} but the compiler accepts it for {arch.target}"
+    elif _TARGET_REJECTION.search(error):
+        verdict = "denied-confirmed"
+    else:
+        verdict = f"contradicted: rejected for a reason other than the target (a broken probe?): {error}"
+    return ProbeResult(probe=probe.name, feature=probe.feature, needs=list(probe.needs), target=arch.target,
+                       claimed=claimed, denied_prereqs=denied_prereqs, compiled=compiled,
+                       sass_found=found, sass_missing=missing, signature_hits=hits, verdict=verdict,
+                       error=error, seconds=round(seconds, 3))
+
+
+def _feature_results(arch, probes: list[Probe], results: list[ProbeResult]) -> list[FeatureResult]:
+    by_name = {r.probe: r for r in results}
+    out = []
+    for feature in FEATURES:
+        owners = [p.name for p in probes if p.feature == feature]
+        users = [p.name for p in probes if feature in p.needs and by_name[p.name].compiled]
+        pats = list(arch.sass_signatures.get(feature, ()))
+        seen_in = [u for u in users if by_name[u].signature_hits.get(feature)]
+        claimed = arch.has(feature)
+        bad = [o for o in owners if not by_name[o].ok]
+        if not owners:
+            verdict = "no probe"
+        elif bad:
+            verdict = f"contradicted: probe {', '.join(bad)} disagrees with the descriptor"
+        elif claimed and pats and not seen_in:
+            verdict = (f"contradicted: the descriptor's SASS signature ({', '.join(pats)}) appears in no "
+                       f"compiled probe that uses {feature} ({', '.join(users) or 'none'})")
+        else:
+            verdict = "confirmed" if claimed else "denied-confirmed"
+        out.append(FeatureResult(feature, claimed, owners, pats, seen_in, verdict))
+    return out
+
+
+def check_arch(arch, probes: list[Probe] | None = None, jobs: int | None = None) -> ArchCheck:
+    """Compile every probe for ``arch.target`` and judge it against the descriptor."""
+    started = time.perf_counter()
+    probes = discover() if probes is None else probes
+    jobs = jobs or min(len(probes), os.cpu_count() or 1)
+
+    # NVRTC runs under the GIL (threads measured no faster), so compile in order;
+    # nvdisasm (~0.7-1 s per cubin, the dominant cold cost) runs in threads, whose
+    # subprocesses overlap across cores, and its text is cached by compile key.
+    compiled: list[tuple] = []
+    for probe in probes:
+        t0 = time.perf_counter()
+        try:
+            result, error = compile_cuda(probe.source, arch.target, probe.path.name), ""
+        except CompileError as exc:
+            result, error = None, str(exc)
+        compiled.append((result, error, time.perf_counter() - t0))
+
+    def disassemble(item) -> tuple[str, float]:
+        t0 = time.perf_counter()
+        text = _disassemble_cached(item[0].key, item[0].cubin) if item[0] is not None else ""
+        return text, time.perf_counter() - t0
+
+    compiled_at = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        texts = list(pool.map(disassemble, compiled))
+    disassembled_at = time.perf_counter()
+    results = [judge(p, arch, result is not None, text, error, compile_s + disasm_s)
+               for p, (result, error, compile_s), (text, disasm_s) in zip(probes, compiled, texts)]
+    probed_kinds = {p.kind for p in probes if p.kind}
+    kinds_without = [k for k in arch.tensor_core.mma_shapes if k not in probed_kinds]
+    return ArchCheck(arch=arch.name, target=arch.target, probes=results,
+                     features=_feature_results(arch, probes, results),
+                     kinds_without_probe=kinds_without, seconds=time.perf_counter() - started,
+                     compile_seconds=compiled_at - started, disassemble_seconds=disassembled_at - compiled_at)
+

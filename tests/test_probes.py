@@ -1,0 +1,184 @@
+"""Feature probes: the compiler confirms the shipped descriptors and catches false claims."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from porter import paths
+from porter.arch import FEATURES, load_arch
+from porter.cli import main
+from porter.errors import PorterError
+from porter.probes import check_arch, discover, judge, parse_probe
+
+HOPPER_TEXT = (paths.data_dir("arch") / "hopper.yaml").read_text()
+BLACKWELL_TEXT = (paths.data_dir("arch") / "blackwell.yaml").read_text()
+
+
+def edited(tmp_path: Path, text: str, edits: list[tuple[str, str]], name: str) -> Path:
+    for old, new in edits:
+        assert text.count(old) == 1, f"edit anchor {old!r} is not unique"
+        text = text.replace(old, new)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# Each check compiles the probes once per session (the on-disk cache makes reruns cheap).
+@pytest.fixture(scope="module")
+def hopper_check():
+    return check_arch(load_arch("hopper"))
+
+
+@pytest.fixture(scope="module")
+def blackwell_check():
+    return check_arch(load_arch("blackwell"))
+
+
+def by_probe(check):
+    return {r.probe: r for r in check.probes}
+
+
+def by_feature(check):
+    return {f.feature: f for f in check.features}
+
+
+# -- the probe set --------------------------------------------------------------------
+
+
+def test_every_feature_has_a_probe_with_sass():
+    probes = discover()
+    assert {p.feature for p in probes} == set(FEATURES)
+    for p in probes:
+        assert p.sass, p.name
+        assert p.text.get("proves"), f"{p.name} says what it proves"
+        assert re.search(r"__global__", p.source), f"{p.name} is a kernel"
+
+
+def test_header_errors_name_file_and_line(tmp_path):
+    bad_key = tmp_path / "x.cu"
+    bad_key.write_text("// probe: x\n// feature: tma\n// colour: red\n// sass: ^UTMALDG\n")
+    with pytest.raises(PorterError, match=r"x\.cu:3: unknown probe header key 'colour'"):
+        parse_probe(bad_key)
+    bad_regex = tmp_path / "y.cu"
+    bad_regex.write_text("// probe: y\n// feature: tma\n// sass: ^UTMA(LDG\n")
+    with pytest.raises(PorterError, match=r"y\.cu:3: bad sass regex"):
+        parse_probe(bad_regex)
+    wrong_name = tmp_path / "z.cu"
+    wrong_name.write_text("// probe: other\n// feature: tma\n// sass: ^UTMALDG\n")
+    with pytest.raises(PorterError, match="must match the file name 'z'"):
+        parse_probe(wrong_name)
+    unknown_feature = tmp_path / "w.cu"
+    unknown_feature.write_text("// probe: w\n// feature: warp_drive\n// sass: ^X\n")
+    with pytest.raises(PorterError, match="feature 'warp_drive' is not one porter knows"):
+        parse_probe(unknown_feature)
+
+
+# -- the shipped descriptors agree with the compiler ----------------------------------
+
+
+def test_hopper_agrees(hopper_check):
+    assert hopper_check.ok, hopper_check.contradictions
+    r = by_probe(hopper_check)
+    assert r["wgmma_bf16"].verdict == "confirmed"
+    assert r["wgmma_bf16"].sass_found["^HGMMA\\.64x8x16\\.F32\\.BF16"] == ["HGMMA.64x8x16.F32.BF16"]
+    assert r["wgmma_fp8"].sass_found["^QGMMA\\.64x8x32\\.F32\\.E4M3\\.E4M3"]
+    for name in ("tcgen05_f16", "tmem_ld_st", "tcgen05_cta_pair", "cvt_fp4", "cvt_fp6"):
+        assert r[name].verdict == "denied-confirmed", name
+        assert "not supported on .target 'sm_90a'" in r[name].error
+    assert by_feature(hopper_check)["fp8"].signature_seen_in == ["wgmma_fp8"]
+
+
+def test_blackwell_agrees(blackwell_check):
+    assert blackwell_check.ok, blackwell_check.contradictions
+    r = by_probe(blackwell_check)
+    for name in ("wgmma_bf16", "wgmma_fp8"):
+        assert r[name].verdict == "denied-confirmed"
+        assert "not supported on .target 'sm_100a'" in r[name].error
+    assert r["tcgen05_f16"].sass_found["^UTCHMMA"] == ["UTCHMMA"]
+    assert r["tcgen05_cta_pair"].sass_found["^UTCHMMA\\S*\\.2CTA"] == ["UTCHMMA.2CTA"]
+    assert r["tcgen05_mxf4nvf4"].sass_found["^UTCOMMA\\.4X"] == ["UTCOMMA.4X"]
+    # Block scaling shows as TMEM scale operands after the idesc, not as an opcode.
+    scaled = r["tcgen05_mxf8f6f4"].sass_found
+    assert any("idesc" in line and line.endswith("!UPT") for hits in scaled.values() for line in hits)
+    assert set(r["tmem_ld_st"].sass_found) >= {"^STTM", "^LDTM"}
+    assert blackwell_check.kinds_without_probe == ["tf32", "i8", "mxf4"]
+
+
+@pytest.mark.parametrize("name", ["hopper", "blackwell"])
+def test_cli_check_passes(name, hopper_check, blackwell_check, capsys):
+    assert main(["arch", "check", name]) == 0
+    out = capsys.readouterr().out
+    assert "descriptor AGREES with the compiler" in out.splitlines()[-1]
+    assert "denied-confirmed" in out and "confirmed" in out
+
+
+def test_cli_json(blackwell_check, capsys):
+    assert main(["arch", "check", "blackwell", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["target"] == "sm_100a"
+    assert {p["probe"] for p in data["probes"]} == {r.probe for r in blackwell_check.probes}
+
+
+# -- false claims are caught ------------------------------------------------------------
+
+
+def test_hopper_copy_claiming_tcgen05_is_contradicted(tmp_path, hopper_check, capsys):
+    # Claim tcgen05 and drop the wgmma signature (the schema refuses signatures of unclaimed features).
+    text, count = re.subn(r"^  wgmma: \[.*\]\n", "", HOPPER_TEXT, flags=re.M)
+    assert count == 1
+    path = edited(tmp_path, text, [("generation: wgmma", "generation: tcgen05")], "fake_tcgen05.yaml")
+    check = check_arch(load_arch(path))
+    r = by_probe(check)
+    assert r["tcgen05_f16"].verdict.startswith("contradicted: descriptor claims tcgen05 but the compiler rejects")
+    assert "tcgen05.alloc" in r["tcgen05_f16"].verdict
+    # It also stopped claiming wgmma, which the compiler still accepts for sm_90a.
+    assert r["wgmma_bf16"].verdict.startswith("contradicted: descriptor denies wgmma but the compiler accepts")
+    assert main(["arch", "check", str(path)]) == 1
+    assert "descriptor DISAGREES with the compiler" in capsys.readouterr().out
+
+
+def test_hopper_copy_claiming_tmem_is_contradicted(tmp_path, hopper_check):
+    path = edited(tmp_path, HOPPER_TEXT, [
+        ("  lanes: 0\n  columns: 0\n  size_kib: 0\n",
+         "  lanes: 128\n  columns: 512\n  cell_bits: 32\n  size_kib: 256\n  alloc_min_columns: 32\n"),
+        ("accumulator: registers", "accumulator: tmem")], "fake_tmem.yaml")
+    check = check_arch(load_arch(path))
+    assert not check.ok
+    tmem = by_probe(check)["tmem_ld_st"]
+    assert tmem.claimed and not tmem.compiled
+    assert tmem.verdict.startswith("contradicted: descriptor claims tmem")
+    assert by_feature(check)["tmem"].verdict.startswith("contradicted")
+
+
+def test_wrong_sass_signature_is_contradicted(tmp_path, blackwell_check):
+    # Replace whatever pattern the descriptor lists for cta_pair with one no SASS shows.
+    text, count = re.subn(r"^  cta_pair: \[.*\]$", "  cta_pair: ['^UTCHMMA\\.PAIR']", BLACKWELL_TEXT, flags=re.M)
+    assert count == 1
+    path = edited(tmp_path, text, [], "bad_sig.yaml")
+    check = check_arch(load_arch(path))
+    assert by_probe(check)["tcgen05_cta_pair"].verdict == "confirmed"  # the probe's own regexes hold
+    verdict = by_feature(check)["cta_pair"].verdict
+    assert verdict.startswith("contradicted: the descriptor's SASS signature (^UTCHMMA\\.PAIR)")
+
+
+def test_denial_needs_a_target_reason():
+    arch = load_arch("blackwell")
+    probe = next(p for p in discover() if p.name == "wgmma_bf16")
+    typo = judge(probe, arch, compiled=False, sass_text="", error="wgmma_bf16.cu:3: error: expected a ';'")
+    assert typo.verdict.startswith("contradicted: rejected for a reason other than the target")
+    target = judge(probe, arch, compiled=False, sass_text="",
+                   error="wgmma_bf16.cu:36: ptxas error: Instruction 'wgmma.fence' not supported on .target 'sm_100a'")
+    assert target.verdict == "denied-confirmed"
+
+
+def test_missing_probe_sass_is_contradicted():
+    arch = load_arch("blackwell")
+    probe = next(p for p in discover() if p.name == "tcgen05_f16")
+    # A cubin that compiled but whose SASS has no tensor-core MMA.
+    sass_text = "        /*0000*/                   MOV R1, c[0x0][0x28] ;\n        /*0010*/  EXIT ;\n"
+    result = judge(probe, arch, compiled=True, sass_text=sass_text, error="")
+    assert result.verdict.startswith("contradicted: compiles but its SASS lacks ^UTCHMMA")
