@@ -32,7 +32,6 @@ from porter import paths
 from porter import sass as sasslib
 from porter.arch import FEATURES
 from porter.errors import CompileError, PorterError
-from porter.fsutil import atomic_write
 from porter.toolchain import compile_cuda
 
 _HEADER = re.compile(r"^//\s?(?P<key>[a-z][a-z-]*):\s*(?P<value>.*)$")
@@ -202,19 +201,6 @@ def discover(folder: Path | None = None) -> list[Probe]:
 # -- one probe ----------------------------------------------------------------------------
 
 
-def _disassemble_cached(key: str, cubin: bytes) -> str:
-    """nvdisasm costs ~0.7 s per cubin even for a tiny kernel; keep its text by compile key
-    (the key already covers source, target, options and the nvdisasm version)."""
-    path = paths.cache_dir() / "sass" / key[:2] / f"{key}.sass"
-    try:
-        return path.read_text()
-    except OSError:
-        pass
-    text = sasslib.disassemble(cubin)
-    atomic_write(path, text)
-    return text
-
-
 def instruction_texts(sass_text: str) -> list[str]:
     out = []
     for line in sass_text.splitlines():
@@ -324,7 +310,7 @@ def check_arch(arch, probes: list[Probe] | None = None, jobs: int | None = None)
 
     def disassemble(item) -> tuple[str, float]:
         t0 = time.perf_counter()
-        text = _disassemble_cached(item[0].key, item[0].cubin) if item[0] is not None else ""
+        text = sasslib.disassemble(item[0].cubin) if item[0] is not None else ""
         return text, time.perf_counter() - t0
 
     compiled_at = time.perf_counter()

@@ -9,6 +9,7 @@ and the spill bytes from the ptxas log.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import shutil
 import subprocess
@@ -57,15 +58,31 @@ def nvdisasm_version() -> str:
     return match.group(2) if match else out.strip().splitlines()[-1]
 
 
-def disassemble(cubin: bytes) -> str:
-    """SASS text of every function in the cubin."""
+def disassemble(cubin: bytes, use_cache: bool = True) -> str:
+    """SASS text of every function in the cubin.
+
+    nvdisasm costs ~0.7 s per cubin even for a tiny kernel, more than most NVRTC
+    compiles, so its text is cached on disk by the cubin's hash and nvdisasm's version.
+    """
     if not cubin:
         raise PorterError("no cubin to disassemble (the compile failed)")
-    return _run_tool("nvdisasm", ["-c"], cubin)
+    if not use_cache:
+        return _run_tool("nvdisasm", ["-c"], cubin)
+    from porter import paths
+    from porter.fsutil import atomic_write
+
+    digest = hashlib.sha256(cubin + nvdisasm_version().encode()).hexdigest()
+    path = paths.cache_dir() / "sass" / digest[:2] / f"{digest}.sass"
+    try:
+        return path.read_text()
+    except OSError:
+        text = _run_tool("nvdisasm", ["-c"], cubin)
+        atomic_write(path, text)
+        return text
 
 
 # "/*0050*/   @!P0 LDG.E R0, desc[UR6][R2.64] ;"
-_INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_.x]*)")
+_INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Za-z0-9_.]*)")
 _FUNC = re.compile(r"^\s*\.text\.(\S+):")
 
 
