@@ -8,7 +8,9 @@ from porter.errors import PorterError
 
 # family name -> module under porter.kernels
 FAMILIES = {
+    "attention": "attention",
     "gemm": "gemm",
+    "megakernel": "megakernel",
 }
 
 

@@ -1,0 +1,194 @@
+"""The GEMM family: C[M, N] (bf16, row-major) = A[M, K] x B[N, K]^T, f32 accumulation.
+
+Both operands are K-major. The variants are data (``VARIANTS``): which operand
+format, which scales, which descriptor features they need. ``variants(arch)``
+returns a ``KernelSpec`` for every variant the arch supports and an
+``Unsupported`` naming the missing features for the rest; the configuration
+itself comes from the path module chosen by the arch's tensor-core feature
+(``gemm_wgmma`` for wgmma, ``gemm_tcgen05`` for tcgen05). Every spec renders
+through ``templates/gemm.cu.j2``, which holds what both paths share and
+includes ``gemm/<cfg.mainloop>.cu.j2``.
+
+Kernel parameters are the same on every path (see ``kernel_params``), so the
+host side builds arguments from ``spec.config["params"]`` alone.
+
+Contract of a path module: ``make_spec(arch, variant: GemmVariant, pair: bool) ->
+KernelSpec`` whose config holds at least ``SHARED_CONFIG_KEYS`` (``render``
+checks): ``mainloop`` (= arch.tensor_core.generation, names the included
+template), ``a_format``/``b_format``, ``params`` (= ``kernel_params(variant)``),
+``tma_maps`` (one prose line per tensor map, printed in the kernel header; the
+wgmma path also gives them as data in ``tensor_maps``), ``tile_m/n/k``,
+``stages``, ``group_m`` (rows of tiles per L2 group in gemm::TileScheduler),
+``grid_ctas`` and ``mma_k`` (the instruction K the numerics model uses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from porter.errors import PorterError
+from porter.kernels.base import KernelSpec, Unsupported
+
+FAMILY = "gemm"
+TEMPLATE = "gemm.cu.j2"
+
+# Tensor-core generations with a GEMM path, in order of preference.
+PATHS = ("tcgen05", "wgmma")
+
+
+@dataclass(frozen=True)
+class GemmVariant:
+    """One GEMM variant as data."""
+
+    name: str                      # "bf16": the dtype part of "gemm.bf16"
+    a_format: str                  # element format of A and B
+    b_format: str
+    features: tuple[str, ...]      # descriptor features needed beyond a GEMM tensor-core path
+    per_tensor_scales: bool        # scale_a * scale_b applied in the epilogue (else 1.0)
+    block_scale: str = ""          # "" | "mx" (ue8m0 / 32 along K) | "nvfp4" (ue4m3 / 16 along K)
+    scale_block_k: int = 0         # K elements per block scale
+    scale_format: str = ""         # "ue8m0" | "ue4m3"
+    extra_params: tuple[tuple[str, str], ...] = ()  # kernel params between tma_b and c
+
+    @property
+    def variant(self) -> str:
+        return f"{FAMILY}.{self.name}"
+
+
+# Block-scaled kinds read their scale factors through two more tensor maps
+# (one per operand), so every path takes the same argument list.
+_SCALE_MAPS = (("tma_sfa", "TmaDescriptor"), ("tma_sfb", "TmaDescriptor"))
+
+VARIANTS: dict[str, GemmVariant] = {v.name: v for v in (
+    GemmVariant("bf16", "bf16", "bf16", (), per_tensor_scales=False),
+    GemmVariant("fp8", "e4m3", "e4m3", ("fp8",), per_tensor_scales=True),
+    GemmVariant("mxfp8", "e4m3", "e4m3", ("fp8", "block_scale_mx"), per_tensor_scales=False,
+                block_scale="mx", scale_block_k=32, scale_format="ue8m0", extra_params=_SCALE_MAPS),
+    GemmVariant("nvfp4", "e2m1", "e2m1", ("fp4", "block_scale_nvfp4"), per_tensor_scales=True,
+                block_scale="nvfp4", scale_block_k=16, scale_format="ue4m3", extra_params=_SCALE_MAPS),
+)}
+
+# The CTA-pair configuration of every variant: one MMA spans a 2-CTA cluster.
+PAIR_FEATURES = ("cta_pair",)
+
+
+def kernel_params(variant: GemmVariant) -> list[tuple[str, str]]:
+    """(name, C type) of every kernel parameter, in order.
+
+    ``TmaDescriptor`` is a CUtensorMap (128 bytes) passed by value as
+    ``const __grid_constant__``; scale_a / scale_b are the per-tensor fp32 scales
+    (1.0 for variants without them, still passed so the host side is uniform).
+    """
+    return ([("tma_a", "TmaDescriptor"), ("tma_b", "TmaDescriptor")]
+            + list(variant.extra_params)
+            + [("c", "__nv_bfloat16*"), ("m", "int"), ("n", "int"), ("k", "int"),
+               ("scale_a", "float"), ("scale_b", "float")])
+
+
+def spec_name(variant: GemmVariant, pair: bool) -> str:
+    return variant.variant + (".pair" if pair else "")
+
+
+def entry_name(variant: GemmVariant, pair: bool, generation: str) -> str:
+    """The __global__ function name, e.g. porter_gemm_bf16_wgmma."""
+    return f"porter_gemm_{variant.name}{'_pair' if pair else ''}_{generation}"
+
+
+def _path_module(arch):
+    """The path module for the arch's tensor-core feature, or None."""
+    if arch.has("tcgen05"):
+        from porter.kernels import gemm_tcgen05
+        return gemm_tcgen05
+    if arch.has("wgmma"):
+        from porter.kernels import gemm_wgmma
+        return gemm_wgmma
+    return None
+
+
+def missing_features(arch, variant: GemmVariant, pair: bool) -> tuple[str, ...]:
+    needed = variant.features + (PAIR_FEATURES if pair else ())
+    missing = tuple(f for f in needed if not arch.has(f))
+    if not any(arch.has(p) for p in PATHS):
+        missing = PATHS + missing
+    return missing
+
+
+def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsupported:
+    """The spec (or Unsupported) of one variant, e.g. ``make_spec(arch, "nvfp4", pair=True)``."""
+    if variant_name not in VARIANTS:
+        raise PorterError(f"gemm: unknown variant {variant_name!r}; known: {', '.join(VARIANTS)}")
+    variant = VARIANTS[variant_name]
+    name = spec_name(variant, pair)
+    missing = missing_features(arch, variant, pair)
+    if missing:
+        if set(missing) >= set(PATHS):
+            reason = f"{arch.name} has no tensor-core generation porter has a GEMM path for ({', '.join(PATHS)})"
+        else:
+            reason = f"{arch.name} lacks {', '.join(missing)}"
+        return Unsupported(FAMILY, name, variant.variant, missing, reason)
+    return _path_module(arch).make_spec(arch, variant, pair)
+
+
+def variants(arch) -> list[KernelSpec | Unsupported]:
+    """Every variant and its CTA-pair form, single-CTA first."""
+    return [make_spec(arch, v, pair) for pair in (False, True) for v in VARIANTS]
+
+
+# What gemm.cu.j2 itself reads from spec.config (each path adds its own keys).
+SHARED_CONFIG_KEYS = ("mainloop", "a_format", "b_format", "params", "tma_maps", "tile_m", "tile_n",
+                      "tile_k", "stages", "group_m", "grid_ctas", "mma_k")
+
+
+def render(spec: KernelSpec, arch) -> str:
+    from porter.render import render as render_template
+
+    missing = [key for key in SHARED_CONFIG_KEYS if key not in spec.config]
+    if missing:
+        raise PorterError(f"{spec.name}: spec.config lacks {', '.join(missing)} "
+                          f"(gemm.cu.j2 needs {', '.join(SHARED_CONFIG_KEYS)})")
+    return render_template(spec.template or TEMPLATE, arch=arch, cfg=spec.config, spec=spec)
+
+
+def tile_order(num_m: int, num_n: int, group_m: int, first: int = 0, stride: int = 1) -> list[tuple[int, int]]:
+    """The (tile_m, tile_n) sequence gemm::TileScheduler gives the CTA starting at
+    ``first`` with ``stride`` CTAs (or clusters) in the grid: a Python model of the
+    template's grouped raster, so its coverage can be checked without a GPU."""
+    order = []
+    for unit in range(first, num_m * num_n, stride):
+        per_group = group_m * num_n
+        group, in_group = divmod(unit, per_group)
+        first_m = group * group_m
+        rows = min(num_m - first_m, group_m)
+        order.append((first_m + in_group % rows, in_group // rows))
+    return order
+
+
+def check_problem_shape(spec: KernelSpec, m: int, n: int, k: int) -> None:
+    """Raise PorterError unless M, N are multiples of the CTA tile (of the cluster's
+    tiles where config["shape_multiple"] says so) and K of the K tile.
+
+    The kernels have no bounds checks (TMA boxes and stores cover whole tiles), so
+    the host side must pad: this is the one place that says how.
+    """
+    cfg = spec.config
+    tile_m, tile_n, tile_k = cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]
+    # A cluster that walks several tiles as one unit (config "shape_multiple") needs whole units.
+    multiples = cfg.get("shape_multiple") or (tile_m, tile_n, tile_k)
+    for axis, value, multiple in zip("MNK", (m, n, k), multiples):
+        if value <= 0 or value % multiple:
+            raise PorterError(
+                f"{spec.name}: {axis}={value} must be a positive multiple of {multiple} "
+                f"(tile {tile_m}x{tile_n}x{tile_k}, cluster {'x'.join(map(str, spec.cluster))}); "
+                f"pad {axis} to {max(1, -(-value // multiple)) * multiple}")
+
+
+def numerics(spec: KernelSpec, arch) -> dict | None:
+    """CPU model of the variant's arithmetic at the config's MMA K, on the shared shapes."""
+    from porter.validation import gemm_numerics
+
+    dtype = spec.variant.split(".", 1)[1]
+    mma_k = spec.config["mma_k"]
+    results = [gemm_numerics.check_gemm(dtype, m, n, k, seed=seed, mma_k=mma_k)
+               for (m, n, k) in gemm_numerics.ALL_SHAPES for seed in (0, 1)]
+    return {"variant": spec.variant, "mma_k": mma_k, "passed": all(r["passed"] for r in results),
+            "results": results}

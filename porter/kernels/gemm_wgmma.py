@@ -1,0 +1,209 @@
+"""GEMM configuration for warpgroup-MMA (wgmma) tensor cores, chosen from the descriptor.
+
+Layout of the kernel (templates/gemm/wgmma.cu.j2): one producer warpgroup (TMA)
+and ``CONSUMERS`` = 2 consumer warpgroups, each issuing ``m64 nN kK`` wgmma over
+its 64 rows of a 128-row tile, accumulators in registers.
+
+Choices, each from a descriptor figure:
+  * MMA kind: the wgmma kind whose formats hold the variant's operand format
+    (``tensor_core.kind_formats``), its K from ``mma_shapes``.
+  * TILE_K: one 128-byte swizzle row of K (64 bf16, 128 e4m3), so the TMA box
+    and the wgmma descriptor use the 128B swizzle with SBO = 1024 B.
+  * N: the largest N of the kind's m64 shape that (a) a TMA box can carry (256
+    rows), (b) the consumer's register budget can hold as accumulators, and
+    (c) still leaves at least ``MIN_STAGES`` pipeline stages in shared memory.
+  * STAGES: as many (A + B) stages as fit ``smem_per_block_bytes`` after the
+    barriers and the 1 KiB alignment slack.
+  * Registers: setmaxnreg moves the register file (``regs_per_sm``) from the
+    producer (``PRODUCER_REGS``) to the consumers, capped at ``max_regs_per_thread``
+    rounded down to setmaxnreg's granule of 8.
+  * Cluster: with clusters and TMA multicast (``cluster.max_portable``,
+    ``async_copy.tma_multicast``) CLUSTER_M = 2 CTAs computing vertically adjacent
+    tiles share B, each loading half of it and multicasting it to both: B's
+    L2 -> SM traffic halves (a 128 x 256 tile with K step 64 needs ~85 B of operands
+    per 2 x 64 x 256 FLOP, more than L2 delivers to all SMs at full MMA rate).
+    M must then be a multiple of CLUSTER_M x TILE_M.
+"""
+
+from __future__ import annotations
+
+from porter.errors import PorterError
+from porter.kernels import encodings_wgmma as enc
+from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule
+
+CONSUMERS = 2              # consumer warpgroups per CTA (2 x 64 rows = 128-row tiles)
+WARPGROUP = 128            # threads
+PRODUCER_REGS = 40         # a TMA-issuing warpgroup needs few registers
+MIN_STAGES = 4             # below this the TMA latency is no longer hidden
+MAX_STAGES = 8
+TMA_BOX_MAX = 256          # cuTensorMapEncodeTiled: each box dimension <= 256 elements
+SWIZZLE = "128B"
+SWIZZLE_ROW_BYTES = enc.SWIZZLE_BYTES[SWIZZLE]
+ALIGN_SLACK = 1024         # dynamic smem base rounded up to the 1024 B swizzle atom
+GROUP_M_TILES = 8          # tile-rows per L2 group in the persistent walk
+CLUSTER_M = 2              # CTAs per cluster along M sharing B, where the descriptor allows
+# The epilogue stages C through shared memory in chunks of 64 bf16 columns (one
+# 128-byte row), so N must be a multiple of it.
+EPILOGUE_COLS = 64
+# Registers a consumer needs besides its accumulators (addresses, loop state, epilogue).
+CONSUMER_OVERHEAD_REGS = 40
+
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1}
+
+
+def _kind_for(arch, fmt: str) -> str:
+    kinds = arch.tensor_core.kinds_for_format(fmt)
+    if not kinds:
+        raise PorterError(f"arch {arch.name}: no wgmma kind takes {fmt} operands (tensor_core.kinds)")
+    return kinds[0]
+
+
+def _register_split(arch) -> tuple[int, int]:
+    """(producer, consumer) registers per thread after setmaxnreg."""
+    free = arch.regs_per_sm - PRODUCER_REGS * WARPGROUP
+    consumer = min(free // (CONSUMERS * WARPGROUP), arch.max_regs_per_thread + 1) // 8 * 8
+    return PRODUCER_REGS, min(consumer, 256)
+
+
+def _sass_rules(arch, kind: str, ptx_type: str, mma_n: int, mma_k: int):
+    sig = arch.sass_signatures
+    kind_ops = arch.tensor_core.kind_sass.get(kind) or ()
+    if not kind_ops:
+        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
+    op = kind_ops[0]
+    # The exact shape proves the chosen N and the operand types reached the SASS
+    # (HGMMA.64x256x16.F32.BF16, QGMMA.64x256x32.F32.E4M3.E4M3).
+    required = [SassRule(rf"{op}\.64x{mma_n}x{mma_k}\.F32\.{ptx_type.upper()}",
+                         f"wgmma m64n{mma_n}k{mma_k} {ptx_type} main loop ({op}, tensor_core.kinds.{kind}.sass)")]
+    for feature, why in (("tma", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
+        if sig.get(feature):
+            pattern = sig[feature][0]
+            required.append(SassRule(pattern, f"{why} (sass_signatures.{feature})"))
+    required.append(SassRule(r"USETMAXREG", "setmaxnreg register reallocation between producer and consumers"))
+    forbidden = list(NO_SPILLS) + [
+        SassRule(r"HMMA\b", "mma.sync fallback instead of wgmma"),
+        SassRule(r"QMMA\b", "mma.sync fp8 fallback instead of wgmma"),
+    ]
+    return tuple(required), tuple(forbidden)
+
+
+def make_spec(arch, variant, pair: bool) -> KernelSpec:
+    """The wgmma KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch``."""
+    from porter.kernels import gemm  # the variant table and shared naming
+
+    if pair:
+        raise PorterError(f"{gemm.spec_name(variant, pair)}: the wgmma path has no CTA-pair MMA "
+                          "(needs the cta_pair feature); gemm.variants reports it Unsupported")
+    if variant.block_scale:
+        raise PorterError(f"{variant.variant}: block-scaled MMA is not a wgmma kind")
+    fmt = variant.a_format
+    if fmt not in ELEMENT_BYTES:
+        raise PorterError(f"{variant.variant}: wgmma path has no element size for {fmt}")
+    kind = _kind_for(arch, fmt)
+    shapes = [s for s in arch.tensor_core.mma_shapes[kind] if s.cta_group == 1]
+    if not shapes:
+        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind} has no single-CTA shape")
+    shape = shapes[0]
+    mma_m, mma_k = shape.m, shape.k
+    elem = ELEMENT_BYTES[fmt]
+    tile_k = SWIZZLE_ROW_BYTES // elem
+    if tile_k % mma_k:
+        raise PorterError(f"{variant.variant}: TILE_K {tile_k} is not a multiple of the MMA K {mma_k}")
+    tile_m = CONSUMERS * mma_m
+    producer_regs, consumer_regs = _register_split(arch)
+
+    barrier_bytes_per_stage = 16  # full + empty mbarrier, 8 B each
+    epilogue_bytes = CONSUMERS * mma_m * EPILOGUE_COLS * 2  # bf16 staging per consumer
+    budget = arch.smem_per_block_bytes - ALIGN_SLACK - epilogue_bytes
+    chosen = None
+    for n in sorted((v for s in shapes for v in s.n_values), reverse=True):
+        if n > TMA_BOX_MAX or n % EPILOGUE_COLS:
+            continue
+        if n // 2 + CONSUMER_OVERHEAD_REGS > consumer_regs:  # m64nN f32: N/2 accumulators per thread
+            continue
+        stage_bytes = (tile_m + n) * tile_k * elem
+        stages = min(MAX_STAGES, budget // (stage_bytes + barrier_bytes_per_stage))
+        if stages >= MIN_STAGES:
+            chosen = (n, stages, stage_bytes)
+            break
+    if chosen is None:
+        raise PorterError(f"arch {arch.name}: no wgmma N leaves {MIN_STAGES} stages in "
+                          f"{arch.smem_per_block_bytes} B of shared memory for {variant.variant}")
+    mma_n, stages, stage_bytes = chosen
+    cluster_m = CLUSTER_M if (arch.has("clusters") and arch.tma_multicast
+                              and arch.cluster.max_portable >= CLUSTER_M) else 1
+    b_box_rows = mma_n // cluster_m
+    a_stage, b_stage = tile_m * tile_k * elem, mma_n * tile_k * elem
+    smem_bytes = ALIGN_SLACK + epilogue_bytes + stages * (stage_bytes + barrier_bytes_per_stage)
+    threads = WARPGROUP * (1 + CONSUMERS)
+    ptx_type = fmt
+    desc_template = enc.k_major_swizzled_template(SWIZZLE_ROW_BYTES, SWIZZLE)
+    params = gemm.kernel_params(variant)
+    # What the host encodes with cuTensorMapEncodeTiled (dims innermost first).
+    tensor_maps = [
+        {"param": "tma_a", "operand": "A", "format": fmt, "element_bytes": elem, "dims": ["K", "M"],
+         "row_stride_bytes": f"K*{elem}", "box": [tile_k, tile_m], "swizzle": SWIZZLE},
+        {"param": "tma_b", "operand": "B", "format": fmt, "element_bytes": elem, "dims": ["K", "N"],
+         "row_stride_bytes": f"K*{elem}", "box": [tile_k, b_box_rows], "swizzle": SWIZZLE,
+         "multicast": cluster_m > 1},
+    ]
+    tma_maps = [f"{t['param']}: {fmt} {t['operand']}[{t['dims'][1]}, K] K-major: dims {{K, {t['dims'][1]}}}, "
+                f"row stride {t['row_stride_bytes']} B, box {{{t['box'][0]}, {t['box'][1]}}}, "
+                f"swizzle {SWIZZLE}, no interleave, OOB fill none"
+                + (f" (box = this CTA's slice of the {mma_n}-row tile, multicast to the cluster)"
+                   if t.get("multicast") else "") for t in tensor_maps]
+    config = {
+        "mainloop": arch.tensor_core.generation,
+        "kind": kind,
+        "a_format": fmt, "b_format": variant.b_format, "ptx_type": ptx_type,
+        "element_bytes": elem,
+        "per_tensor_scales": variant.per_tensor_scales,
+        "tile_m": tile_m, "tile_n": mma_n, "tile_k": tile_k,
+        "mma_m": mma_m, "mma_n": mma_n, "mma_k": mma_k, "k_steps": tile_k // mma_k,
+        "consumers": CONSUMERS,
+        "stages": stages,
+        "a_stage_bytes": a_stage, "b_stage_bytes": b_stage,
+        "smem_per_stage_bytes": stage_bytes,
+        "smem_budget_bytes": arch.smem_per_block_bytes,
+        "row_bytes": SWIZZLE_ROW_BYTES,
+        "swizzle": SWIZZLE,
+        "desc_template": enc.c_literal(desc_template),
+        "desc_sbo_bytes": 8 * SWIZZLE_ROW_BYTES,
+        "desc_k_step": enc.k_step_increment(mma_k, elem),
+        "producer_regs": producer_regs, "consumer_regs": consumer_regs,
+        # Registers per thread ptxas may use at launch: the register file split
+        # evenly, rounded to the allocation granule; setmaxnreg moves them later.
+        "registers_expected": min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8),
+        "accumulator_regs": mma_n // 2,
+        # The scheduler walks cluster units (CLUSTER_M tiles along M); group_m counts unit rows.
+        "cluster_m": cluster_m,
+        "b_slice_rows": b_box_rows,
+        "group_m": max(1, GROUP_M_TILES // cluster_m),
+        "grid_ctas": arch.sm_count // cluster_m * cluster_m,
+        "shape_multiple": [tile_m * cluster_m, mma_n, tile_k],
+        "params": params,
+        "tma_maps": tma_maps,
+        "tensor_maps": tensor_maps,
+        "epilogue": "registers -> alpha * acc -> bf16, staged per 64 x 64 chunk in swizzled smem -> 16-byte coalesced st.global",
+        "epilogue_bytes_per_consumer": mma_m * EPILOGUE_COLS * 2,
+        "epilogue_bytes": epilogue_bytes,
+        "tmem_columns": 0,
+    }
+    required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
+    if cluster_m > 1:
+        required += (SassRule(r"UTMALDG\.2D\.MULTICAST", "B tile shared across the cluster by TMA multicast"),)
+    return KernelSpec(
+        family=gemm.FAMILY,
+        name=gemm.spec_name(variant, pair),
+        variant=variant.variant,
+        entry=gemm.entry_name(variant, pair, arch.tensor_core.generation),
+        config=config,
+        features=(arch.tensor_core.generation, "tma", "mbarrier", "setmaxnreg") + variant.features,
+        sass_required=required,
+        sass_forbidden=forbidden,
+        threads=threads,
+        smem_bytes=smem_bytes,
+        tmem_columns=0,
+        cluster=(cluster_m, 1, 1),
+        template=gemm.TEMPLATE,
+    )
