@@ -17,6 +17,10 @@ from porter.errors import PorterError
 # Command modules, in the order their commands appear in --help.
 COMMAND_MODULES = [
     "arch",
+    "target",
+    "plan",
+    "diff",
+    "kernel",
 ]
 
 

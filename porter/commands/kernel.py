@@ -1,0 +1,140 @@
+"""``porter kernel list|show|render``: the kernel variants of every family, one arch at a time."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("kernel", help="list, show or render kernel variants for an arch")
+    ks = p.add_subparsers(dest="kernel_command", metavar="SUBCOMMAND", required=True)
+    ls = ks.add_parser("list", help="variants with supported / unsupported and missing features")
+    ls.add_argument("--arch", required=True)
+    ls.set_defaults(func=run_list)
+    show = ks.add_parser("show", help="a variant's chosen configuration and resource budget")
+    show.add_argument("kernel", help="variant or kernel name, e.g. gemm.nvfp4")
+    show.add_argument("--arch", required=True)
+    show.set_defaults(func=run_show)
+    rend = ks.add_parser("render", help="write a variant's generated CUDA source")
+    rend.add_argument("kernel")
+    rend.add_argument("--arch", required=True)
+    rend.add_argument("-o", "--output", help="file to write (default: stdout)")
+    rend.set_defaults(func=run_render)
+
+
+def all_variants(arch) -> list:
+    from porter import kernels
+
+    out = []
+    for fam in sorted(kernels.FAMILIES):
+        out += list(kernels.family_module(fam).variants(arch))
+    return out
+
+
+def find_kernel(name: str, arch) -> list:
+    """Every spec (or Unsupported) whose name or variant is ``name``; PorterError with close names."""
+    import difflib
+
+    from porter.errors import PorterError
+
+    every = all_variants(arch)
+    hits = [v for v in every if name in (v.name, v.variant)]
+    if hits:
+        return sorted(hits, key=lambda v: v.name != name)   # the exact name first
+    names = sorted({v.name for v in every} | {v.variant for v in every})
+    close = difflib.get_close_matches(name, names, n=4, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(names) or 'none'}"
+    raise PorterError(f"kernel '{name}': no such variant for {arch.name}; {hint}")
+
+
+def run_list(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from porter.arch import load_arch
+    from porter.kernels.base import Unsupported
+
+    arch = load_arch(args.arch)
+    table = Table(title=f"kernel variants for {arch.name} ({arch.target})", title_justify="left")
+    for col in ("kernel", "variant", "status", "features / missing"):
+        table.add_column(col)
+    for v in all_variants(arch):
+        if isinstance(v, Unsupported):
+            table.add_row(v.name, v.variant, "[red]unsupported[/]", "needs " + ", ".join(v.missing)
+                          + (f" ({v.reason})" if v.reason else ""))
+        else:
+            table.add_row(v.name, v.variant, "[green]supported[/]", ", ".join(v.features))
+    Console().print(table)
+    return 0
+
+
+def run_show(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from porter.arch import load_arch
+    from porter.kernels.base import Unsupported
+
+    arch = load_arch(args.arch)
+    console = Console()
+    for spec in find_kernel(args.kernel, arch):
+        if isinstance(spec, Unsupported):
+            console.print(f"[bold]{spec.name}[/] on {arch.name}: unsupported, needs {', '.join(spec.missing)}"
+                          + (f" ({spec.reason})" if spec.reason else ""), highlight=False)
+            continue
+        console.print(f"[bold]{spec.name}[/] ({spec.variant}) on {arch.name} {arch.target}: entry {spec.entry}, "
+                      f"template {spec.template or '-'}", highlight=False)
+        cfg = Table(title="configuration", title_justify="left")
+        cfg.add_column("key")
+        cfg.add_column("value")
+        for k, v in spec.config.items():
+            cfg.add_row(str(k), str(v))
+        console.print(cfg)
+        budget = Table(title="resource budget", title_justify="left")
+        for col in ("resource", "uses", "limit"):
+            budget.add_column(col)
+        csize = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
+        budget.add_row("threads / block", str(spec.threads), str(arch.max_threads_per_block))
+        budget.add_row("dynamic smem / block", f"{spec.smem_bytes} B", f"{arch.smem_per_block_bytes} B")
+        budget.add_row("TMEM columns", str(spec.tmem_columns), str(arch.tmem.columns))
+        budget.add_row("cluster", "x".join(map(str, spec.cluster)),
+                       f"{arch.cluster.max_portable} CTAs portable" if arch.has("clusters") else "no clusters")
+        budget.add_row("registers / thread", _registers_used(spec, arch), str(arch.max_regs_per_thread))
+        console.print(budget)
+        if csize > 1 and not arch.has("clusters"):
+            console.print("[red]cluster launch needs the clusters feature[/]")
+        console.print("features: " + ", ".join(spec.features), highlight=False)
+    return 0
+
+
+def _registers_used(spec, arch) -> str:
+    """From the last `porter target` build of this kernel (build/<arch>/kernels/<name>/), if any."""
+    import json
+    from pathlib import Path
+
+    path = Path("build") / arch.name / "kernels" / spec.name / "resources.json"
+    try:
+        regs = json.loads(path.read_text())["resources"]["registers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "known after a build (porter target)"
+    return f"{regs} (from {path})"
+
+
+def run_render(args) -> int:
+    from porter.arch import load_arch
+    from porter.errors import PorterError
+    from porter.fsutil import atomic_write
+    from porter.kernels import family_module
+    from porter.kernels.base import Unsupported
+
+    arch = load_arch(args.arch)
+    specs = [s for s in find_kernel(args.kernel, arch) if not isinstance(s, Unsupported)]
+    if not specs:
+        missing = find_kernel(args.kernel, arch)[0].missing
+        raise PorterError(f"kernel '{args.kernel}': unsupported on {arch.name} (needs {', '.join(missing)}); nothing to render")
+    spec = specs[0]
+    source = family_module(spec.family).render(spec, arch)
+    if args.output:
+        atomic_write(args.output, source)
+        print(f"wrote {args.output} ({spec.name} for {arch.target}, {len(source.splitlines())} lines)")
+    else:
+        print(source, end="")
+    return 0

@@ -1,0 +1,89 @@
+"""``porter target ARCH``: run the bring-up runbook for ARCH (see porter.pipeline)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("target", help="run the bring-up pipeline for an arch (probes, plan, kernels, numerics, report)",
+                       description="Run the runbook's stages as a DAG for ARCH: descriptor and probes, "
+                       "the base arch's kernels on the target, every kernel variant rebuilt and checked, "
+                       "numerics on the CPU, device validation when a GPU of ARCH is present, and a report "
+                       "under build/ARCH/. Unchanged inputs are taken from the stage cache.")
+    p.add_argument("arch", help="descriptor name (blackwell) or path to a .yaml")
+    p.add_argument("--from", dest="base", metavar="BASE", help="the arch the port starts from (default: the runbook's base, else the most different one)")
+    p.add_argument("--runbook", help="runbook name or path (default: ARCH-bringup, else generic-bringup)")
+    p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
+                   help="device validation: auto = when a GPU of ARCH is present; on = required")
+    p.add_argument("--jobs", "-j", type=int, default=0, help="parallel compile workers (default: CPU count)")
+    p.add_argument("--out", help="output folder (default build/ARCH)")
+    p.add_argument("--kernel", metavar="PATTERN", help="only kernels whose name, variant or family matches (fnmatch)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no live progress, summary only")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import sys
+
+    from rich.console import Console
+
+    from porter.pipeline import RunOptions, run_target
+
+    console = Console(stderr=False, soft_wrap=True)
+    opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out,
+                      jobs=args.jobs, device=args.device, kernel=args.kernel)
+    if args.quiet or not console.is_terminal:
+        from porter.pipeline.context import NullDisplay
+
+        class _Lines(NullDisplay):  # one plain line per stage when no live view is wanted
+            def stage_done(self, r):
+                if not args.quiet:
+                    print(f"{r.status:8s} {r.id} ({r.seconds:.1f}s) {r.summary}", flush=True)
+        result = run_target(opts, _Lines())
+    else:
+        from porter.pipeline.display import RichDisplay
+
+        with RichDisplay(console) as display:
+            result = run_target(opts, display)
+    print_summary(console, result)
+    if result.failed:
+        names = ", ".join(f"'{s.id}'" for s in result.failed)
+        print(f"porter: stage {names} failed: {result.failed[0].summary}", file=sys.stderr)
+    return result.exit_code
+
+
+def print_summary(console, result) -> None:
+    from rich.table import Table
+
+    from porter.levels import Level
+    from porter.report.build import why_unsupported
+
+    table = Table(title=f"{result.arch}: kernels by level", title_justify="left")
+    table.add_column("kernel")
+    table.add_column("level")
+    table.add_column("checks failed", overflow="fold")
+    report_json = result.out_dir / "report.json"
+    kernels, unsupported = [], []
+    if report_json.exists():
+        import json
+
+        rep = json.loads(report_json.read_text())
+        kernels, unsupported = rep["kernels"], rep["unsupported"]
+    else:  # runbook without a report stage: read the stage results directly
+        for s in result.stages:
+            if s.kind == "kernels":
+                unsupported += s.data.get("unsupported", [])
+                kernels += [{"name": k["name"], "level": Level(k["level"]).label,
+                             "checks_failed": [c for c in k.get("checks", []) if not c["passed"]]}
+                            for k in s.data.get("kernels", [])]
+    for k in kernels:
+        failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
+        table.add_row(k["name"], k["level"], failed)
+    for u in unsupported:
+        table.add_row(u["name"], "unsupported", why_unsupported(u))
+    console.print(table)
+    dev = next((s for s in result.stages if s.kind == "device"), None)
+    if dev is not None:
+        console.print(f"device: {dev.summary}", highlight=False)
+    console.print(f"{len(result.stages)} stages, {len(result.failed)} failed; {result.units_run} units run, "
+                  f"{result.units_cached} cached, {result.nvrtc_calls} NVRTC compiles; {result.seconds:.1f} s; "
+                  f"artifacts in {result.out_dir}/", highlight=False)

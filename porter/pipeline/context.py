@@ -1,0 +1,181 @@
+"""What every stage function gets: the archs, the runbook, the store, the pool."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from porter.pipeline.store import StageStore
+
+# Stage statuses. "not-run" is a stage that had nothing it could honestly do here
+# (no device); it never counts as passed in the report, nor as a failure.
+PASSED, FAILED, SKIPPED, NOT_RUN = "passed", "failed", "skipped", "not-run"
+
+
+@dataclass
+class StageResult:
+    id: str
+    kind: str
+    title: str
+    status: str
+    summary: str
+    data: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    units_run: int = 0
+    units_cached: int = 0
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "title": self.title, "status": self.status,
+                "summary": self.summary, "seconds": round(self.seconds, 3),
+                "units_run": self.units_run, "units_cached": self.units_cached, "data": self.data}
+
+
+class NullDisplay:
+    """Progress sink used when nobody is watching (tests, --quiet)."""
+
+    def stage_started(self, stage, total: int) -> None: ...
+    def unit_done(self, stage, name: str, cached: bool) -> None: ...
+    def stage_done(self, result: StageResult) -> None: ...
+
+
+@dataclass
+class Context:
+    arch: object
+    base: object | None
+    runbook: object
+    out_dir: Path
+    store: StageStore
+    jobs: int = 1
+    device: str = "auto"
+    kernel_pattern: str | None = None
+    display: object = field(default_factory=NullDisplay)
+    results: dict = field(default_factory=dict)
+    nvrtc_calls: int = 0
+    units_run: int = 0
+    units_cached: int = 0
+    _pool: object = None
+    _variants: dict = field(default_factory=dict)
+    stage_keys: dict = field(default_factory=dict)   # kernels stage id -> its input key
+
+    # -- kernels ------------------------------------------------------------------
+
+    def wants(self, spec) -> bool:
+        if not self.kernel_pattern:
+            return True
+        return any(fnmatch.fnmatchcase(n, self.kernel_pattern) or n == self.kernel_pattern
+                   for n in (spec.name, spec.variant, spec.family))
+
+    def variants(self, family: str, arch) -> list:
+        """The family's variants for ``arch`` that match --kernel (memoized per run)."""
+        from porter.kernels import family_module
+
+        key = (family, arch.digest)
+        if key not in self._variants:
+            self._variants[key] = [v for v in family_module(family).variants(arch) if self.wants(v)]
+        return self._variants[key]
+
+    def stage_families(self, stage) -> list[str]:
+        from porter import kernels
+
+        if stage.family != "*":
+            return [stage.family] if stage.family in kernels.FAMILIES else []
+        named = {s.family for s in self.runbook.stages.values() if s.kind == "kernels" and s.family != "*"}
+        return sorted(f for f in kernels.FAMILIES if f not in named)
+
+    # -- units --------------------------------------------------------------------
+
+    def run_units(self, stage, units: list[tuple[str, str, object, dict]]) -> dict[str, dict]:
+        """Run ``(store name, key, function, payload)`` units: store hits are reused (their
+        artifacts must still be on disk), the rest run in the pool; each result is stored
+        as soon as it arrives, so an interrupted stage resumes where it stopped."""
+        done: dict[str, dict] = {}
+        todo = []
+        self.display.stage_started(stage, len(units))
+        for name, key, fn, payload in units:
+            hit = self.store.get(name, key)
+            if hit is not None and all(Path(p).exists() for p in hit.get("artifacts", {}).values()):
+                done[name] = hit
+                self.units_cached += 1
+                self.display.unit_done(stage, name, True)
+            else:
+                todo.append((name, key, fn, payload))
+        if not todo:
+            return done
+        if self.jobs <= 1 or len(todo) == 1:
+            for name, key, fn, payload in todo:
+                done[name] = self._finish(stage, name, key, fn(payload))
+            return done
+        from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            pool = self.pool()
+            futures = {pool.submit(fn, payload): (name, key) for name, key, fn, payload in todo}
+            for fut in as_completed(futures):
+                name, key = futures[fut]
+                done[name] = self._finish(stage, name, key, fut.result())
+        except BrokenProcessPool:
+            # Workers could not start (e.g. a __main__ that spawn cannot re-import) or died:
+            # finish here, one unit at a time, rather than lose the run.
+            self._pool, self.jobs = None, 1
+            for name, key, fn, payload in todo:
+                if name not in done:
+                    done[name] = self._finish(stage, name, key, fn(payload))
+        return done
+
+    def cached_stage(self, stage, key: str, compute) -> "StageResult":
+        """The whole stage's result by the hash of all its inputs: on a hit (and with its
+        artifacts still on disk) nothing is rendered, imported or compiled."""
+        name = f"stage/{stage.id}"
+        hit = self.store.get(name, key)
+        if hit is not None and all(Path(p).exists() for p in hit.get("artifacts", [])):
+            self.units_cached += 1
+            result = StageResult(**{k: v for k, v in hit["result"].items() if k != "artifacts"})
+            result.units_run, result.units_cached = 0, 1
+            return result
+        result = compute()
+        artifacts = [p for r in result.data.get("kernels", []) for p in (r.get("artifacts") or {}).values()]
+        self.store.put(name, key, {"result": result.to_dict(), "artifacts": artifacts})
+        return result
+
+    def _finish(self, stage, name: str, key: str, result: dict) -> dict:
+        self.nvrtc_calls += int(result.get("nvrtc_calls", 0))
+        self.units_run += 1
+        self.store.put(name, key, result)
+        self.display.unit_done(stage, name, False)
+        return result
+
+    def pool(self):
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: the parent may hold threads (the progress display), and a
+            # forked child of a threaded parent can deadlock on a lock it inherited held.
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs,
+                                             mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def default_jobs() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def timed(fn):
+    """Decorator for stage functions: fill in the seconds a stage took."""
+    def wrapper(ctx, stage):
+        start = time.perf_counter()
+        result = fn(ctx, stage)
+        result.seconds = time.perf_counter() - start
+        return result
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper

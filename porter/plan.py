@@ -1,0 +1,367 @@
+"""The porting plan: which primitives and kernels change between two archs, and why.
+
+A networkx DiGraph links descriptor features to the primitives (kernels_src/<folder>)
+that need them, primitives to the templates that ``{% include %}`` them (scanned from
+the template text, so the graph follows the code), templates to the kernel variants
+rendered from them, and features straight to the templates that test
+``arch.has("...")`` and to the variants that declare them. The feature difference
+between a base arch and a target marks every descendant as changing; the plan lists
+them in topological order (primitives before the kernels built on them), each with
+the features that force the change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Which descriptor features each primitive folder in kernels_src/ needs. A folder
+# missing here is matched by name (a folder named like a feature needs it); "common"
+# needs nothing. Probes are not primitives (they prove features; see porter.probes).
+PRIMITIVE_FEATURES = {
+    "common": (),
+    "tma": ("tma",),
+    "mbarrier": ("mbarrier",),
+    "wgmma": ("wgmma",),
+    "tcgen05": ("tcgen05",),
+    "tmem": ("tmem",),
+    "cluster": ("clusters",),
+    "clusters": ("clusters",),
+    "dsmem": ("dsmem",),
+    "cta_pair": ("cta_pair",),
+    "block_scale": ("block_scale_mx",),
+    "block_scales": ("block_scale_mx",),
+    "blockscale": ("block_scale_mx",),
+    "scales": ("block_scale_mx",),
+    "nvfp4": ("block_scale_nvfp4", "fp4"),
+    "fp8": ("fp8",),
+    "fp4": ("fp4",),
+    "setmaxnreg": ("setmaxnreg",),
+}
+NOT_PRIMITIVES = {"probes"}
+# The folder a claimed feature's primitives must live in: a descriptor that claims one
+# of these with no such folder has not been brought up yet (the primitives stage fails).
+FEATURE_PRIMITIVE = {"wgmma": "wgmma", "tcgen05": "tcgen05", "tmem": "tmem", "tma": "tma",
+                     "mbarrier": "mbarrier"}
+
+# What part of a kernel each feature decides: the "why" of a change.
+FEATURE_ROLE = {
+    "wgmma": "MMA issue (warpgroup wgmma), register accumulators and the register epilogue",
+    "tcgen05": "MMA issue (one thread, tcgen05.mma) and its completion via tcgen05.commit",
+    "tmem": "accumulator storage (Tensor Memory alloc, tcgen05.ld) and the epilogue",
+    "cta_pair": "CTA-pair tiles (cta_group::2) and the 2-CTA cluster launch",
+    "clusters": "cluster launch and TMA multicast",
+    "dsmem": "distributed shared memory exchange between CTAs",
+    "tma": "global->shared tile loads (TMA tensor maps)",
+    "mbarrier": "pipeline barriers (expect_tx / try_wait)",
+    "fp8": "fp8 operand formats",
+    "fp6": "fp6 operand formats",
+    "fp4": "fp4 operand formats",
+    "block_scale_mx": "MX block-scale staging (ue8m0 scales into TMEM)",
+    "block_scale_nvfp4": "NVFP4 block scales (ue4m3 per 16, scale_vec::4X)",
+    "setmaxnreg": "register reallocation between producer and consumer warps",
+}
+
+_INCLUDE = re.compile(r"""\{%-?\s*include\s+["']([^"']+)["']""")
+# {% include "gemm/" ~ cfg.mainloop ~ ".cu.j2" %}: any template under that prefix may be used
+_DYNAMIC_INCLUDE = re.compile(r"""\{%-?\s*include\s+["']([^"']+)["']\s*~""")
+_HAS = re.compile(r"""\bhas\(\s*["'](\w+)["']\s*\)""")
+
+
+def primitive_folders() -> list[str]:
+    from porter import paths
+
+    root = paths.data_dir("kernels_src")
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and p.name not in NOT_PRIMITIVES and not p.name.startswith("."))
+
+
+def primitive_needs(folder: str, known_features=None) -> tuple[str, ...]:
+    if folder in PRIMITIVE_FEATURES:
+        return PRIMITIVE_FEATURES[folder]
+    if known_features is None:
+        from porter.arch_schema import FEATURES as known_features
+    return (folder,) if folder in known_features else ()
+
+
+def file_needs(relpath: str, known_features=None) -> tuple[str, ...]:
+    """Features one primitive file needs: its folder's, plus a feature its name starts
+    with (attention/wgmma_frag.cuh needs wgmma)."""
+    if known_features is None:
+        from porter.arch_schema import FEATURES as known_features
+    folder, _, rest = relpath.partition("/")
+    needs = list(primitive_needs(folder, known_features))
+    stem = Path(rest).name.split(".")[0]
+    for feat in known_features:
+        if (stem == feat or stem.startswith(feat + "_")) and feat not in needs:
+            needs.append(feat)
+    return tuple(needs)
+
+
+def scan_includes(text: str) -> list[str]:
+    """Included paths in a template or primitive, in order."""
+    return _INCLUDE.findall(text)
+
+
+def template_include_order() -> dict[str, int]:
+    """Primitive folder -> position of its first include across the templates (the order
+    the templates inline them in, which is their dependency order)."""
+    from porter import paths
+
+    order: dict[str, int] = {}
+    try:
+        root = paths.data_dir("templates")
+    except FileNotFoundError:
+        return order
+    for tpl in sorted(root.rglob("*.j2")):
+        for inc in scan_includes(tpl.read_text(encoding="utf-8", errors="replace")):
+            folder = inc.split("/")[0]
+            if "/" in inc and folder not in order:
+                order[folder] = len(order)
+    return order
+
+
+_ANY_INCLUDE = re.compile(r"""\{%-?\s*include\s+["']([^"']+)["']\s*(~)?""")
+
+
+def template_file_order() -> dict[str, int]:
+    """Primitive file (kernels_src-relative) -> position of its first include when the
+    top-level templates (templates/*.j2, by name) are inlined the way Jinja does it:
+    included templates expanded in place (dynamic ``"gemm/" ~ x`` includes: every
+    template under the prefix). Each template inlines a header after everything it
+    needs, so first appearance is a valid order for all of them together."""
+    from porter import paths
+
+    order: dict[str, int] = {}
+    try:
+        troot, sroot = paths.data_dir("templates"), paths.data_dir("kernels_src")
+    except FileNotFoundError:
+        return order
+    seen: set[Path] = set()
+
+    def walk(path: Path) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        for m in _ANY_INCLUDE.finditer(path.read_text(encoding="utf-8", errors="replace")):
+            inc, dynamic = m.group(1), m.group(2)
+            if dynamic:
+                for sub in sorted(troot.glob(inc + "*.j2")):
+                    walk(sub)
+            elif (troot / inc).is_file():
+                walk(troot / inc)
+            elif (sroot / inc).is_file():
+                walk(sroot / inc)
+                if inc.endswith(".cuh") and inc not in order:
+                    order[inc] = len(order)
+
+    for tpl in sorted(troot.glob("*.j2")):
+        walk(tpl)
+    return order
+
+
+def scan_feature_tests(text: str) -> set[str]:
+    """Features a template tests with ``arch.has("...")``."""
+    return set(_HAS.findall(text))
+
+
+@dataclass
+class PlanItem:
+    node: str              # "primitive:tcgen05", "template:gemm.cu.j2", "kernel:gemm.bf16"
+    kind: str              # primitive | template | kernel
+    name: str
+    because: list[str]     # "wgmma lost", "tmem gained"
+    action: str            # what has to happen
+    families: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "kind": self.kind, "name": self.name,
+                "because": self.because, "action": self.action}
+
+
+@dataclass
+class Plan:
+    base: str
+    target: str
+    lost: list[str]
+    gained: list[str]
+    items: list[PlanItem]
+    summary: list[str]     # one line per changed feature
+    notes: list[str]
+
+    def to_dict(self) -> dict:
+        return {"base": self.base, "target": self.target, "lost": self.lost,
+                "gained": self.gained, "summary": self.summary,
+                "items": [i.to_dict() for i in self.items], "notes": self.notes}
+
+    def text(self) -> str:
+        lines = [f"porting plan {self.base} -> {self.target}",
+                 f"  features lost:   {', '.join(self.lost) or 'none'}",
+                 f"  features gained: {', '.join(self.gained) or 'none'}", ""]
+        lines += [f"  {s}" for s in self.summary]
+        if self.items:
+            lines += ["", "  in dependency order:"]
+            for n, item in enumerate(self.items, 1):
+                lines.append(f"  {n:3d}. {item.kind:9s} {item.name:28s} {item.action} "
+                             f"({'; '.join(item.because)})")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def arch_features(arch) -> set[str]:
+    feats = getattr(arch, "features", None)
+    if feats is not None:
+        return set(feats)
+    from porter.arch_schema import FEATURES
+
+    return {f for f in FEATURES if arch.has(f)}
+
+
+def feature_diff(base, target) -> tuple[list[str], list[str]]:
+    """(lost, gained) features from ``base`` to ``target`` (porter.archdiff when present)."""
+    try:
+        from porter.archdiff import diff_archs  # the arch engineer's full diff, when present
+    except ImportError:
+        diff_archs = None
+    if diff_archs is not None:
+        d = diff_archs(base, target)
+        return sorted(d.features_lost), sorted(d.features_gained)
+    b, t = arch_features(base), arch_features(target)
+    return sorted(b - t), sorted(t - b)
+
+
+def kernel_specs(arch, families=None) -> tuple[list, list[str]]:
+    """Every family's variants for ``arch`` (specs and Unsupported) plus notes on families that failed."""
+    from porter import kernels as kreg
+
+    out, notes = [], []
+    for fam in sorted(families if families is not None else kreg.FAMILIES):
+        try:
+            out += list(kreg.family_module(fam).variants(arch))
+        except Exception as exc:  # a family under construction must not hide the rest
+            notes.append(f"family {fam}: variants() failed for {arch.name}: {type(exc).__name__}: {exc}")
+    return out, notes
+
+
+def build_graph(archs, families=None):
+    """The feature -> primitive -> template -> kernel graph over the kernels of ``archs``."""
+    import networkx as nx
+
+    from porter import paths
+    from porter.arch_schema import FEATURES
+
+    g = nx.DiGraph()
+    notes: list[str] = []
+    for feat in FEATURES:
+        g.add_node(f"feature:{feat}", kind="feature", name=feat)
+    src_root = paths.data_dir("kernels_src")
+    for folder in primitive_folders():
+        node = f"primitive:{folder}"
+        g.add_node(node, kind="primitive", name=folder)
+        for feat in primitive_needs(folder, FEATURES):
+            g.add_edge(f"feature:{feat}", node)
+        for file in sorted((src_root / folder).rglob("*")):
+            if file.is_file():
+                text = file.read_text(encoding="utf-8", errors="replace")
+                for inc in scan_includes(text):
+                    dep = inc.split("/")[0]
+                    if dep != folder and (src_root / dep).is_dir() and dep not in NOT_PRIMITIVES:
+                        g.add_edge(f"primitive:{dep}", node)
+                for feat in scan_feature_tests(text):
+                    if feat in FEATURES:
+                        g.add_edge(f"feature:{feat}", node)
+    tpl_root = paths.data_dir("templates")
+    for tpl in sorted(tpl_root.rglob("*.j2")):
+        name = str(tpl.relative_to(tpl_root))
+        node = f"template:{name}"
+        g.add_node(node, kind="template", name=name)
+        text = tpl.read_text(encoding="utf-8", errors="replace")
+        for inc in scan_includes(text):
+            first = inc.split("/")[0]
+            if (tpl_root / inc).is_file():
+                g.add_edge(f"template:{inc}", node)
+            elif (src_root / first).is_dir() and first not in NOT_PRIMITIVES:
+                g.add_edge(f"primitive:{first}", node)
+        for prefix in _DYNAMIC_INCLUDE.findall(text):
+            for other in sorted(tpl_root.glob(prefix + "*.j2")):
+                g.add_edge(f"template:{other.relative_to(tpl_root)}", node)
+        for feat in scan_feature_tests(text):
+            if feat in FEATURES:
+                g.add_edge(f"feature:{feat}", node)
+    for arch in archs:
+        specs, fam_notes = kernel_specs(arch, families)
+        notes += fam_notes
+        for spec in specs:
+            node = f"kernel:{spec.name}"
+            g.add_node(node, kind="kernel", name=spec.name, family=spec.family)
+            template = getattr(spec, "template", "")
+            if template:
+                g.add_edge(f"template:{template}", node)
+            for feat in getattr(spec, "features", ()) or ():
+                g.add_edge(f"feature:{feat}", node)
+    for node, data in g.nodes(data=True):   # nodes only reached through an edge
+        if "kind" not in data:
+            kind, _, name = node.partition(":")
+            data.update(kind=kind, name=name)
+    return g, notes
+
+
+def porting_plan(base, target, families=None) -> Plan:
+    """Every primitive, template and kernel that changes from ``base`` to ``target``."""
+    import networkx as nx
+
+    lost, gained = feature_diff(base, target)
+    g, notes = build_graph([base, target], families)
+    changed = {f"feature:{f}": f"{f} {'lost' if f in lost else 'gained'}" for f in lost + gained}
+    target_feats = arch_features(target)
+    items: list[PlanItem] = []
+    reach: dict[str, set[str]] = {}
+    rank = {"feature": 0, "primitive": 1, "template": 2, "kernel": 3}
+    for node in nx.lexicographical_topological_sort(g, key=lambda n: (rank[g.nodes[n].get("kind", "kernel")], n)):
+        data = g.nodes[node]
+        if data["kind"] == "feature":
+            continue
+        why = {changed[a] for a in nx.ancestors(g, node) if a in changed}
+        if not why:
+            continue
+        needs = {a.split(":", 1)[1] for a in g.predecessors(node) if a.startswith("feature:")}
+        if data["kind"] == "primitive":
+            missing = sorted(needs - target_feats)
+            action = (f"not used on {target.name} (needs {', '.join(missing)})" if missing
+                      else f"write or port for {target.name}")
+        elif data["kind"] == "template":
+            action = "re-render: feature branches and included primitives change"
+        else:
+            action = "rebuild and re-validate"
+        items.append(PlanItem(node, data["kind"], data["name"], sorted(why), action,
+                              [data.get("family", "")] if data["kind"] == "kernel" else []))
+        for w in why:
+            reach.setdefault(w, set()).add(node)
+    summary = []
+    for feat in lost + gained:
+        label = changed[f"feature:{feat}"]
+        fams = sorted({g.nodes[n].get("family") for n in reach.get(label, ()) if g.nodes[n]["kind"] == "kernel"})
+        prims = sorted(g.nodes[n]["name"] for n in reach.get(label, ()) if g.nodes[n]["kind"] == "primitive")
+        role = FEATURE_ROLE.get(feat, f"code that tests {feat}")
+        where = ", ".join(f"{f}.*" for f in fams if f)
+        where = f"change in {where}" if where else "change (no registered kernel uses it yet)"
+        prim = f"; primitives: {', '.join(prims)}" if prims else ""
+        summary.append(f"{label} -> {role}: {where}{prim}")
+    return Plan(base.name, target.name, lost, gained, items, summary, notes)
+
+
+def most_different_arch(target, candidates=None):
+    """The installed descriptor whose feature set differs most from ``target``'s (ties: by name)."""
+    from porter.arch import list_archs, load_arch
+
+    best, best_score = None, -1
+    tf = arch_features(target)
+    for name in candidates if candidates is not None else list_archs():
+        other = load_arch(name)
+        if other.digest == target.digest:
+            continue
+        score = len(arch_features(other) ^ tf)
+        if score > best_score:
+            best, best_score = other, score
+    return best

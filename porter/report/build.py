@@ -1,0 +1,159 @@
+"""Assemble report.json's content from a run's stage results (see schema.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from porter.levels import Level
+from porter.report.schema import SCHEMA_VERSION
+
+_RATIO_KEYS = ("worst_ratio", "ratio")
+_ERROR_KEYS = ("max_abs_err", "max_abs_error", "max_error", "max_err", "error", "diff")
+_TOL_KEYS = ("tolerance", "tol", "atol", "threshold", "bound")
+
+
+def why_unsupported(u: dict) -> str:
+    """'needs fp4, tcgen05' (+ the family's reason), or the reason alone when no feature is named."""
+    needs = f"needs {', '.join(u['missing'])}" if u.get("missing") else ""
+    reason = u.get("reason") or ""
+    return "; ".join(x for x in (needs, reason) if x) or "unsupported (no reason given)"
+
+
+def _num(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def numerics_cases(numerics) -> list[dict]:
+    """Per-shape (error, tolerance) pairs from a family's numerics dict, whatever its layout:
+    a normalized ratio (error / allowed, passes at <= 1) when the model gives one, else
+    the max error against a numeric tolerance."""
+    if not isinstance(numerics, dict):
+        return []
+    cases = None
+    for key in ("results", "cases", "shapes", "checks"):
+        if isinstance(numerics.get(key), list):
+            cases = [c for c in numerics[key] if isinstance(c, dict)]
+            break
+    if cases is None:
+        cases = [numerics]
+    out = []
+    for i, c in enumerate(cases):
+        shape = c.get("shape") or c.get("label") or c.get("name") or i
+        label = "x".join(str(s) for s in shape) if isinstance(shape, (list, tuple)) else str(shape)
+        if "seed" in c:
+            label += f" s{c['seed']}"
+        ratio = next((_num(c[k]) for k in _RATIO_KEYS if _num(c.get(k)) is not None), None)
+        if ratio is not None:
+            out.append({"label": label, "error": ratio, "tolerance": 1.0, "passed": c.get("passed"),
+                        "measure": "error / allowed"})
+            continue
+        err = next((_num(c[k]) for k in _ERROR_KEYS if _num(c.get(k)) is not None), None)
+        tol = next((_num(c[k]) for k in _TOL_KEYS if _num(c.get(k)) is not None), None)
+        if err is None:
+            continue
+        out.append({"label": label, "error": err, "tolerance": tol, "passed": c.get("passed"),
+                    "measure": "max abs error"})
+    return out
+
+
+def resource_bars(row: dict, arch) -> list[dict]:
+    res, spec = row.get("resources") or {}, row.get("spec") or {}
+    bars = []
+    if res:
+        bars.append({"name": "registers / thread", "used": res.get("registers", 0),
+                     "limit": arch.max_regs_per_thread, "unit": "regs"})
+    if spec:
+        smem = (res.get("shared_bytes", 0) if res else 0) + spec.get("smem_bytes", 0)
+        bars.append({"name": "shared memory / block", "used": smem, "limit": arch.smem_per_block_bytes, "unit": "B"})
+        bars.append({"name": "threads / block", "used": spec.get("threads", 0),
+                     "limit": arch.max_threads_per_block, "unit": "threads"})
+        if arch.tmem.columns or spec.get("tmem_columns"):
+            bars.append({"name": "TMEM columns", "used": spec.get("tmem_columns", 0),
+                         "limit": arch.tmem.columns, "unit": "cols"})
+    return bars
+
+
+def build_report(ctx) -> dict:
+    from porter import __version__
+
+    arch, results = ctx.arch, ctx.results
+    by_kind: dict[str, list] = {}
+    for r in results.values():
+        by_kind.setdefault(r.kind, []).append(r)
+    numerics = {n["name"]: n for r in by_kind.get("numerics", []) for n in r.data.get("numerics", [])}
+    device_rows = {d.get("name"): d for r in by_kind.get("device", []) for d in r.data.get("results", [])}
+    bench_rows = {b.get("name"): b for r in by_kind.get("bench", []) for b in r.data.get("bench", [])}
+    kernels, unsupported = [], []
+    for stage in by_kind.get("kernels", []):
+        unsupported += stage.data.get("unsupported", [])
+        for row in stage.data.get("kernels", []):
+            level = Level(row["level"])
+            num = numerics.get(row["name"])
+            if num and num["passed"] and level >= Level.SASS_CHECKED:
+                level = Level.NUMERICS
+            dev = device_rows.get(row["name"])
+            if dev and dev.get("passed") and level >= Level.NUMERICS:
+                level = Level.DEVICE_VALIDATED
+            bench = bench_rows.get(row["name"])
+            if bench and level >= Level.DEVICE_VALIDATED:
+                level = Level.BENCHMARKED
+            failed = [{"name": c["name"], "detail": str(c["detail"])} for c in row.get("checks", []) if not c["passed"]]
+            if num and num["passed"] is False:
+                failed.append({"name": "numerics", "detail": num.get("error") or "outside tolerance"})
+            kernels.append({
+                "name": row["name"], "variant": row.get("variant", row["name"]), "family": row.get("family", ""),
+                "target": arch.target, "level": level.label, "checks_failed": failed,
+                "resources": resource_bars(row, arch),
+                "numerics": None if num is None or num["numerics"] is None else
+                {"passed": num["passed"], "cases": numerics_cases(num["numerics"])},
+                "device": dev, "bench": bench})
+    before = []
+    for stage in by_kind.get("baseline", []):
+        for row in stage.data.get("kernels", []):
+            before.append({"name": row["name"], "variant": row.get("variant", row["name"]),
+                           "compiled": row["level"] >= Level.COMPILED,
+                           "error": row.get("compile_error") or next(
+                               (c["detail"] for c in row.get("checks", []) if not c["passed"]), "")})
+    dev_stage = next(iter(by_kind.get("device", [])), None)
+    plan = next((r.data.get("plan") for r in by_kind.get("plan", []) if r.data.get("plan")), None)
+    run = ctx.run_info
+    stages = []
+    for sid, r in results.items():
+        st = ctx.runbook.stages[sid]
+        stages.append({"id": sid, "kind": r.kind, "title": r.title, "day": st.day, "needs": list(st.needs),
+                       "status": r.status, "summary": r.summary, "seconds": round(r.seconds, 3)})
+    for sid, st in ctx.runbook.stages.items():  # the report stage itself, still running
+        if sid not in results:
+            stages.append({"id": sid, "kind": st.kind, "title": st.title, "day": st.day, "needs": list(st.needs),
+                           "status": "passed", "summary": "this report", "seconds": 0.0})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "porter_version": __version__,
+        "arch": {"name": arch.name, "target": arch.target, "digest": arch.digest, "features": sorted(arch.features)},
+        "base": {"name": ctx.base.name, "target": ctx.base.target} if ctx.base is not None else None,
+        "runbook": ctx.runbook.name,
+        "device": {"ran": bool(dev_stage and dev_stage.status == "passed"),
+                   "detail": dev_stage.summary if dev_stage else "no device stage in the runbook"},
+        "run": {"seconds": round(run.seconds, 3), "nvrtc_calls": ctx.nvrtc_calls,
+                "units_run": ctx.units_run, "units_cached": ctx.units_cached},
+        "stages": stages,
+        "kernels": sorted(kernels, key=lambda k: k["name"]),
+        "before": sorted(before, key=lambda b: b["name"]),
+        "unsupported": sorted(unsupported, key=lambda u: u["name"]),
+        "plan": plan,
+        "other_arch_levels": _other_levels(ctx),
+    }
+
+
+def _other_levels(ctx) -> dict:
+    """Levels the base arch's kernels reached on the base itself, when a report of a
+    ``porter target BASE`` run sits beside this one (build/<base>/report.json)."""
+    if ctx.base is None:
+        return {}
+    path = Path(ctx.out_dir).parent / ctx.base.name / "report.json"
+    try:
+        other = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {ctx.base.name: {k["variant"]: k["level"] for k in other.get("kernels", [])}}

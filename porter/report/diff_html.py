@@ -1,0 +1,56 @@
+"""The ``porter diff --html`` page: feature table, labelled source hunks, opcodes, resources."""
+
+from __future__ import annotations
+
+from html import escape
+
+from porter.report.html import _CSS
+
+_EXTRA = """
+pre.diff{font-size:11.5px;background:#fafafa;border:1px solid #ddd;padding:6px;overflow-x:auto}
+.add{color:#1b5e20;background:#e8f5e9;display:block}.del{color:#b71c1c;background:#ffebee;display:block}
+.hunk{color:#1565c0;display:block;margin-top:6px}.feat{background:#6a1b9a;color:#fff;border-radius:3px;padding:0 4px}
+"""
+
+
+def render_diff_html(a, b, archdiff: dict, results: list) -> str:
+    from porter.commands.diff import histogram_rows
+
+    feats = archdiff.get("features", {})
+    p = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>porter diff {escape(a.name)} {escape(b.name)}</title>"
+         f"<style>{_CSS}{_EXTRA}</style></head><body><h1>{escape(a.name)} ({escape(a.target)}) → {escape(b.name)} ({escape(b.target)})</h1>",
+         "<h2>Features</h2><table><tr><th>lost</th><th>gained</th><th>kept</th></tr>",
+         f"<tr><td>{escape(', '.join(feats.get('lost', [])) or '-')}</td><td>{escape(', '.join(feats.get('gained', [])) or '-')}</td>"
+         f"<td>{escape(', '.join(feats.get('kept', [])) or '-')}</td></tr></table>"]
+    tc = archdiff.get("tensor_core") or []
+    if tc:
+        p.append("<table><tr><th>tensor core</th><th>" + escape(a.name) + "</th><th>" + escape(b.name) + "</th></tr>")
+        for c in tc:
+            p.append(f"<tr><td>{escape(str(c.get('name', c.get('key', ''))))}</td><td>{escape(str(c.get('before')))}</td>"
+                     f"<td>{escape(str(c.get('after')))}</td></tr>")
+        p.append("</table>")
+    for key, d in results:
+        p.append(f"<h2>{escape(key)}</h2>")
+        p += [f"<p class='muted'>{escape(n)}</p>" for n in d["notes"]]
+        if d["hunks"]:
+            body = []
+            for h in d["hunks"]:
+                body.append(f"<span class='hunk'>{escape(h.header)} " + " ".join(
+                    f"<span class='feat'>{escape(l)}</span>" for l in h.labels) + "</span>")
+                for line in h.lines:
+                    cls = "add" if line.startswith("+") else "del" if line.startswith("-") else ""
+                    body.append(f"<span class='{cls}'>{escape(line)}</span>" if cls else escape(line) + "\n")
+            p.append("<pre class='diff'>" + "".join(s if s.endswith("\n") or s.endswith("</span>") else s + "\n" for s in body) + "</pre>")
+        if d["histogram"]:
+            p.append(f"<table><tr><th>SASS opcode</th><th>{escape(a.name)}</th><th>{escape(b.name)}</th></tr>")
+            for op, x, y in histogram_rows(d["histogram"].get("a", {}), d["histogram"].get("b", {}))[:40]:
+                p.append(f"<tr><td>{escape(op)}</td><td>{x}</td><td>{y}</td></tr>")
+            p.append("</table>")
+        if d["resources"]:
+            ra, rb = d["resources"].get("a", {}), d["resources"].get("b", {})
+            p.append(f"<table><tr><th>resource</th><th>{escape(a.name)}</th><th>{escape(b.name)}</th></tr>")
+            for k in [k for k in dict.fromkeys([*ra, *rb]) if k != "function"]:
+                p.append(f"<tr><td>{escape(k)}</td><td>{escape(str(ra.get(k, '-')))}</td><td>{escape(str(rb.get(k, '-')))}</td></tr>")
+            p.append("</table>")
+    p.append("</body></html>")
+    return "\n".join(p)

@@ -1,0 +1,109 @@
+"""report.html: one self-contained page (inline CSS and SVG, no scripts, no external assets)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from porter.report import svg
+from porter.report.build import why_unsupported
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1340px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:12.5px;margin:8px 0} td,th{border:1px solid #ddd;padding:4px 7px;vertical-align:top;text-align:left}
+th{background:#f5f5f5} .muted{color:#777} .lvl{font-weight:bold;border-radius:4px;padding:1px 6px;color:#fff;white-space:nowrap}
+.l-failed{background:#c62828}.l-rendered{background:#8d6e63}.l-compiled{background:#ef6c00}
+.l-sass-checked{background:#558b2f}.l-numerics{background:#2e7d32}.l-device-validated{background:#1565c0}.l-benchmarked{background:#6a1b9a}
+.s-passed{color:#2e7d32}.s-failed{color:#c62828;font-weight:bold}.s-skipped{color:#757575}.s-not-run{color:#1565c0}
+.cards{display:flex;flex-wrap:wrap;gap:14px}.card{border:1px solid #ddd;border-radius:6px;padding:8px 10px}
+.card h3{font-size:13px;margin:0 0 6px 0} code{font-size:12px}
+"""
+
+
+def _level(label: str) -> str:
+    return f'<span class="lvl l-{escape(label)}">{escape(label)}</span>'
+
+
+def render_html(r: dict) -> str:
+    arch, base = r["arch"], r["base"]
+    p = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>porter: {escape(arch['name'])} bring-up</title>"
+         f"<style>{_CSS}</style></head><body>",
+         f"<h1>Bring-up report: {escape(arch['name'])} <code>{escape(arch['target'])}</code></h1>",
+         f"<div class='muted'>runbook <code>{escape(r['runbook'])}</code> · base arch "
+         f"{escape(base['name']) if base else 'none'} · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
+         f"{r['run']['units_cached']} cached, {r['run']['nvrtc_calls']} NVRTC compiles</div>",
+         f"<p><b>Device:</b> {'validation ran' if r['device']['ran'] else 'not run'}: {escape(r['device']['detail'])}</p>",
+         "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
+         "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]
+    for s in sorted(r["stages"], key=lambda s: (s["day"], s["id"])):
+        p.append(f"<tr><td>{s['day']}</td><td>{escape(s['id'])}</td><td class='s-{escape(s['status'])}'>{escape(s['status'])}</td>"
+                 f"<td>{s['seconds']:.2f}</td><td>{escape(s['summary'])}</td></tr>")
+    p.append("</table>")
+    p += _levels_table(r)
+    p += ["<h2>Resources against limits</h2><div class='cards'>"]
+    for k in r["kernels"]:
+        p.append(f"<div class='card'><h3>{escape(k['name'])}</h3>{svg.resource_bars(k['resources'])}</div>")
+    p.append("</div>")
+    num = [k for k in r["kernels"] if k["numerics"]]
+    p.append("<h2>Numerics: error against tolerance per shape</h2>")
+    if not num:
+        p.append("<p class='muted'>no numerics results</p>")
+    else:
+        p.append("<div class='cards'>")
+        for k in num:
+            measure = k["numerics"]["cases"][0]["measure"] if k["numerics"]["cases"] else ""
+            p.append(f"<div class='card'><h3>{escape(k['name'])} · {'passed' if k['numerics']['passed'] else 'FAILED'}"
+                     f" <span class='muted'>({escape(measure)})</span></h3>{svg.numerics_bars(k['numerics']['cases'])}</div>")
+        p.append("</div>")
+    p.append("<h2>Measured against the roofline</h2>")
+    measured = [k for k in r["kernels"] if k.get("bench")]
+    if not measured:
+        p.append(f"<p class='muted'>nothing measured: {escape(r['device']['detail'])}</p>")
+    for k in measured:
+        b = k["bench"]
+        p.append(f"<p>{escape(k['name'])}: {svg.roofline_bars(float(b.get('tflops', 0)), float(b.get('roofline_tflops', 0) or 0), 'of roofline')}</p>")
+    if r["plan"]:
+        p.append("<h2>Porting plan</h2><ul>" + "".join(f"<li>{escape(s)}</li>" for s in r["plan"].get("summary", [])) + "</ul>")
+    p.append("</body></html>")
+    return "\n".join(p)
+
+
+def _levels_table(r: dict) -> list[str]:
+    arch, base = r["arch"], r["base"]
+    other = (r.get("other_arch_levels") or {}).get(base["name"], {}) if base else {}
+    before = {}
+    for b in r["before"]:
+        before.setdefault(b.get("variant", b["name"]), b)
+    here = {}
+    for k in r["kernels"]:
+        here.setdefault(k["variant"], []).append(k)
+    uns = {u["variant"]: u for u in r["unsupported"]}
+    variants = sorted(set(here) | set(before) | set(uns) | set(other))
+    head = f"<th>{escape(arch['name'])} ({escape(arch['target'])})</th>"
+    if base:
+        head += (f"<th>{escape(base['name'])} source on {escape(arch['target'])}</th>"
+                 f"<th>{escape(base['name'])} on itself</th>")
+    out = ["<h2>Validation levels: kernel × arch</h2>", f"<table><tr><th>variant</th>{head}<th>checks failed</th></tr>"]
+    for v in variants:
+        cells = []
+        if v in here:
+            cells.append("<td>" + "<br>".join(f"{_level(k['level'])} <span class='muted'>{escape(k['name'])}</span>"
+                                               for k in here[v]) + "</td>")
+            failed = "<br>".join(f"{escape(k['name'])}: {escape(c['name'])}: {escape(c['detail'])}"
+                                 for k in here[v] for c in k["checks_failed"]) or "-"
+        elif v in uns:
+            u = uns[v]
+            why = why_unsupported(u)
+            cells.append(f"<td class='muted'>unsupported: {escape(why)}</td>")
+            failed = "-"
+        else:
+            cells.append("<td class='muted'>-</td>")
+            failed = "-"
+        if base:
+            b = before.get(v)
+            cells.append("<td class='muted'>-</td>" if b is None else
+                         ("<td>compiles</td>" if b["compiled"] else f"<td class='s-failed'>{escape(b['error'])}</td>"))
+            cells.append(f"<td>{_level(other[v])}</td>" if v in other else "<td class='muted'>no report</td>")
+        out.append(f"<tr><td>{escape(v)}</td>{''.join(cells)}<td>{failed}</td></tr>")
+    out.append("</table>")
+    return out

@@ -1,0 +1,95 @@
+"""report.json: its schema (JSON-Schema-like, as data) and a small validator for it.
+
+Consumers (dashboards, the next session's diff) read report.json by this schema;
+``SCHEMA_VERSION`` changes when a field is removed or changes meaning.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+_STR, _INT, _NUM, _BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
+_NULLSTR = {"type": ["string", "null"]}
+_CHECK = {"type": "object", "required": ["name", "detail"], "properties": {"name": _STR, "detail": _STR}}
+_CASE = {"type": "object", "required": ["label", "error", "tolerance", "passed"],
+         "properties": {"label": _STR, "error": {"type": ["number", "null"]},
+                        "tolerance": {"type": ["number", "null"]}, "passed": {"type": ["boolean", "null"]},
+                        "measure": _STR}}
+_BAR = {"type": "object", "required": ["name", "used", "limit", "unit"],
+        "properties": {"name": _STR, "used": _NUM, "limit": _NUM, "unit": _STR}}
+LEVELS = ["failed", "rendered", "compiled", "sass-checked", "numerics", "device-validated", "benchmarked"]
+STATUSES = ["passed", "failed", "skipped", "not-run"]
+
+REPORT_SCHEMA = {
+    "type": "object",
+    "required": ["schema_version", "porter_version", "arch", "base", "runbook", "device", "run",
+                 "stages", "kernels", "before", "unsupported", "plan"],
+    "properties": {
+        "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
+        "porter_version": _STR,
+        "arch": {"type": "object", "required": ["name", "target", "digest", "features"],
+                 "properties": {"name": _STR, "target": _STR, "digest": _STR,
+                                "features": {"type": "array", "items": _STR}}},
+        "base": {"type": ["object", "null"], "required": ["name", "target"],
+                 "properties": {"name": _STR, "target": _STR}},
+        "runbook": _STR,
+        "device": {"type": "object", "required": ["ran", "detail"],
+                   "properties": {"ran": _BOOL, "detail": _STR}},
+        "run": {"type": "object", "required": ["seconds", "nvrtc_calls", "units_run", "units_cached"],
+                "properties": {"seconds": _NUM, "nvrtc_calls": _INT, "units_run": _INT, "units_cached": _INT}},
+        "stages": {"type": "array", "items": {
+            "type": "object", "required": ["id", "kind", "title", "day", "needs", "status", "summary", "seconds"],
+            "properties": {"id": _STR, "kind": _STR, "title": _STR, "day": _INT,
+                           "needs": {"type": "array", "items": _STR},
+                           "status": {"type": "string", "enum": STATUSES}, "summary": _STR, "seconds": _NUM}}},
+        "kernels": {"type": "array", "items": {
+            "type": "object",
+            "required": ["name", "variant", "family", "target", "level", "checks_failed", "resources", "numerics"],
+            "properties": {
+                "name": _STR, "variant": _STR, "family": _STR, "target": _STR,
+                "level": {"type": "string", "enum": LEVELS},
+                "checks_failed": {"type": "array", "items": _CHECK},
+                "resources": {"type": "array", "items": _BAR},
+                "numerics": {"type": ["object", "null"], "required": ["passed", "cases"],
+                             "properties": {"passed": {"type": ["boolean", "null"]},
+                                            "cases": {"type": "array", "items": _CASE}}},
+                "device": {"type": ["object", "null"]},
+                "bench": {"type": ["object", "null"]}}}},
+        "before": {"type": "array", "items": {
+            "type": "object", "required": ["name", "compiled", "error"],
+            "properties": {"name": _STR, "compiled": _BOOL, "error": _STR}}},
+        "unsupported": {"type": "array", "items": {
+            "type": "object", "required": ["name", "variant", "family", "missing"],
+            "properties": {"name": _STR, "variant": _STR, "family": _STR,
+                           "missing": {"type": "array", "items": _STR}}}},
+        "plan": {"type": ["object", "null"]},
+    },
+}
+
+_PY = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+       "object": dict, "array": list, "null": type(None)}
+
+
+def validate(instance, schema=REPORT_SCHEMA, where: str = "report") -> list[str]:
+    """Every way ``instance`` breaks ``schema`` (empty when it conforms)."""
+    errors: list[str] = []
+    types = schema.get("type")
+    if types is not None:
+        names = types if isinstance(types, list) else [types]
+        ok = any(isinstance(instance, _PY[t]) and not (t in ("integer", "number") and isinstance(instance, bool))
+                 for t in names)
+        if not ok:
+            return [f"{where}: expected {'/'.join(names)}, got {type(instance).__name__}"]
+    if "enum" in schema and instance not in schema["enum"]:
+        errors.append(f"{where}: {instance!r} not one of {schema['enum']}")
+    if isinstance(instance, dict):
+        for key in schema.get("required", ()):
+            if key not in instance:
+                errors.append(f"{where}: missing '{key}'")
+        for key, sub in schema.get("properties", {}).items():
+            if key in instance:
+                errors += validate(instance[key], sub, f"{where}.{key}")
+    if isinstance(instance, list) and "items" in schema:
+        for i, item in enumerate(instance):
+            errors += validate(item, schema["items"], f"{where}[{i}]")
+    return errors

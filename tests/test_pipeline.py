@@ -1,0 +1,225 @@
+"""``porter target`` as a pipeline, over the fake family (tests/test_pipeline_support.py):
+artifacts, levels, caching (no NVRTC on a rerun, counted across worker processes),
+resumption after an interruption, concurrent runs, exit codes, the no-device line."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from porter import toolchain
+from porter.pipeline import RunOptions, run_target
+from porter.pipeline.context import Context
+
+import test_pipeline_support as fam
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The fake family registered, a runbook, and one cold run with two worker processes."""
+    root = tmp_path_factory.mktemp("pipeline")
+    tpl = fam.write_templates(root / "tpl")
+    runbook = root / "fake-bringup.yaml"
+    runbook.write_text(fam.RUNBOOK)
+    token = f"{time.time_ns()}"   # fresh source text: the cold run must really compile
+    with pytest.MonkeyPatch.context() as mp:
+        fam.install(mp, tpl, token)
+        parent_calls = toolchain.stats.nvrtc_calls
+        cold = run_target(RunOptions("blackwell", runbook=str(runbook), out=root / "out", jobs=2))
+        yield {"root": root, "tpl": tpl, "runbook": str(runbook), "token": token, "cold": cold,
+               "parent_calls": toolchain.stats.nvrtc_calls - parent_calls, "mp": mp}
+
+
+def _opts(setup, out=None, **kw):
+    return RunOptions("blackwell", runbook=setup["runbook"], out=out or setup["root"] / "out", **kw)
+
+
+def test_cold_run_passes_and_writes_every_artifact(setup):
+    cold = setup["cold"]
+    assert cold.exit_code == 0, [(s.id, s.summary) for s in cold.failed]
+    status = {s.id: s.status for s in cold.stages}
+    assert status == {"descriptor": "passed", "before": "passed", "kernels": "passed",
+                      "numerics": "passed", "device": "not-run", "report": "passed"}
+    for name in ("fake.axpy", "fake.fp4"):
+        folder = setup["root"] / "out" / "kernels" / name
+        for f in (f"{name}.cu", f"{name}.ptx", f"{name}.cubin", f"{name}.sass", "resources.json",
+                  "numerics.json", "checks.json"):
+            assert (folder / f).stat().st_size > 0, f
+        assert "FFMA" in (folder / f"{name}.sass").read_text()
+    for f in ("report.md", "report.json", "report.html"):
+        assert (setup["root"] / "out" / f).exists()
+
+
+def test_compiles_ran_in_workers_and_were_counted(setup):
+    cold = setup["cold"]
+    # 2 blackwell kernels + the hopper kernel compiled for sm_100a, each compiled once.
+    # The single "before" unit runs in this process (a pool for one unit is waste); the
+    # two kernels ran in worker processes, so this process's counter saw only one.
+    assert cold.nvrtc_calls == 3
+    assert setup["parent_calls"] == 1
+
+
+def test_levels_and_no_device_said_plainly(setup):
+    report = json.loads((setup["root"] / "out" / "report.json").read_text())
+    levels = {k["name"]: k["level"] for k in report["kernels"]}
+    assert levels == {"fake.axpy": "numerics", "fake.fp4": "numerics"}
+    assert report["device"]["ran"] is False
+    assert report["device"]["detail"].startswith("no device: device validation not run")
+    assert all(k["level"] not in ("device-validated", "benchmarked") for k in report["kernels"])
+    before = {b["name"]: b for b in report["before"]}
+    assert before["fake.axpy"]["compiled"] is True
+
+
+def test_rerun_does_no_compile_work(setup):
+    calls = toolchain.stats.nvrtc_calls
+    again = run_target(_opts(setup, jobs=2))
+    assert again.exit_code == 0
+    assert again.nvrtc_calls == 0 and toolchain.stats.nvrtc_calls == calls
+    assert again.units_run == 0 and again.units_cached > 0
+    assert again.seconds < 2.0
+
+
+def test_changed_input_reruns_only_what_it_touches(setup, tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(setup["root"] / "out", out)
+    for p in (out / ".stages").rglob("*.json"):   # the copy's artifact paths point at the original
+        p.write_text(p.read_text().replace(str(setup["root"] / "out"), str(out)))
+    template = setup["tpl"] / "fake.cu.j2"
+    original = template.read_text()
+    template.write_text(original + "// an edited template\n")   # one input file changes
+    try:
+        run = run_target(_opts(setup, out=out, jobs=1))
+    finally:
+        template.write_text(original)
+    names = {s.id: (s.units_run, s.units_cached) for s in run.stages}
+    assert run.exit_code == 0
+    assert names["kernels"][0] == 2 and names["before"][0] == 1   # new source: rebuilt
+    assert names["descriptor"] == (0, 0)
+
+
+def test_interrupted_run_resumes_without_redoing_finished_units(setup, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    finished = []
+    original = Context._finish
+
+    def finish_then_interrupt(self, stage, name, key, result):
+        r = original(self, stage, name, key, result)
+        finished.append(name)
+        if len(finished) == 2:
+            raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-stage
+        return r
+
+    monkeypatch.setattr(Context, "_finish", finish_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_target(_opts(setup, out=out, jobs=1))
+    monkeypatch.setattr(Context, "_finish", original)
+    stored = {p.relative_to(out / ".stages").as_posix() for p in (out / ".stages").rglob("*.json")}
+    assert {"before/fake.axpy.json", "kernels/fake.axpy.json"} <= stored
+    resumed = run_target(_opts(setup, out=out, jobs=1))
+    assert resumed.exit_code == 0
+    kernels = next(s for s in resumed.stages if s.id == "kernels")
+    assert kernels.units_cached == 1 and kernels.units_run == 1      # fake.axpy reused, fake.fp4 built
+    before = next(s for s in resumed.stages if s.id == "before")
+    assert before.units_run == 0
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_torn_store_entry_is_a_miss_not_a_crash(setup, tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(setup["root"] / "out", out)
+    for p in (out / ".stages").rglob("*.json"):
+        p.write_text(p.read_text().replace(str(setup["root"] / "out"), str(out)))
+    (out / ".stages" / "stage" / "kernels.json").write_text('{"key": "trunc')
+    run = run_target(_opts(setup, out=out, jobs=1))
+    assert run.exit_code == 0
+    kernels = next(s for s in run.stages if s.id == "kernels")
+    assert kernels.units_cached == 2 and kernels.units_run == 0   # units still reused
+
+
+def test_concurrent_runs_leave_whole_files(setup, tmp_path):
+    out = tmp_path / "out"
+    ctx = multiprocessing.get_context("spawn")
+    args = (str(out), str(setup["tpl"]), setup["token"] + "-concurrent", setup["runbook"])
+    with ctx.Pool(2) as pool:
+        codes = pool.starmap(fam.child_run, [args, args])
+    assert codes == [0, 0]
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp"))
+    for p in out.rglob("*.json"):
+        json.loads(p.read_text())              # every JSON file whole
+    cubin = out / "kernels" / "fake.axpy" / "fake.axpy.cubin"
+    assert cubin.read_bytes()[:4] == b"\x7fELF"
+    report = json.loads((out / "report.json").read_text())
+    assert {k["name"] for k in report["kernels"]} == {"fake.axpy", "fake.fp4"}
+
+
+def test_failing_kernel_fails_its_stage_and_exit_code_is_1(setup, tmp_path, capsys):
+    from porter.cli import main
+
+    setup["mp"].setattr(fam, "BROKEN", True)
+    try:
+        code = main(["target", "blackwell", "--runbook", setup["runbook"], "--out", str(tmp_path / "o"),
+                     "-j", "1", "--device", "off"])
+    finally:
+        setup["mp"].setattr(fam, "BROKEN", False)
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "stage 'kernels' failed" in captured.err and "fake.broken" in captured.err
+    assert "fake.broken" in captured.out and "missing HGMMA" in captured.out
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    broken = next(k for k in report["kernels"] if k["name"] == "fake.broken")
+    assert broken["level"] == "compiled" and broken["checks_failed"]
+
+
+def test_device_on_without_a_gpu_fails_the_device_stage(setup, tmp_path):
+    from porter.pipeline.device import find_device
+    from porter.arch import load_arch
+
+    if find_device(load_arch("blackwell"))[0] is not None:
+        pytest.skip("a Blackwell GPU is present")
+    run = run_target(_opts(setup, out=tmp_path / "o", jobs=1, device="on"))
+    assert run.exit_code == 1 and [s.id for s in run.failed] == ["device"]
+    assert "no device" in run.failed[0].summary
+
+
+def test_probe_stage_without_porter_probes_fails_clearly(setup, tmp_path, monkeypatch):
+    import sys
+
+    book = tmp_path / "probes.yaml"
+    book.write_text("name: p\nbase: hopper\nstages:\n"
+                    "  - {id: descriptor, title: D, day: 1, needs: [], kind: descriptor-check, proves: x}\n"
+                    "  - {id: probes, title: P, day: 1, needs: [descriptor], kind: probes, proves: y}\n")
+    monkeypatch.setitem(sys.modules, "porter.probes", None)   # import now raises ImportError
+    run = run_target(RunOptions("blackwell", runbook=str(book), out=tmp_path / "o", jobs=1))
+    assert [s.id for s in run.failed] == ["probes"]
+    assert "porter.probes is not available" in run.failed[0].summary
+
+
+def test_bad_input_exits_2(tmp_path, capsys):
+    from porter.cli import main
+
+    assert main(["target", "blackwel", "--out", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'blackwell'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_kernel_filter_builds_only_matching_variants(setup, tmp_path):
+    run = run_target(_opts(setup, out=tmp_path / "o", jobs=1, kernel="fake.fp4"))
+    kernels = next(s for s in run.stages if s.id == "kernels")
+    assert [k["name"] for k in kernels.data["kernels"]] == ["fake.fp4"]
+    assert not (tmp_path / "o" / "kernels" / "fake.axpy").exists()
+
+
+def test_generic_runbook_picks_the_most_different_base(setup, tmp_path):
+    from porter.pipeline.runner import resolve
+
+    arch, base, book = resolve(RunOptions("blackwell", runbook="generic-bringup"))
+    assert book.base is None and base is not None and base.digest != arch.digest
+    assert set(base.features) != set(arch.features)

@@ -1,0 +1,106 @@
+"""The porting plan: feature diff -> primitives, templates and kernels, in dependency order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from porter.arch import load_arch
+from porter.plan import (arch_features, build_graph, feature_diff, file_needs, most_different_arch,
+                         porting_plan, scan_feature_tests, scan_includes)
+
+
+@pytest.fixture()
+def fake(monkeypatch, tmp_path):
+    import test_pipeline_support as fam
+
+    fam.install(monkeypatch, fam.write_templates(tmp_path / "tpl"))
+    return fam
+
+
+def test_scanners_read_includes_and_feature_tests():
+    text = '{% include "tma/tma.cuh" %}\n{%- include \'tmem/tmem.cuh\' %}\n{% if arch.has("tmem") and not arch.has( "wgmma" ) %}'
+    assert scan_includes(text) == ["tma/tma.cuh", "tmem/tmem.cuh"]
+    assert scan_feature_tests(text) == {"tmem", "wgmma"}
+    assert file_needs("attention/wgmma_frag.cuh") == ("wgmma",)
+    assert file_needs("tcgen05/tcgen05.cuh") == ("tcgen05",)
+    assert file_needs("common/common.cuh") == ()
+
+
+def test_hopper_to_blackwell_feature_diff():
+    lost, gained = feature_diff(load_arch("hopper"), load_arch("blackwell"))
+    assert lost == ["wgmma"]
+    assert {"tcgen05", "tmem", "cta_pair", "fp4"} <= set(gained)
+
+
+def test_plan_hopper_to_blackwell_wgmma_lost_changes_the_kernels_in_order(fake):
+    plan = porting_plan(load_arch("hopper"), load_arch("blackwell"))
+    wgmma_line = next(s for s in plan.summary if s.startswith("wgmma lost"))
+    assert "MMA issue" in wgmma_line and "fake.*" in wgmma_line
+    tmem_line = next(s for s in plan.summary if s.startswith("tmem gained"))
+    assert "accumulator storage" in tmem_line and "fake.*" in tmem_line
+    kinds = [i.kind for i in plan.items]
+    # topological: every primitive before every template before every kernel
+    assert kinds == sorted(kinds, key=["primitive", "template", "kernel"].index)
+    axpy = next(i for i in plan.items if i.name == "fake.axpy")
+    assert "wgmma lost" in axpy.because and "tmem gained" in axpy.because
+    # the wgmma primitives (kernels_src/wgmma) are retired on blackwell, and said so
+    wg = [i for i in plan.items if i.kind == "primitive" and i.name == "wgmma"]
+    assert wg and "not used on blackwell" in wg[0].action
+    json.dumps(plan.to_dict())
+
+
+def test_plan_names_real_gemm_when_registered():
+    from porter import kernels
+
+    if "gemm" not in kernels.FAMILIES:
+        pytest.skip("the gemm family is not registered in this checkout")
+    try:
+        kernels.family_module("gemm")
+    except Exception as exc:  # pragma: no cover - another engineer's work in progress
+        pytest.skip(f"gemm family does not import: {exc}")
+    plan = porting_plan(load_arch("hopper"), load_arch("blackwell"))
+    line = next(s for s in plan.summary if s.startswith("wgmma lost"))
+    assert "gemm.*" in line
+    gemm_items = [i for i in plan.items if i.kind == "kernel" and i.name.startswith("gemm.")]
+    assert gemm_items and all(i.because for i in gemm_items)
+
+
+def test_graph_edges_follow_template_includes(fake):
+    g, _ = build_graph([load_arch("blackwell")])
+    # the fake spec declares tmem; real templates that include tcgen05 primitives are linked
+    assert g.has_edge("feature:tmem", "kernel:fake.axpy")
+    assert g.has_edge("feature:tcgen05", "primitive:tcgen05")
+    assert any(n.startswith("template:") for n in g.successors("primitive:tma")) or not list(g.successors("primitive:tma"))
+
+
+def test_most_different_arch_is_not_the_target():
+    bw = load_arch("blackwell")
+    other = most_different_arch(bw)
+    assert other is not None and other.digest != bw.digest
+    assert arch_features(other) != arch_features(bw)
+
+
+def test_cli_plan_text_and_json(fake, capsys):
+    from porter.cli import main
+
+    assert main(["plan", "blackwell", "--from", "hopper"]) == 0
+    out = capsys.readouterr().out
+    assert "wgmma lost" in out and "in dependency order" in out
+    assert main(["plan", "blackwell", "--from", "hopper", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lost"] == ["wgmma"] and data["items"]
+
+
+def test_template_file_order_inlines_included_templates_in_place():
+    from porter.plan import template_file_order
+
+    order = template_file_order()
+    if "common/common.cuh" not in order:
+        pytest.skip("no template includes common/common.cuh in this checkout")
+    # every header the templates include comes after common/, which they all include first
+    assert order["common/common.cuh"] == 0
+    for later in ("tcgen05/tcgen05.cuh", "tmem/tmem.cuh"):
+        if later in order and "tcgen05/tcgen05.cuh" in order:
+            assert order["tcgen05/tcgen05.cuh"] <= order[later]

@@ -1,0 +1,101 @@
+"""The report: report.json follows its documented schema; report.html is self-contained
+and draws the stage DAG, levels, resource bars and numerics plots; a headless Chromium
+screenshot when Chromium is installed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from porter.pipeline import RunOptions, run_target
+from porter.report.build import numerics_cases
+from porter.report.schema import REPORT_SCHEMA, SCHEMA_VERSION, validate
+
+import test_pipeline_support as fam
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    tpl = fam.write_templates(root / "tpl")
+    book = root / "rb.yaml"
+    book.write_text(fam.RUNBOOK)
+    with pytest.MonkeyPatch.context() as mp:
+        fam.install(mp, tpl, "report")
+        run = run_target(RunOptions("blackwell", runbook=str(book), out=root / "out", jobs=1))
+    assert run.exit_code == 0
+    return root / "out"
+
+
+def test_report_json_matches_schema(report_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["schema_version"] == SCHEMA_VERSION
+    assert validate(report) == []
+    assert {s["id"] for s in report["stages"]} == {"descriptor", "before", "kernels", "numerics", "device", "report"}
+    axpy = next(k for k in report["kernels"] if k["name"] == "fake.axpy")
+    names = {b["name"] for b in axpy["resources"]}
+    assert {"registers / thread", "shared memory / block", "threads / block", "TMEM columns"} <= names
+    assert len(axpy["numerics"]["cases"]) == 3 and all(c["passed"] for c in axpy["numerics"]["cases"])
+
+
+def test_schema_validator_catches_breakage(report_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    broken = copy.deepcopy(report)
+    del broken["kernels"][0]["level"]
+    broken["stages"][0]["status"] = "great"
+    broken["run"]["nvrtc_calls"] = "many"
+    errors = validate(broken)
+    assert any("kernels[0]: missing 'level'" in e for e in errors)
+    assert any("stages[0].status" in e for e in errors)
+    assert any("run.nvrtc_calls: expected integer" in e for e in errors)
+    assert REPORT_SCHEMA["properties"]["schema_version"]["enum"] == [SCHEMA_VERSION]
+
+
+def test_markdown_has_stages_kernels_and_no_device_line(report_dir):
+    md = (report_dir / "report.md").read_text()
+    assert "| kernels | passed |" in md.replace("| 2 ", "| ")
+    assert "fake.axpy" in md and "numerics" in md
+    assert "no device: device validation not run" in md
+
+
+def test_html_is_self_contained_and_draws_everything(report_dir):
+    html = (report_dir / "report.html").read_text()
+    assert "<script" not in html and "<link" not in html and "<img" not in html
+    # the only URL is the SVG namespace, which is a name, not a fetch
+    assert set(re.findall(r"https?://[^\s\"']+", html)) <= {"http://www.w3.org/2000/svg"}
+    assert html.count("<svg") >= 5                      # DAG + resource bars + numerics plots
+    for sid in ("descriptor", "before", "kernels", "numerics", "device", "report"):
+        assert f">{sid}</text>" in html                  # every stage drawn as a box
+    assert "marker-end" in html                          # with arrows
+    assert "#1565c0" in html                            # device stage coloured as not-run
+    assert "l-numerics" in html and "no device: device validation not run" in html
+
+
+def test_numerics_cases_read_ratio_or_error_layouts():
+    ratio = numerics_cases({"results": [{"shape": [128, 128, 64], "seed": 1, "worst_ratio": 0.2, "passed": True}]})
+    assert ratio == [{"label": "128x128x64 s1", "error": 0.2, "tolerance": 1.0, "passed": True,
+                      "measure": "error / allowed"}]
+    plain = numerics_cases({"max_abs_err": 1e-3, "tolerance": 2e-3, "passed": True})
+    assert plain[0]["error"] == 1e-3 and plain[0]["tolerance"] == 2e-3
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install -y chromium)")
+def test_headless_chromium_renders_the_report(report_dir, tmp_path):
+    png = tmp_path / "report.png"
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run",
+           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1400,2000",
+           (report_dir / "report.html").resolve().as_uri()]
+    subprocess.run(cmd, capture_output=True, timeout=60)
+    assert png.exists() and png.stat().st_size > 20_000   # a blank page is a few KB
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
