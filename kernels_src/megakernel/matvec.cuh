@@ -1,0 +1,173 @@
+// MATVEC (porter/megakernel/isa.py): y = W[R0:R1, :] . x over bf16 weight rows
+// streamed through the page ring, fp32 accumulation, then the epilogue
+// (STORE, RESIDUAL_ADD, ROPE, SILU_MUL) and optionally a block argmax.
+//
+// Page schedule (the loader and the compute warps derive the same one):
+// row groups of rows_per_page(K) whole rows from R0 upwards; per group one
+// page of T0 rows and, for SILU_MUL, one page of the same T4 (up) rows. The
+// compute warps work in row windows of kYRows rows: within a window, group gi
+// belongs to compute warp gi % kComputeWarps, which reduces each of its rows
+// with warp shuffles and writes the result to y (u for the up rows). After the
+// window all compute threads run the epilogue on it. kYRows is a multiple of
+// every rows_per_page (both powers of two) and of the head dim, so windows
+// hold whole groups and, for ROPE, whole heads.
+#ifndef PORTER_MK_MATVEC_CUH
+#define PORTER_MK_MATVEC_CUH
+
+#ifndef PORTER_MK_CONTEXT_CUH
+#error "include megakernel/context.cuh first"
+#endif
+
+namespace porter {
+namespace mk {
+
+// Whole bf16 rows of K columns per page, rounded down to a power of two and at
+// most kYRows; 0 when one row does not fit a page (the planner never emits it).
+PORTER_DEVICE int rows_per_page(int k) {
+    int r = static_cast<int>(kPageBytes) / (2 * k);
+    if (r > kYRows) r = kYRows;
+    return r < 1 ? 0 : 1 << (31 - __clz(r));
+}
+
+PORTER_DEVICE int matvec_streams(int flags) {
+    return (flags & isa::EPILOGUE_MASK) == isa::EPI_SILU_MUL ? 2 : 1;
+}
+
+// Loader warp: queue every page of one MATVEC instruction (words `w`, global).
+PORTER_DEVICE void load_matvec_pages(const PageRing& ring, const TensorDesc* tensors, const int* w,
+                                     int& seq, uint64_t policy) {
+    const int flags = __ldg(w + isa::W_FLAGS);
+    const TensorDesc& wt = tensors[__ldg(w + isa::W_T0)];
+    const int k = wt.cols;
+    const int rpp = rows_per_page(k);
+    if (rpp == 0) __trap();   // a weight row wider than a page: malformed program
+    const int streams = matvec_streams(flags);
+    const char* gate = static_cast<const char*>(wt.ptr);
+    const char* up = streams == 2 ? static_cast<const char*>(tensors[__ldg(w + isa::W_T0 + 4)].ptr) : gate;
+    const int r0 = __ldg(w + isa::W_R0), r1 = __ldg(w + isa::W_R1);
+    const long row_bytes = 2L * k;
+    for (int g0 = r0; g0 < r1; g0 += rpp) {
+        const int rows = min(rpp, r1 - g0);
+        for (int s = 0; s < streams; ++s) {
+            ring_produce(ring, seq++, (s == 0 ? gate : up) + g0 * row_bytes, static_cast<uint32_t>(rows * row_bytes), policy);
+        }
+    }
+}
+
+// One warp: dot of a bf16 row (nvec x 8 elements, shared memory) with x (fp32,
+// shared memory); lanes stride over 16-byte vectors, then a shuffle reduction.
+// Two accumulators halve the dependent-FMA chain.
+PORTER_DEVICE float dot_row(const uint4* row, const float4* x4, int nvec, int lane) {
+    float a0 = 0.f, a1 = 0.f;
+    for (int v = lane; v < nvec; v += 32) {
+        const uint4 q = row[v];
+        const float4 xa = x4[2 * v], xb = x4[2 * v + 1];
+        a0 = fmaf(bf16_lo(q.x), xa.x, a0); a1 = fmaf(bf16_hi(q.x), xa.y, a1);
+        a0 = fmaf(bf16_lo(q.y), xa.z, a0); a1 = fmaf(bf16_hi(q.y), xa.w, a1);
+        a0 = fmaf(bf16_lo(q.z), xb.x, a0); a1 = fmaf(bf16_hi(q.z), xb.y, a1);
+        a0 = fmaf(bf16_lo(q.w), xb.z, a0); a1 = fmaf(bf16_hi(q.w), xb.w, a1);
+    }
+    return warp_sum(a0 + a1);
+}
+
+// x = T1[0:K] into shared memory, RMS-normalised with weight T3 under PRE_NORM.
+// Each thread scales exactly the elements it loaded, so one reduction suffices.
+PORTER_DEVICE void stage_input(Ctx& c, int k) {
+    const float* src = c.ptr<const float>(1);
+    const bool norm = (c.flags() & isa::FLAG_PRE_NORM) != 0;
+    float ss = 0.f;
+    for (int i = 4 * c.ct; i < k; i += 4 * kComputeThreads) {
+        const float4 v = *reinterpret_cast<const float4*>(src + i);   // plain load: written this step
+        *reinterpret_cast<float4*>(c.x + i) = v;
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    if (norm) {
+        const float r = rsqrtf(group_sum(c, ss) / static_cast<float>(k) + c.f0());
+        const __nv_bfloat16* wt = c.ptr<const __nv_bfloat16>(3);
+        for (int i = 4 * c.ct; i < k; i += 4 * kComputeThreads) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) c.x[i + e] *= r * ldg_bf16(wt, i + e);
+        }
+    }
+    group_sync();
+}
+
+// Epilogue of one window [ws, we): y (and u) hold its rows relative to ws.
+PORTER_DEVICE void matvec_epilogue(Ctx& c, int ws, int we, float& best_v, int& best_i) {
+    const int flags = c.flags();
+    const int epi = flags & isa::EPILOGUE_MASK;
+    const TensorDesc& out = c.tensor(2);
+    const long base = static_cast<long>(c.iop(0)) + (ws - c.word(isa::W_R0));
+    const int n = we - ws;
+    if (epi == isa::EPI_ROPE) {
+        const int hd = c.iop(2), half = hd / 2, pos = c.iop(4);
+        const float* cs = c.ptr<const float>(5);
+        const float* sn = c.ptr<const float>(6);
+        for (int p = c.ct; p < n / 2; p += kComputeThreads) {
+            const int lo = (p / half) * hd + p % half, i = p % half;
+            const float a = c.y[lo], b = c.y[lo + half];
+            store_as(out, base + lo, rope_rotate(a, b, i, half, cs, sn, pos));
+            store_as(out, base + lo + half, rope_rotate(b, a, i + half, half, cs, sn, pos));
+        }
+        return;
+    }
+    const bool argmax = (flags & isa::FLAG_ARGMAX) != 0;
+    for (int j = c.ct; j < n; j += kComputeThreads) {
+        float v = c.y[j];
+        if (epi == isa::EPI_SILU_MUL) {
+            v = v / (1.f + fast_exp2(-v * kLog2e)) * c.u[j];
+        } else if (epi == isa::EPI_RESIDUAL_ADD) {
+            v += static_cast<const float*>(out.ptr)[base + j];   // only this instruction touches it
+        }
+        store_as(out, base + j, v);
+        if (argmax && better(v, ws + j, best_v, best_i)) { best_v = v; best_i = ws + j; }
+    }
+}
+
+PORTER_DEVICE void op_matvec(Ctx& c) {
+    const int k = c.tensor(0).cols;
+    if (k > kMaxK || k % 8) __trap();   // wider than the input buffer / not 16-byte rows: malformed program
+    stage_input(c, k);
+    const int rpp = rows_per_page(k);
+    const int nvec = k / 8;
+    const int streams = matvec_streams(c.flags());
+    const int r0 = c.word(isa::W_R0), r1 = c.word(isa::W_R1);
+    const float4* x4 = reinterpret_cast<const float4*>(c.x);
+    float best_v = -__int_as_float(0x7f800000);
+    int best_i = 0x7fffffff;
+    for (int ws = r0; ws < r1; ws += kYRows) {
+        const int we = min(ws + kYRows, r1);
+        int gi = 0;
+        for (int g0 = ws; g0 < we; g0 += rpp, ++gi) {
+            const int rows = min(rpp, we - g0);
+            const bool mine = gi % kComputeWarps == c.cw;
+            for (int s = 0; s < streams; ++s) {
+                const int seq = c.page_seq++;   // every warp counts every page
+                if (!mine) continue;
+                ring_wait_full(c.ring, seq);
+                const uint4* page = reinterpret_cast<const uint4*>(c.page(seq));
+                float* dst = (s == 0 ? c.y : c.u) + (g0 - ws);
+                for (int r = 0; r < rows; ++r) {
+                    const float d = dot_row(page + r * nvec, x4, nvec, c.lane);
+                    if (c.lane == 0) dst[r] = d;
+                }
+                ring_release(c.ring, seq);
+            }
+        }
+        group_sync();          // y/u of the window complete
+        matvec_epilogue(c, ws, we, best_v, best_i);
+        group_sync();          // epilogue done reading y/u before the next window
+    }
+    if (c.flags() & isa::FLAG_ARGMAX) {
+        group_argmax(c, best_v, best_i);
+        if (c.ct == 0) {
+            c.ptr<float>(5)[c.iop(3)] = best_v;
+            c.ptr<int>(6)[c.iop(3)] = best_i;
+        }
+    }
+}
+
+}  // namespace mk
+}  // namespace porter
+
+#endif  // PORTER_MK_MATVEC_CUH
