@@ -1,0 +1,324 @@
+"""Attention family: FlashAttention-style forward kernels (bf16 q/k/v/o, fp32 LSE).
+
+One variant per (head dim, causal). The mainloop follows the descriptor's tensor-core
+generation: ``tcgen05`` (S, P, O in Tensor Memory, single-thread MMAs) or ``wgmma``
+(S, P, O in registers, warpgroup MMAs). Each mainloop module provides
+``make_spec(arch, head_dim, causal)`` returning a KernelSpec, a list of them
+(e.g. a CTA-pair configuration next to the single-CTA one) or an Unsupported; this
+module owns the names, the kernel parameter list, rendering, numerics and the
+host-side entry point ``attention(q, k, v, causal)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from porter import render as renderlib
+from porter.errors import PorterError
+from porter.kernels.base import KernelSpec, Unsupported
+
+FAMILY = "attention"
+TEMPLATE = "attention.cu.j2"
+HEAD_DIMS = (64, 128)
+
+# The kernel signature shared by every mainloop (order matters: the host launches
+# with these positional arguments). TMA maps view q/k/v as 2-D (B*H*S, D) bf16.
+# ``TmaDescriptor`` is a CUtensorMap (128 B) the template passes by value as
+# ``const __grid_constant__`` (the convention of the GEMM family and porter.runtime).
+PARAMS: tuple[tuple[str, str], ...] = (
+    ("tma_q", "TmaDescriptor"),
+    ("tma_k", "TmaDescriptor"),
+    ("tma_v", "TmaDescriptor"),
+    ("o", "__nv_bfloat16*"),
+    ("lse", "float*"),
+    ("batch", "int"),
+    ("heads_q", "int"),
+    ("heads_kv", "int"),
+    ("seq_q", "int"),
+    ("seq_k", "int"),
+    ("softmax_scale_log2", "float"),
+)
+
+# Numerics cases run per variant on the CPU model: a masked KV tail, grouped-query
+# heads, Sq < Sk and (causal) Sq > Sk, so every masking rule is exercised.
+NUMERICS_CASES = (
+    # (b, hq, hkv, sq, sk)
+    (1, 2, 2, 128, 128),
+    (2, 4, 1, 64, 200),
+    (1, 4, 2, 96, 300),
+    (1, 2, 1, 160, 100),
+)
+
+
+def spec_name(head_dim: int, causal: bool, suffix: str = "") -> str:
+    """``attention.hd64``, ``attention.hd128.causal``, plus e.g. ``.pair``."""
+    return f"{FAMILY}.hd{head_dim}" + (".causal" if causal else "") + suffix
+
+
+def variant_name(head_dim: int, causal: bool) -> str:
+    """The user-facing variant: ``attention.bf16.hd64`` / ``attention.bf16.hd64.causal``."""
+    return f"{FAMILY}.bf16.hd{head_dim}" + (".causal" if causal else "")
+
+
+def entry_name(head_dim: int, causal: bool, mainloop: str, suffix: str = "") -> str:
+    """The extern "C" __global__ name: unique per spec so SASS and resources are per kernel."""
+    tag = suffix.strip(".").replace(".", "_")
+    return f"attention_fwd_{mainloop}_hd{head_dim}" + ("_causal" if causal else "") + (f"_{tag}" if tag else "")
+
+
+def base_config(arch, head_dim: int, causal: bool, mainloop: str) -> dict[str, Any]:
+    """The config keys every mainloop shares; each mainloop adds its tiles and roles."""
+    return {
+        "mainloop": mainloop,          # selects templates/attention/<mainloop>.cu.j2
+        "head_dim": head_dim,
+        "causal": causal,
+        "dtype": "bf16",
+        "params": [list(p) for p in PARAMS],
+        # Persistent grid: CTA c serves tiles c, c + grid, ...; the host launches
+        # min(tiles, sm_count) CTAs, tiles = batch * heads_q * ceil(seq_q / block_m).
+        "grid": "persistent",
+        "sm_count": arch.sm_count,
+    }
+
+
+def _mainloop_module(arch):
+    """The mainloop module for ``arch``'s tensor core, or None when it has neither."""
+    # Features, not names: the tensor-core generation decides the mainloop.
+    if arch.has("tcgen05"):
+        name = "porter.kernels.attention_tcgen05"
+    elif arch.has("wgmma"):
+        name = "porter.kernels.attention_wgmma"
+    else:
+        return None
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:   # a real import error inside the module: let it show
+            raise
+        return name            # the mainloop is not written (yet): reported as Unsupported
+
+
+def variants(arch) -> list[KernelSpec | Unsupported]:
+    out: list[KernelSpec | Unsupported] = []
+    mod = _mainloop_module(arch)
+    for head_dim in HEAD_DIMS:
+        for causal in (False, True):
+            if mod is None:
+                out.append(Unsupported(
+                    FAMILY, spec_name(head_dim, causal), variant_name(head_dim, causal),
+                    missing=("wgmma|tcgen05",),
+                    reason="needs a warpgroup (wgmma) or single-thread (tcgen05) tensor core with TMA"))
+                continue
+            if isinstance(mod, str):
+                out.append(Unsupported(
+                    FAMILY, spec_name(head_dim, causal), variant_name(head_dim, causal), missing=(),
+                    reason=f"no attention mainloop module {mod} in this install"))
+                continue
+            made = mod.make_spec(arch, head_dim, causal)
+            out.extend(made if isinstance(made, (list, tuple)) else [made])
+    return out
+
+
+def render(spec: KernelSpec, arch) -> str:
+    """Self-contained CUDA source of ``spec`` for ``arch``."""
+    return renderlib.render(spec.template or TEMPLATE, spec=spec, cfg=dict(spec.config), arch=arch)
+
+
+def numerics(spec: KernelSpec, arch) -> dict:
+    """CPU model of the kernel's arithmetic at the spec's KV tile, over NUMERICS_CASES."""
+    from porter.validation.attention_numerics import check_attention
+
+    head_dim = spec.config["head_dim"]
+    causal = bool(spec.config["causal"])
+    block_n = spec.config["block_n"]
+    cases = [check_attention(head_dim, causal, b, hq, hkv, sq, sk, seed=0, block_n=block_n)
+             for (b, hq, hkv, sq, sk) in NUMERICS_CASES]
+    return {"variant": spec.variant, "block_n": block_n, "cases": cases,
+            "passed": all(c["passed"] for c in cases)}
+
+
+def find_spec(arch, head_dim: int, causal: bool) -> KernelSpec:
+    """The (first) spec for (head_dim, causal) on ``arch``; PorterError if unsupported."""
+    for s in variants(arch):
+        if isinstance(s, KernelSpec) and s.config["head_dim"] == head_dim and bool(s.config["causal"]) == causal:
+            return s
+    raise PorterError(f"attention: head_dim={head_dim} causal={causal} is not supported on {arch.name} "
+                      f"(supported head dims: {', '.join(map(str, HEAD_DIMS))})")
+
+
+# ---- host entry point --------------------------------------------------------------
+
+def _shape_and_dtype(name: str, x) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) of a numpy array or a DLPack-capable tensor, without a GPU."""
+    shape = getattr(x, "shape", None)
+    dtype = getattr(x, "dtype", None)
+    if shape is None or dtype is None:
+        raise PorterError(f"attention: {name} must be a numpy array or a DLPack tensor; got {type(x).__name__}")
+    # numpy + ml_dtypes spells it 'bfloat16', torch 'torch.bfloat16', cupy/jax 'bfloat16'.
+    return tuple(int(s) for s in shape), str(dtype).rsplit(".", 1)[-1]
+
+
+def validate_inputs(q, k, v) -> tuple[int, int, int, int, int, int]:
+    """Check layouts, dtypes and head dim; returns (B, Hq, Hkv, Sq, Sk, D)."""
+    shapes = {}
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        shape, dtype = _shape_and_dtype(name, x)
+        if len(shape) != 4:
+            raise PorterError(f"attention: {name} must be 4-D [B, H, S, D]; got shape {shape}")
+        if dtype != "bfloat16":
+            raise PorterError(f"attention: {name} has dtype {dtype}; the kernels take bfloat16 "
+                              "(numpy: ml_dtypes.bfloat16, torch: torch.bfloat16)")
+        shapes[name] = shape
+    b, hq, sq, d = shapes["q"]
+    if shapes["k"] != shapes["v"]:
+        raise PorterError(f"attention: k {shapes['k']} and v {shapes['v']} must have the same shape")
+    bk, hkv, sk, dk = shapes["k"]
+    if bk != b:
+        raise PorterError(f"attention: batch differs: q has {b}, k/v have {bk}")
+    if dk != d:
+        raise PorterError(f"attention: head dim differs: q has {d}, k/v have {dk}")
+    if d not in HEAD_DIMS:
+        raise PorterError(f"attention: head dim {d} is not supported; use one of {', '.join(map(str, HEAD_DIMS))}")
+    if min(b, hq, hkv, sq, sk) <= 0:
+        raise PorterError(f"attention: empty dimension in q {shapes['q']} or k {shapes['k']}")
+    if hq % hkv != 0:
+        raise PorterError(f"attention: grouped-query attention needs Hq % Hkv == 0; got Hq={hq}, Hkv={hkv}")
+    return b, hq, hkv, sq, sk, d
+
+
+LOG2E = 1.4426950408889634
+
+
+def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: int,
+                softmax_scale: float | None = None) -> dict:
+    """Everything the host needs to launch ``spec`` (no GPU involved): the persistent
+    grid, block, dynamic shared memory, the scalar arguments and the three TMA maps
+    (2-D bf16 views (rows, cols) with their box and swizzle)."""
+    cfg = spec.config
+    d = cfg["head_dim"]
+    tiles = b * hq * -(-sq // cfg["block_m"])
+    # Persistent: one CTA (or one cluster, e.g. a CTA pair sharing a tile) per SM's
+    # worth of tiles; a mainloop may cap the CTAs with grid_ctas.
+    cluster = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
+    clusters = max(1, min(tiles, cfg.get("grid_ctas", arch.sm_count) // cluster))
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    boxes = cfg["tma_boxes"]
+
+    def tmap(name: str, rows: int) -> dict:
+        return {"rows": rows, "cols": d, "dtype": "bf16", "box": list(boxes[name]),
+                "swizzle": cfg["tma_swizzle"]}
+
+    return {
+        "entry": spec.entry,
+        "grid": (clusters * cluster, 1, 1),
+        "block": (spec.threads, 1, 1),
+        "cluster": spec.cluster,
+        "smem_bytes": spec.smem_bytes,
+        "tiles": tiles,
+        "tensor_maps": {"tma_q": tmap("q", b * hq * sq), "tma_k": tmap("k", b * hkv * sk),
+                        "tma_v": tmap("v", b * hkv * sk)},
+        "scalars": {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
+                    "softmax_scale_log2": scale * LOG2E},
+        "outputs": {"o": (b, hq, sq, d), "lse": (b, hq, sq)},
+    }
+
+
+def tensor_maps(spec: KernelSpec, plan: dict, row_bytes: int) -> dict:
+    """The q/k/v tensor maps as porter.runtime TensorMapParams, checked (no GPU)."""
+    from porter.runtime.tensormap import matrix_map
+
+    maps = {}
+    for param, m in plan["tensor_maps"].items():
+        box_cols, box_rows = m["box"]
+        maps[param] = matrix_map(f"{spec.name} {param}", "BFLOAT16", m["rows"], m["cols"], row_bytes,
+                                 box_cols, box_rows, m["swizzle"])
+    return maps
+
+
+def _array_side(q, k, v) -> str:
+    """"cpu" or "cuda": where q, k, v live (all on one side)."""
+    from porter.runtime.arrays import tensor_info
+
+    sides = {tensor_info(x, f"attention: {n}").device for n, x in (("q", q), ("k", k), ("v", v))}
+    if len(sides) != 1:
+        raise PorterError("attention: q, k and v must all be host arrays or all device arrays")
+    return sides.pop()
+
+
+def attention(q, k, v, causal: bool = False, arch=None, softmax_scale: float | None = None):
+    """softmax(q k^T * scale) v on the GPU; returns (o bf16 [B,Hq,Sq,D], lse fp32 [B,Hq,Sq]).
+
+    Shapes, dtypes, head dim and grouping are validated first, then the tensor maps and
+    the launch are planned; only then is the device touched (PorterError "no CUDA
+    device: ..." without one). Host (numpy) inputs are copied over and the results
+    come back as numpy arrays.
+    """
+    b, hq, hkv, sq, sk, d = validate_inputs(q, k, v)
+    from porter.arch import load_arch
+
+    if isinstance(arch, str):
+        arch = load_arch(arch)
+    if _array_side(q, k, v) != "cpu":
+        raise PorterError("attention: device arrays are not supported yet; pass numpy (host) arrays")
+    from porter.runtime import driver
+
+    dev = driver.device()                      # "no CUDA device: ..." without a GPU
+    if arch is None:
+        from porter.runtime.gemm import device_arch
+
+        arch = device_arch(dev)
+    spec = find_spec(arch, d, bool(causal))
+    plan = launch_plan(spec, arch, b, hq, hkv, sq, sk, softmax_scale)
+    host = _pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
+    maps = tensor_maps(spec, plan, d * 2)
+    return _run(spec, arch, plan, maps, host)
+
+
+def _pad_to_box(plan: dict, arrays: dict) -> dict:
+    """Host copies as 2-D (rows, D) bf16, zero-padded to at least one TMA box of rows.
+
+    A tensor map's box may not be larger than the tensor, so a tiny problem (fewer
+    rows than one tile) gets zero rows appended; the kernel masks keys >= seq_k and
+    never stores rows >= seq_q, so the padding is never seen. Updates ``plan``.
+    """
+    import numpy as np
+
+    out = {}
+    for param, x in arrays.items():
+        m = plan["tensor_maps"][param]
+        flat = np.ascontiguousarray(x).reshape(m["rows"], m["cols"])
+        need = max(m["rows"], m["box"][1])
+        if need > m["rows"]:
+            padded = np.zeros((need, m["cols"]), dtype=flat.dtype)
+            padded[: m["rows"]] = flat
+            flat, m["rows"] = padded, need
+        out[param] = flat
+    return out
+
+
+def _run(spec: KernelSpec, arch, plan: dict, maps: dict, host: dict):
+    import ml_dtypes
+    import numpy as np
+
+    from porter.kernels.build import build_kernel
+    from porter.runtime import driver
+
+    build = build_kernel(spec, arch)
+    if not build.ok:
+        failed = next((c for c in build.checks if not c.passed), None)
+        raise PorterError(f"{spec.name}: kernel not usable on {arch.name}: "
+                          + (f"{failed.name}: {failed.detail}" if failed else build.compile_error))
+    function = driver.load_function(build.compiled.cubin, spec.entry)
+    bufs = {param: driver.DeviceBuffer.from_host(x.ctypes.data, x.nbytes) for param, x in host.items()}
+    o = np.empty(plan["outputs"]["o"], dtype=ml_dtypes.bfloat16)
+    lse = np.empty(plan["outputs"]["lse"], dtype=np.float32)
+    o_buf, lse_buf = driver.DeviceBuffer(o.nbytes), driver.DeviceBuffer(lse.nbytes)
+    values = {"o": o_buf.ptr, "lse": lse_buf.ptr, **plan["scalars"]}
+    for param in ("tma_q", "tma_k", "tma_v"):
+        values[param] = maps[param].encode(bufs[param].ptr)
+    args = [driver.pack_arg(ctype, values[param]) for param, ctype in spec.config["params"]]
+    driver.launch(function, plan["grid"][0], plan["block"][0], plan["smem_bytes"], spec.cluster, args)
+    o_buf.copy_to_host(o.ctypes.data, o.nbytes)
+    lse_buf.copy_to_host(lse.ctypes.data, lse.nbytes)
+    return o, lse

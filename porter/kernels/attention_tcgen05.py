@@ -1,0 +1,233 @@
+"""Attention forward on single-thread tensor cores (tcgen05): S, P and O live in Tensor Memory.
+
+Warp roles (6 warps; one CTA = one 128-row query tile at a time, persistent over tiles):
+  warp 0      producer: one elected lane streams Q and the K/V ring with TMA
+  warp 1      allocates TMEM; one elected lane issues every tcgen05.mma / tcgen05.commit:
+              S(n) = Q K(n)^T (A and B from shared memory) into a double-buffered S,
+              then O += P(n-1) V(n-1) with P read from TMEM (the ``[a_tmem]`` form)
+  warps 2-5   softmax (warp w owns TMEM lanes 32*(w%4)..+31 = query rows): tcgen05.ld of
+              its S row, mask, online softmax in fp32 with ex2, tcgen05.st of P as packed
+              bf16, the O correction (tcgen05.ld / scale / tcgen05.st when the row max
+              moved), and the epilogue O / l -> bf16, LSE.
+
+Each softmax thread owns one whole query row (TMEM lane = row), so the row max and sum
+need no shuffles (the warpgroup-MMA register layout spreads a row over a quad of lanes).
+
+TMEM column map (128 lanes x 32-bit columns), allocated as the next power of two:
+  S0 [0, block_n)  S1 [block_n, 2 block_n)  O [2 block_n, 2 block_n + D)
+  P  [2 block_n + D, 2 block_n + D + block_n / 2)   (bf16 pairs: 2 keys per column)
+P has its own columns rather than aliasing S, so S(n+2) may be written while the P V of
+tile n still reads P(n) without relying on MMA issue order; one P buffer suffices since
+the softmax writes P(n) only after P V(n-1) completed (it must rescale O then anyway).
+
+Shared memory: Q tile + ``stages`` x (K tile + V tile) in 128-byte-swizzled TMA boxes of
+64 columns, sized to the descriptor's per-block budget, + barriers + the TMEM base slot.
+
+CTA pair (``.pair`` specs, descriptor feature ``cta_pair``): a 2-CTA cluster issues
+``cta_group::2`` MMAs with M = 256; each CTA keeps its 128 query rows (Q in its shared
+memory, S / P / O in its TMEM, its own softmax warps) and loads HALF of every K tile (B of
+Q K^T is split along N = keys) and half of the head-dim columns of every V tile (B of P V
+is split along N = head dim), so each CTA streams half the K/V bytes per query row. The
+even CTA issues the MMAs; loads complete on its barriers, its commits multicast to both.
+V's half must be whole 128-byte swizzle rows (64 columns), so the pair needs head dim 128.
+"""
+
+from __future__ import annotations
+
+from porter.kernels import attention as family
+from porter.kernels import encodings_tcgen05 as enc
+from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+
+MAINLOOP = "tcgen05"
+FEATURES = ("tcgen05", "tmem", "tma", "mbarrier")
+PAIR_FEATURES = ("cta_pair", "clusters")
+MMA_KIND = "f16"            # bf16 operands, fp32 accumulators in TMEM
+CTA_ROWS = 128              # query rows per CTA = the 128 TMEM lanes = one row per softmax thread
+BLOCK_N = 128               # keys per K/V tile (S columns per buffer)
+S_BUFFERS = 2               # S(n+1) is computed while the softmax works on S(n)
+WARPS = 6
+THREADS = 32 * WARPS
+PRODUCER_WARP, MMA_WARP, FIRST_SOFTMAX_WARP = 0, 1, 2
+SOFTMAX_WARPS = 4
+MAX_STAGES = 4
+MIN_STAGES = 2
+SWIZZLE_BYTES = 128         # TMA box inner extent and the operands' swizzle width
+BOX_COLS = SWIZZLE_BYTES // 2   # bf16 columns per TMA box
+ALIGN_SLACK = 1024          # dynamic smem base rounded up to the swizzle atom
+TMEM_CHUNK = 32             # tcgen05.ld / st .32x32b.x32: 32 columns per step
+MMA_K = 16                  # kind::f16: 256 bits of K per MMA
+
+
+def barrier_count(stages: int) -> int:
+    """q_full, q_empty; per stage k_full, v_full, kv_empty; s_full per S buffer; p_full;
+    pv_done. (No "S read" barrier: the MMA issue order already implies it - see the template.)"""
+    return 2 + 3 * stages + S_BUFFERS + 2
+
+
+def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1) -> dict:
+    """Per-CTA byte sizes and the K/V stages that fit ``budget`` (stages None if fewer than 2).
+    In a pair each CTA holds half of every K tile (keys) and half of every V tile (columns)."""
+    q_bytes = CTA_ROWS * head_dim * 2
+    stage_bytes = 2 * block_n * head_dim * 2 // cta_group      # K + V
+
+    def total(stages: int) -> int:
+        return ALIGN_SLACK + q_bytes + stages * stage_bytes + 8 * barrier_count(stages) + 8   # + TMEM slot
+
+    stages = MAX_STAGES
+    while stages >= MIN_STAGES and total(stages) > budget:
+        stages -= 1
+    ok = stages >= MIN_STAGES
+    return {"q_bytes": q_bytes, "stage_bytes": stage_bytes, "stages": stages if ok else None,
+            "smem_bytes": total(stages if ok else MIN_STAGES)}
+
+
+def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int) -> dict:
+    """Column offsets of S0, S1, O, P and the power-of-two allocation (per CTA, either mode)."""
+    s_cols = [i * block_n for i in range(S_BUFFERS)]
+    o_col = S_BUFFERS * block_n
+    p_col = o_col + head_dim
+    used = p_col + block_n // 2                     # P: two bf16 keys per 32-bit column
+    alloc = max(min_alloc, 1)
+    while alloc < used:
+        alloc *= 2
+    return {"s": s_cols, "o": o_col, "p": p_col, "used": used, "allocated": alloc,
+            "fits": alloc <= columns}
+
+
+def _sass_rules(arch, pair: bool):
+    kind_ops = arch.tensor_core.kind_sass.get(MMA_KIND) or ("UTCHMMA",)
+    op = kind_ops[0]
+    required = [
+        SassRule(rf"{op}\b", "tcgen05.mma kind::f16 for S = Q K^T and O += P V"),
+        SassRule(r"LDTM", "softmax reads S (and O) from Tensor Memory with tcgen05.ld"),
+        SassRule(r"STTM", "softmax writes P and the rescaled O to Tensor Memory with tcgen05.st"),
+        SassRule(r"MUFU\.EX2", "softmax exponentials through ex2.approx"),
+        SassRule(r"UTMALDG", "Q, K and V streamed by TMA"),
+        SassRule(r"UTCBAR", "tcgen05.commit signals S ready, stage free and P V done"),
+        SassRule(r"SYNCS\.", "mbarrier handshakes between producer, MMA and softmax warps"),
+        SassRule(r"UTCATOMSWS", "tcgen05.alloc / dealloc of the S, O and P columns"),
+    ]
+    forbidden = list(NO_SPILLS) + [
+        SassRule(r"HGMMA\b", "warpgroup wgmma (absent on tcgen05 targets)"),
+        SassRule(r"HMMA\b", "mma.sync fallback instead of tcgen05"),
+    ]
+    if pair:
+        pair_sig = arch.sass_signatures.get("cta_pair") or (rf"{op}\S*\.2CTA",)
+        required += [
+            SassRule(pair_sig[0], "cta_group::2: one MMA spans the CTA pair (sass_signatures.cta_pair)"),
+            SassRule(rf"{op}\.2CTA", "both MMAs in the pair form"),
+            SassRule(r"UTCBAR\.2CTA\.MULTICAST", "commits reach the barriers of both CTAs"),
+            SassRule(r"UTMALDG\S*\.2CTA", "both CTAs' loads complete on the even CTA's barriers"),
+        ]
+        # Every tcgen05 op of a kernel must use one cta_group: no single-CTA MMA may remain.
+        forbidden.append(SassRule(rf"{op}(?!\S*\.2CTA)", "a cta_group::1 MMA in a pair kernel"))
+    else:
+        forbidden.append(SassRule(rf"{op}\S*\.2CTA", "a single-CTA kernel must issue cta_group::1"))
+    return tuple(required), tuple(forbidden)
+
+
+def make_spec(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupported]:
+    """The single-CTA spec, plus the CTA-pair spec when the descriptor has CTA pairs."""
+    out = [make_one(arch, head_dim, causal, pair=False)]
+    if arch.has("cta_pair"):
+        out.append(make_one(arch, head_dim, causal, pair=True))
+    return out
+
+
+def make_one(arch, head_dim: int, causal: bool, pair: bool) -> KernelSpec | Unsupported:
+    suffix = ".pair" if pair else ""
+    name = family.spec_name(head_dim, causal, suffix)
+    variant = family.variant_name(head_dim, causal)
+    cta_group = 2 if pair else 1
+    block_m = CTA_ROWS * cta_group
+    features = FEATURES + (PAIR_FEATURES if pair else ())
+    missing = tuple(f for f in features if not arch.has(f))
+    if missing:
+        return Unsupported(family.FAMILY, name, variant, missing,
+                           "the tcgen05 attention mainloop needs tcgen05 MMAs, Tensor Memory, TMA and mbarriers"
+                           + (", and CTA pairs in clusters for .pair" if pair else ""))
+    if arch.tmem.lanes != CTA_ROWS:
+        return Unsupported(family.FAMILY, name, variant, (),
+                           f"the softmax maps one query row to each of {CTA_ROWS} TMEM lanes; "
+                           f"the descriptor has {arch.tmem.lanes}")
+    if pair and (head_dim // cta_group) % BOX_COLS:
+        return Unsupported(family.FAMILY, name, variant, (),
+                           f"each CTA of a pair holds {head_dim // cta_group} head-dim columns of V, "
+                           f"less than one {SWIZZLE_BYTES}-byte swizzle row ({BOX_COLS} bf16) the V layout uses")
+    block_n = BLOCK_N
+    for n in (block_n, head_dim):
+        if not arch.tensor_core.valid_shape(MMA_KIND, block_m, n, cta_group):
+            return Unsupported(family.FAMILY, name, variant, ("tcgen05",),
+                               f"tcgen05 kind::{MMA_KIND} has no M={block_m} N={n} cta_group::{cta_group} "
+                               f"shape on {arch.name}")
+    if arch.tensor_core.k_of(MMA_KIND) != MMA_K:
+        return Unsupported(family.FAMILY, name, variant, ("tcgen05",),
+                           f"kind::{MMA_KIND} K is {arch.tensor_core.k_of(MMA_KIND)}, the template steps {MMA_K}")
+    if pair and arch.cluster.max_portable < cta_group:
+        return Unsupported(family.FAMILY, name, variant, ("clusters",),
+                           f"a CTA pair needs clusters of {cta_group}; portable maximum {arch.cluster.max_portable}")
+    tmem = tmem_plan(head_dim, block_n, arch.tmem.columns, arch.tmem.alloc_min_columns)
+    if not tmem["fits"]:
+        return Unsupported(family.FAMILY, name, variant, (),
+                           f"S x {S_BUFFERS} + O + P need {tmem['used']} TMEM columns "
+                           f"({tmem['allocated']} allocated); the descriptor has {arch.tmem.columns}")
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group)
+    if plan["stages"] is None:
+        return Unsupported(family.FAMILY, name, variant, (),
+                           f"Q + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
+                           f"the block budget is {arch.smem_per_block_bytes} B")
+
+    idesc_qk = enc.encode_instr_desc(enc.InstrDesc(MMA_KIND, "bf16", "bf16", m=block_m, n=block_n))
+    # P V: A = P from TMEM (K-major by definition), B = V stored [keys, D] row-major, i.e.
+    # N (= D) contiguous: an MN-major B (transpose-B bit set).
+    idesc_pv = enc.encode_instr_desc(enc.InstrDesc(MMA_KIND, "bf16", "bf16", m=block_m, n=head_dim,
+                                                   b_major_mn=True))
+    # V as MN-major, 128B swizzle (PTX ISA 9.7.16.3.3 canonical layouts): the swizzle atom
+    # is 8 keys x 64 D-columns (1024 B); SBO = next 8 keys = 1024 B, LBO = next 64
+    # D-columns = the next TMA box (block_n rows x 128 B).
+    desc_v = enc.encode_smem_desc(lbo=block_n * SWIZZLE_BYTES, sbo=8 * SWIZZLE_BYTES, swizzle="128b")
+    cg = f"cta_group::{cta_group}"
+
+    cfg = family.base_config(arch, head_dim, causal, MAINLOOP)
+    cfg.update({
+        "cta_group": cta_group,
+        "block_m": block_m,             # query rows per tile (of the pair)
+        "cta_rows": CTA_ROWS,
+        "block_n": block_n,
+        "stages": plan["stages"],
+        "q_bytes": plan["q_bytes"],
+        "stage_bytes": plan["stage_bytes"],
+        "box_cols": BOX_COLS,
+        # TMA boxes (cols, rows) per CTA: K rows and V columns are split across a pair.
+        "tma_boxes": {"q": [BOX_COLS, CTA_ROWS], "k": [BOX_COLS, block_n // cta_group], "v": [BOX_COLS, block_n]},
+        "tma_swizzle": "128B",
+        # A pair's grid is 2 x clusters; cluster c serves tiles c, c + clusters, ...
+        "grid_ctas": arch.sm_count // cta_group * cta_group,
+        "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
+                  "softmax": list(range(FIRST_SOFTMAX_WARP, FIRST_SOFTMAX_WARP + SOFTMAX_WARPS))},
+        "mma_kind": MMA_KIND,
+        "mma_k": MMA_K,
+        "mma_qk": f"m{block_m}n{block_n}k{MMA_K} {cg}, A = Q (smem, K-major), B = K (smem, K-major)",
+        "mma_pv": f"m{block_m}n{head_dim}k{MMA_K} {cg}, A = P (TMEM), B = V (smem, MN-major)",
+        "idesc_qk": f"0x{idesc_qk:08X}",
+        "idesc_pv": f"0x{idesc_pv:08X}",
+        "desc_k_major": f"0x{enc.kmajor_sw128_operand_desc():016X}",
+        "desc_v_mn_major": f"0x{desc_v:016X}",
+        "s_buffers": S_BUFFERS,
+        "tmem_chunk": TMEM_CHUNK,
+        "tmem_columns": {"s": tmem["s"], "o": tmem["o"], "p": tmem["p"],
+                         "used": tmem["used"], "allocated": tmem["allocated"]},
+        "smem_budget": {"per_block": arch.smem_per_block_bytes, "q": plan["q_bytes"],
+                        "per_stage": plan["stage_bytes"], "stages": plan["stages"],
+                        "barriers": 8 * barrier_count(plan["stages"]) + 8, "align_slack": ALIGN_SLACK,
+                        "total": plan["smem_bytes"]},
+    })
+    required, forbidden = _sass_rules(arch, pair)
+    return KernelSpec(
+        family=family.FAMILY, name=name, variant=variant,
+        entry=family.entry_name(head_dim, causal, MAINLOOP, suffix),
+        config=cfg, features=features,
+        sass_required=required, sass_forbidden=forbidden,
+        threads=THREADS, smem_bytes=plan["smem_bytes"], tmem_columns=tmem["allocated"],
+        cluster=(cta_group, 1, 1), template=family.TEMPLATE,
+    )
