@@ -58,11 +58,33 @@ def _kind_for(arch, fmt: str) -> str:
     return kinds[0]
 
 
+THREADS = WARPGROUP * (1 + CONSUMERS)
+
+
+def launch_registers(arch) -> int:
+    """Registers per thread ptxas allocates at launch under __launch_bounds__(THREADS, 1):
+    the register file split evenly, rounded down to the allocation granule of 8, capped."""
+    return min(arch.max_regs_per_thread, arch.regs_per_sm // THREADS // 8 * 8)
+
+
 def _register_split(arch) -> tuple[int, int]:
-    """(producer, consumer) registers per thread after setmaxnreg."""
-    free = arch.regs_per_sm - PRODUCER_REGS * WARPGROUP
-    consumer = min(free // (CONSUMERS * WARPGROUP), arch.max_regs_per_thread + 1) // 8 * 8
-    return PRODUCER_REGS, min(consumer, 256)
+    """(producer, consumer) registers per thread after setmaxnreg.
+
+    setmaxnreg.inc only draws on the CTA's register pool, which holds what the CTA was
+    given at launch (launch_registers x THREADS) - not the SM's whole register file. A
+    split computed from ``regs_per_sm`` can ask for more than the producer's .dec frees
+    (e.g. regs_per_sm 32768: launch 80 / thread, pool 30720, but 40 x 128 + 104 x 256 =
+    31744), and then the consumers' .inc blocks forever. So the split is taken from the
+    launch pool.
+    """
+    launch = launch_registers(arch)
+    pool = launch * THREADS
+    consumer = min((pool - PRODUCER_REGS * WARPGROUP) // (CONSUMERS * WARPGROUP), 256) // 8 * 8
+    if PRODUCER_REGS > launch or consumer < launch:
+        raise PorterError(f"arch {arch.name}: {arch.regs_per_sm} registers per SM give {launch} per thread at "
+                          f"launch; setmaxnreg needs the producer's {PRODUCER_REGS} <= {launch} <= the "
+                          f"consumers' {consumer} (regs_per_sm / max_regs_per_thread)")
+    return PRODUCER_REGS, consumer
 
 
 def _sass_rules(arch, kind: str, ptx_type: str, mma_n: int, mma_k: int):
@@ -135,7 +157,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
     b_box_rows = mma_n // cluster_m
     a_stage, b_stage = tile_m * tile_k * elem, mma_n * tile_k * elem
     smem_bytes = ALIGN_SLACK + epilogue_bytes + stages * (stage_bytes + barrier_bytes_per_stage)
-    threads = WARPGROUP * (1 + CONSUMERS)
+    threads = THREADS
     ptx_type = fmt
     desc_template = enc.k_major_swizzled_template(SWIZZLE_ROW_BYTES, SWIZZLE)
     params = gemm.kernel_params(variant)
@@ -173,7 +195,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         "producer_regs": producer_regs, "consumer_regs": consumer_regs,
         # Registers per thread ptxas may use at launch: the register file split
         # evenly, rounded to the allocation granule; setmaxnreg moves them later.
-        "registers_expected": min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8),
+        "registers_expected": launch_registers(arch),
         "accumulator_regs": mma_n // 2,
         # The scheduler walks cluster units (CLUSTER_M tiles along M); group_m counts unit rows.
         "cluster_m": cluster_m,
