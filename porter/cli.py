@@ -2,14 +2,21 @@
 
 Each command group lives in its own module under ``porter/commands/`` and exposes
 ``register(subparsers)``; the module adds its parser(s) and sets ``func`` on them.
-A ``PorterError`` anywhere ends in one line on stderr and exit code 2.
+
+Every way a run can end badly ends in one line on stderr, never a traceback:
+a ``PorterError`` (bad input, a missing toolchain piece) or a bad argument exits 2,
+a file-system error (an unwritable folder, a full disk) exits 2 naming the path,
+Ctrl-C exits 130, and a bug in porter itself exits 1 with the exception and where it
+was raised (``PORTER_TRACEBACK=1`` shows the whole traceback, for porter's developers).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 from porter import __version__
 from porter.errors import PorterError
@@ -21,11 +28,50 @@ COMMAND_MODULES = [
     "plan",
     "diff",
     "kernel",
+    "validate",
+    "bench",
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (what is wrong, and where to read more)
+    instead of a usage block followed by the error."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def jobs_arg(text: str) -> int:
+    """``--jobs N``: a worker count, 1 or more, or 0 for one per CPU."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (give 1 or more, or 0 for one per CPU)")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} workers: give 1 or more, or 0 for one per CPU")
+    return value
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """Fail before any work when ``path`` (given as ``flag``) cannot be written: a folder
+    in the way, or a parent folder that cannot be created or written to."""
+    from pathlib import Path
+
+    target = Path(path)
+    if target.is_dir():
+        raise PorterError(f"{flag} {path}: is a folder; give a file name")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PorterError(f"{flag} {path}: cannot create folder {parent} ({exc.strerror}); "
+                          "give a path you can write to") from None
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise PorterError(f"{flag} {path}: folder {parent} is not writable; give a path you can write to")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="porter",
         description="Retarget GPU kernels to a new GPU generation: descriptors, "
         "templates, NVRTC compiles, SASS checks, numerics and reports.",
@@ -37,9 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _where(exc: BaseException) -> str:
+    """file:line of the innermost frame that raised ``exc`` (for a one-line bug report)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown place"
+    last = frames[-1]
+    return f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # --help, --version, or a bad argument (one line, see OneLineParser)
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -51,6 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("porter: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # The file system said no (a folder that cannot be created, no space, no
+        # permission): name the path; the command wrote its files atomically, so
+        # nothing half-written is left behind.
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"porter: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if os.environ.get("PORTER_TRACEBACK"):
+            raise
+        print(f"porter: internal error: {type(exc).__name__}: {exc} (at {_where(exc)}); "
+              "this is a bug in porter: rerun with PORTER_TRACEBACK=1 and report the traceback",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
