@@ -1,6 +1,7 @@
 """Attention family skeleton: variants by feature, names, parameters, numerics, host checks."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import ml_dtypes
@@ -271,3 +272,87 @@ def test_launch_plan_grid_respects_clusters_and_sms(arch_name):
             assert grid % cluster == 0 and cluster <= grid <= arch.sm_count, (spec.name, grid)
             # Never more clusters than tiles (an idle cluster would only wait at exit).
             assert grid // cluster <= max(1, plan["tiles"]), spec.name
+
+
+# ---- which kernel attention() launches: single CTA or CTA pair --------------------------
+
+def test_find_spec_picks_single_or_pair_and_says_why_not(hopper):
+    bw = load_arch("blackwell")
+    single = attention.find_spec(bw, 128, True)
+    pair = attention.find_spec(bw, 128, True, pair=True)
+    assert single.name == "attention.hd128.causal" and attention.cluster_size(single) == 1
+    assert pair.name == "attention.hd128.causal.pair" and attention.cluster_size(pair) == 2
+    # hd64 has no pair kernel (half of V's columns is less than one swizzle row): the
+    # error carries the mainloop's reason; Hopper has no CTA pairs at all.
+    with pytest.raises(PorterError, match=r"no CTA-pair kernel for head_dim=64.*head-dim columns"):
+        attention.find_spec(bw, 64, False, pair=True)
+    with pytest.raises(PorterError, match="no CTA-pair kernel"):
+        attention.find_spec(hopper, 128, False, pair=True)
+
+
+def test_choose_spec_prefers_the_pair_unless_it_needs_more_waves(hopper):
+    bw = load_arch("blackwell")
+    # Enough query tiles to fill the machine either way: same waves, the pair wins the tie
+    # (half the K/V bytes per CTA), and its grid is a whole number of pairs.
+    big = attention.choose_spec(bw, 128, False, b=4, hq=32, sq=4096, sk=4096)
+    assert attention.cluster_size(big) == 2
+    plan = attention.launch_plan(big, bw, 4, 32, 8, 4096, 4096)
+    assert plan["grid"][0] == 2 * min(plan["tiles"], bw.sm_count // 2) and plan["grid"][0] % 2 == 0
+    # One 128-row query tile per head on every SM: one wave single, two as pairs (a pair
+    # tile is 256 rows and only sm_count / 2 pairs run at once).
+    heads = bw.sm_count
+    short = attention.choose_spec(bw, 128, False, b=1, hq=heads, sq=128, sk=4096)
+    assert attention.cluster_size(short) == 1
+    assert (attention.estimated_steps(short, bw, 1, heads, 128, 4096)
+            < attention.estimated_steps(attention.find_spec(bw, 128, False, pair=True), bw, 1, heads, 128, 4096))
+    # Forcing either one, and no pair where there is none.
+    assert attention.cluster_size(attention.choose_spec(bw, 128, False, 4, 32, 4096, 4096, pair=False)) == 1
+    assert attention.cluster_size(attention.choose_spec(hopper, 128, False, 4, 32, 4096, 4096)) == 1
+    assert attention.cluster_size(attention.choose_spec(bw, 64, False, 4, 32, 4096, 4096)) == 1
+
+
+def test_causal_cost_counts_the_longest_query_tile():
+    bw = load_arch("blackwell")
+    spec = attention.find_spec(bw, 128, True)
+    # Sq = Sk = 1024: the last 128-row tile sees all 1024 keys = 8 K/V tiles; one wave.
+    assert attention.estimated_steps(spec, bw, 1, 1, 1024, 1024) == 8
+    # Sq > Sk: bottom-right alignment, the last rows see every key, the first none.
+    assert attention._kv_tiles(0, 128, 128, 1024, 100, True) == 0
+    assert attention._kv_tiles(896, 128, 128, 1024, 100, True) == 1
+
+
+def test_pair_error_comes_before_the_device(hopper):
+    x = _bf16((1, 2, 16, 128))
+    with pytest.raises(PorterError, match="no CTA-pair kernel"):
+        attention.attention(x, x, x, arch=hopper, pair=True)
+
+
+def test_rescale_factor_is_exactly_one_when_the_max_does_not_move():
+    """alpha = 2^(m_old c - m_new c) is computed as ex2(fma(m_old, c, -(m_new c))). With
+    m_old == m_new that is ex2 of the rounding error of m c - not 0 - and comes out as
+    1 + 1 ulp for |m c| >= 2, which defeats the TMEM mainloop's "skip the O correction
+    when no max moved" test (alpha != 1). The shared helper must special-case it."""
+    from porter import paths
+
+    c = np.float32(128 ** -0.5 * attention.LOG2E)
+    m = np.random.default_rng(0).uniform(0, 64, 4096).astype(np.float32)
+    neg_mc = -(m * c)                                            # float32 product, rounded
+    residual = (m.astype(np.float64) * np.float64(c) + neg_mc.astype(np.float64)).astype(np.float32)  # fmaf
+    alpha = np.exp2(residual).astype(np.float32)
+    assert np.any(residual != 0) and np.any(alpha != 1), "the premise: the unguarded alpha is not 1"
+    src = (paths.data_dir("kernels_src") / "attention" / "softmax.cuh").read_text()
+    body = src[src.index("PORTER_DEVICE float rescale_factor("):]
+    body = body[:body.index("}")]
+    assert "m_old == m_new ? 1.f :" in body
+    for tmpl in ("wgmma.cu.j2", "tcgen05.cu.j2"):
+        text = (paths.data_dir("templates") / "attention" / tmpl).read_text()
+        assert re.search(r"rescale_factor\(m(\[i\])?, mx, scale_log2, neg_m\)", text), tmpl
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.125, float("nan"), float("inf")])
+def test_launch_plan_rejects_a_scale_the_raw_score_max_cannot_take(hopper, scale):
+    """The kernels track max(raw S) and fold the scale into the exponent, which equals
+    max(scale * S) only for scale > 0: any other scale is refused, not silently wrong."""
+    spec = attention.find_spec(hopper, 64, False)
+    with pytest.raises(PorterError, match="softmax_scale must be a finite number > 0"):
+        attention.launch_plan(spec, hopper, 1, 1, 1, 64, 64, softmax_scale=scale)

@@ -67,9 +67,21 @@ def test_consumer_warpgroups_take_turns_on_named_barriers(builds):
 
 def test_softmax_overlaps_the_previous_pv(builds):
     """wgmma.wait_group 1 after issuing S(n) and P V(n-1): the softmax of tile n runs
-    while the tensor core still accumulates O."""
+    while the tensor core still accumulates O. Checked in the SASS, not the source:
+    every exponential of the steady-state softmax must sit between the DEPBAR that waits
+    for S(n) (LE 1) and the next one that waits for P V(n-1) (LE 0). (When the wait<0>
+    followed the softmax in the same basic block, ptxas scheduled it above all of the
+    MUFU.EX2s and the overlap was gone although the source looked right.)"""
     for name, b in builds.items():
-        assert _sass_lines(b, r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1"), name
+        lines = b.sass.splitlines()
+        wait1 = [i for i, l in enumerate(lines) if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1\b", l)]
+        assert len(wait1) == 1, name
+        wait0 = next(i for i in range(wait1[0] + 1, len(lines))
+                     if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", lines[i]))
+        overlapped = sum("MUFU.EX2" in l for l in lines[wait1[0]:wait0])
+        bn = b.spec.config["block_n"]
+        # bn/2 scores per thread, plus the two rows' correction factors.
+        assert overlapped >= bn // 2 + 2, (name, overlapped)
 
 
 @pytest.mark.parametrize("name", ["attention.hd64.causal", "attention.hd128"])
@@ -250,7 +262,13 @@ def _replay_protocol(kv_tiles_per_tile, stages, seed, fault=None):
             assert buf["q"] == tile and buf[("k", stage)] == (tile, 0)      # wait<0>
             if kv == 1 and fault != "early_q_release":
                 q_empty.arrive(warps_per_wg)
+            pv = None   # (stage, tag) read by the P V in flight, waited for one step later
             for n in range(1, kv):
+                if pv is not None:
+                    yield
+                    assert buf[("v", pv[0])] == pv[1]                       # wait<0>: P V(n-2) done
+                    if fault != "early_release":
+                        kv_empty[pv[0]].arrive(warps_per_wg)
                 prev, prev_phase = stage, phase
                 kv_iter += 1
                 stage, phase = kv_iter % stages, (kv_iter // stages) & 1
@@ -262,14 +280,17 @@ def _replay_protocol(kv_tiles_per_tile, stages, seed, fault=None):
                 give_turn(wg)
                 if fault == "early_release":
                     kv_empty[prev].arrive(warps_per_wg)
+                pv = (prev, (tile, n - 1))
                 yield
                 assert buf["q"] == tile and buf[("k", stage)] == (tile, n)  # wait<1>: S(n) done
                 if n == kv - 1 and fault != "early_q_release":
                     q_empty.arrive(warps_per_wg)
+                # the softmax of S(n) runs here, while P V(n-1) may still accumulate
+            if pv is not None:
                 yield
-                assert buf[("v", prev)] == (tile, n - 1)                    # wait<0>: P V done
+                assert buf[("v", pv[0])] == pv[1]                           # wait<0> after the loop
                 if fault != "early_release":
-                    kv_empty[prev].arrive(warps_per_wg)
+                    kv_empty[pv[0]].arrive(warps_per_wg)
             yield from wait(v_full[stage], phase)
             yield from take_turn(wg)
             assert buf[("v", stage)] == (tile, kv - 1)                      # last P V
@@ -278,6 +299,8 @@ def _replay_protocol(kv_tiles_per_tile, stages, seed, fault=None):
             assert buf[("v", stage)] == (tile, kv - 1)
             kv_empty[stage].arrive(warps_per_wg)
             kv_iter += 1
+        if wg == 0 and fault != "unbalanced_turns":
+            yield from take_turn(wg)   # consume warpgroup 1's last hand-off before exit
 
     roles = [producer(), consumer(0), consumer(1)]
     stuck = 0   # consecutive picks in which the picked role could not move
@@ -298,6 +321,8 @@ def _replay_protocol(kv_tiles_per_tile, stages, seed, fault=None):
         # in a row (each role picked many times) means none of them can move.
         assert stuck < 200 or in_flight, "deadlock: every role waits and no load is in flight"
     assert all(b.pending == b.count and b.tx == 0 for b in [q_full, q_empty] + k_full + v_full + kv_empty)
+    # No named-barrier arrival is left pending at exit: every hand-off was consumed.
+    assert turns == [0, 0], f"turn hand-offs left pending at exit: {turns}"
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
@@ -310,11 +335,13 @@ def test_pipeline_protocol_delivers_every_tile_in_order(stages, seed):
     _replay_protocol(tiles, stages, seed)
 
 
-@pytest.mark.parametrize("fault", ["early_release", "early_q_release", "empty_parity", "no_pingpong_token"])
+@pytest.mark.parametrize("fault", ["early_release", "early_q_release", "empty_parity", "no_pingpong_token",
+                                   "unbalanced_turns"])
 def test_pipeline_protocol_model_catches_broken_protocols(fault):
     """The replay is a real check: freeing a stage before its P V finished, freeing Q
-    before the last S, waiting on the wrong parity, or warpgroup 1 not handing the
-    first turn to warpgroup 0, each fails for some schedule."""
+    before the last S, waiting on the wrong parity, warpgroup 1 not handing the
+    first turn to warpgroup 0, or exiting with a turn hand-off still pending, each
+    fails for some schedule."""
     failures = 0
     for seed in range(20):
         rng = random.Random(seed)
@@ -327,16 +354,62 @@ def test_pipeline_protocol_model_catches_broken_protocols(fault):
 
 
 def test_rendered_loop_has_the_order_the_protocol_model_replays(builds):
-    """Ties the model above to the source: in the steady-state loop, S(n) is issued
-    before P V(n-1); the q_empty arrival follows wait<1>; the stage is freed only after
-    wait<0>, and O is rescaled only then."""
+    """Ties the model above to the source: in the steady-state loop, the P V issued by
+    the previous iteration is waited for (wait<0>) at the top, and only then is its stage
+    freed, O rescaled and P packed; S(n) is issued before P V(n-1); the q_empty arrival
+    follows wait<1>; the softmax comes last, overlapping P V(n-1)."""
     src = builds["attention.hd128.causal"].source
     loop = src[src.index("for (int n = 1; n < t.kv_tiles; ++n)"):]
-    order = ["mbar_wait(s.v_full(prev_stage), prev_phase);", "take_turn(wg);",
+    order = ["wgmma_wait<0>();", "mbar_arrive(s.kv_empty(pv_stage));", "rescale_o(oacc, alpha);",
+             "pack_p(sacc, pfrag);", "mbar_wait(s.v_full(prev_stage), prev_phase);", "take_turn(wg);",
              "mma_qk(sacc, q_rows, s.k(stage));", "mma_pv(oacc, pfrag, s.v(prev_stage));",
-             "give_turn(wg);", "wgmma_wait<1>();", "mbar_arrive(s.q_empty());", "online_softmax(", "wgmma_wait<0>();",
-             "mbar_arrive(s.kv_empty(prev_stage));", "rescale_o(oacc, alpha);", "pack_p(sacc, pfrag);"]
+             "give_turn(wg);", "wgmma_wait<1>();", "mbar_arrive(s.q_empty());", "online_softmax("]
     positions = [loop.index(x) for x in order]
     assert positions == sorted(positions)
+    # After the loop: wait for the loop's last P V, free its stage, rescale, issue the last P V.
+    tail = loop[loop.index("online_softmax("):]
+    tail_order = ["wgmma_wait<0>();", "mbar_arrive(s.kv_empty(pv_stage));", "rescale_o(oacc, alpha);",
+                  "pack_p(sacc, pfrag);", "mma_pv(oacc, pfrag, s.v(stage));", "mbar_arrive(s.kv_empty(stage));"]
+    positions = [tail.index(x) for x in tail_order]
+    assert positions == sorted(positions)
     assert "if (wg == 1) give_turn(wg);" in src and "constexpr bool kPingPong = true;" in src
+    # ... and the opening hand-off is consumed before exit (the model's turns == [0, 0]).
+    assert src.index("if (wg == 0) take_turn(wg);") > src.index("store_lse(p, t, row")
     assert "mbar_init(s.q_empty(), kConsumerWarps);" in src and "constexpr uint32_t kConsumerWarps = 4 * kConsumerWarpgroups;" in src
+
+
+# ---- S accumulator fragment -> P register-A fragment (no shuffles) -----------------------
+
+def _d_fragment(lane: int, reg: int) -> tuple[int, int]:
+    """(row, col) in a warp's 16 rows of the wgmma f32 accumulator (PTX ISA, wgmma
+    "Register Fragments", matrix D for .m64nNk16): register 4j + 2i + e holds row
+    lane/4 + 8i, column 8j + 2 (lane % 4) + e."""
+    j, i, e = reg // 4, (reg % 4) // 2, reg % 2
+    return lane // 4 + 8 * i, 8 * j + 2 * (lane % 4) + e
+
+
+def _a_fragment(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """(row, col) of the 16-bit element in the low (half 0) or high (half 1) 16 bits of
+    A register reg (a0..a3) of a .bf16 register-A wgmma (PTX ISA, matrix A for
+    .m64nNk16): a0 / a1 rows lane/4 / + 8, columns 2 (lane % 4) + half; a2 / a3 the
+    same rows 8 columns further."""
+    return lane // 4 + 8 * (reg % 2), 8 * (reg // 2) + 2 * (lane % 4) + half
+
+
+def test_p_fragment_packing_matches_the_isa_layouts():
+    """pack_p_fragment reinterprets the QK accumulator as the PV A operand in place:
+    for every lane, every k-slice and both halves of every A register, the packed S
+    element must be the one at the same (row, column) of P."""
+    from porter import paths
+
+    src = (paths.data_dir("kernels_src") / "attention" / "wgmma_frag.cuh").read_text()
+    packs = re.findall(r"a\[(\d)\] = pack_bf16x2\(p\[8 \* kk \+ (\d)\], p\[8 \* kk \+ (\d)\]\);", src)
+    assert sorted(int(q) for q, _, _ in packs) == [0, 1, 2, 3]
+    # pack_bf16x2(lo, hi): its first argument lands in the low half (common.cuh, cvt.rn.bf16x2).
+    for kk in range(128 // 16):
+        for q, lo, hi in packs:
+            for half, off in ((0, int(lo)), (1, int(hi))):
+                for lane in range(32):
+                    s_row, s_col = _d_fragment(lane, 8 * kk + off)
+                    a_row, a_col = _a_fragment(lane, int(q), half)
+                    assert (s_row, s_col) == (a_row, 16 * kk + a_col), (kk, q, half, lane)

@@ -48,8 +48,13 @@ PORTER_DEVICE float scaled_exp2(float s, float scale_log2, float neg_m) {
 
 // How much the old partial sums shrink when the max moves m_old -> m_new
 // (neg_m_new from neg_max_scaled(m_new)); 0 when m_old was -inf.
-PORTER_DEVICE float rescale_factor(float m_old, float scale_log2, float neg_m_new) {
-    return exp2_approx(fmaf(m_old, scale_log2, neg_m_new));
+// Exactly 1 when the max did not move: fma(m, c, -(m * c)) is the rounding error of
+// m * c, not 0, so ex2 of it can come out as 1 + 1 ulp once |m * c| >= 2. That broke
+// the "skip the O correction when no row's max moved" test of the TMEM mainloop (an
+// alpha != 1 forces a TMEM load / scale / store of O for nothing) and made O drift by
+// an ulp per tile against the reference model, whose alpha is exp2(0) = 1 there.
+PORTER_DEVICE float rescale_factor(float m_old, float m_new, float scale_log2, float neg_m_new) {
+    return m_old == m_new ? 1.f : exp2_approx(fmaf(m_old, scale_log2, neg_m_new));
 }
 
 // Natural-log LSE of a finished row; -inf when it saw no key.

@@ -12,6 +12,7 @@ host-side entry point ``attention(q, k, v, causal)``.
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Any
 
 from porter import render as renderlib
@@ -75,8 +76,10 @@ def base_config(arch, head_dim: int, causal: bool, mainloop: str) -> dict[str, A
         "causal": causal,
         "dtype": "bf16",
         "params": [list(p) for p in PARAMS],
-        # Persistent grid: CTA c serves tiles c, c + grid, ...; the host launches
-        # min(tiles, sm_count) CTAs, tiles = batch * heads_q * ceil(seq_q / block_m).
+        # Persistent grid over tiles = batch * heads_q * ceil(seq_q / block_m): the host
+        # launches min(tiles, sm_count) CTAs, CTA c serving tiles c, c + grid, ...; a
+        # CTA-pair spec (cluster of 2, config grid_ctas) launches 2 * min(tiles,
+        # sm_count // 2) CTAs, pair c = blockIdx.x / 2 serving tiles c, c + grid / 2, ...
         "grid": "persistent",
         "sm_count": arch.sm_count,
     }
@@ -138,13 +141,65 @@ def numerics(spec: KernelSpec, arch) -> dict:
             "passed": all(c["passed"] for c in cases)}
 
 
-def find_spec(arch, head_dim: int, causal: bool) -> KernelSpec:
-    """The (first) spec for (head_dim, causal) on ``arch``; PorterError if unsupported."""
-    for s in variants(arch):
-        if isinstance(s, KernelSpec) and s.config["head_dim"] == head_dim and bool(s.config["causal"]) == causal:
+def cluster_size(spec: KernelSpec) -> int:
+    """CTAs per cluster: 2 for a CTA-pair spec, 1 otherwise."""
+    return spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
+
+
+def _matching(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupported]:
+    return [s for s in variants(arch)
+            if s.variant == variant_name(head_dim, causal)]
+
+
+def find_spec(arch, head_dim: int, causal: bool, pair: bool = False) -> KernelSpec:
+    """The single-CTA (or, with ``pair``, the CTA-pair) spec for (head_dim, causal) on
+    ``arch``; PorterError naming why when there is none."""
+    found = _matching(arch, head_dim, causal)
+    for s in found:
+        if isinstance(s, KernelSpec) and (cluster_size(s) > 1) == pair:
             return s
+    if pair:
+        why = next((u.reason for u in found if isinstance(u, Unsupported) and u.name.endswith(".pair")),
+                   "the descriptor has no CTA pairs")
+        raise PorterError(f"attention: no CTA-pair kernel for head_dim={head_dim} causal={causal} "
+                          f"on {arch.name}: {why}; pass pair=False")
     raise PorterError(f"attention: head_dim={head_dim} causal={causal} is not supported on {arch.name} "
                       f"(supported head dims: {', '.join(map(str, HEAD_DIMS))})")
+
+
+def _kv_tiles(q0: int, block_m: int, block_n: int, sq: int, sk: int, causal: bool) -> int:
+    """K/V tiles a query tile visits (mirrors kv_tile_count in attention/mask.cuh)."""
+    last = min(q0 + block_m - 1, sq - 1)
+    lim = sk if not causal else max(0, min(sk, last + 1 + sk - sq))
+    return -(-lim // block_n)
+
+
+def estimated_steps(spec: KernelSpec, arch, b: int, hq: int, sq: int, sk: int) -> int:
+    """A launch-time cost model (no GPU measurement behind it): waves of the persistent
+    grid x K/V tiles of the longest query tile (the last one when causal). One K/V step
+    costs a CTA about the same in both configurations - each CTA owns 128 query rows
+    either way; a pair only splits the B operands (K rows, V columns) between its CTAs."""
+    cfg = spec.config
+    tiles = b * hq * -(-sq // cfg["block_m"])
+    slots = max(1, cfg.get("grid_ctas", arch.sm_count) // cluster_size(spec))
+    waves = -(-tiles // slots)
+    last_q0 = (-(-sq // cfg["block_m"]) - 1) * cfg["block_m"]
+    return waves * max(1, _kv_tiles(last_q0, cfg["block_m"], cfg["block_n"], sq, sk, bool(cfg["causal"])))
+
+
+def choose_spec(arch, head_dim: int, causal: bool, b: int, hq: int, sq: int, sk: int,
+                pair: bool | None = None) -> KernelSpec:
+    """The spec ``attention()`` launches. ``pair`` True / False forces the CTA-pair /
+    single-CTA kernel; None picks by :func:`estimated_steps`, preferring the pair on a tie
+    (it streams half the K/V bytes per CTA through shared memory and issues M = 256 MMAs)."""
+    if pair is not None:
+        return find_spec(arch, head_dim, causal, pair)
+    single = find_spec(arch, head_dim, causal, pair=False)
+    pairs = [s for s in _matching(arch, head_dim, causal) if isinstance(s, KernelSpec) and cluster_size(s) > 1]
+    if not pairs:
+        return single
+    cost = {id(s): estimated_steps(s, arch, b, hq, sq, sk) for s in (single, pairs[0])}
+    return pairs[0] if cost[id(pairs[0])] <= cost[id(single)] else single
 
 
 # ---- host entry point --------------------------------------------------------------
@@ -203,6 +258,10 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
     cluster = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
     clusters = max(1, min(tiles, cfg.get("grid_ctas", arch.sm_count) // cluster))
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    # The kernels keep the running max of the RAW scores and fold the scale in later
+    # (softmax.cuh), which is only the max of the scaled scores for a positive scale.
+    if not (scale > 0 and math.isfinite(scale)):
+        raise PorterError(f"attention: softmax_scale must be a finite number > 0; got {softmax_scale!r}")
     boxes = cfg["tma_boxes"]
 
     def tmap(name: str, rows: int) -> dict:
@@ -246,13 +305,16 @@ def _array_side(q, k, v) -> str:
     return sides.pop()
 
 
-def attention(q, k, v, causal: bool = False, arch=None, softmax_scale: float | None = None):
+def attention(q, k, v, causal: bool = False, arch=None, softmax_scale: float | None = None,
+              pair: bool | None = None):
     """softmax(q k^T * scale) v on the GPU; returns (o bf16 [B,Hq,Sq,D], lse fp32 [B,Hq,Sq]).
 
     Shapes, dtypes, head dim and grouping are validated first, then the tensor maps and
     the launch are planned; only then is the device touched (PorterError "no CUDA
     device: ..." without one). Host (numpy) inputs are copied over and the results
-    come back as numpy arrays.
+    come back as numpy arrays. ``pair``: None lets :func:`choose_spec` pick between the
+    single-CTA and the CTA-pair kernel (where the descriptor has CTA pairs); True / False
+    forces one (PorterError if that one does not exist for this arch and head dim).
     """
     b, hq, hkv, sq, sk, d = validate_inputs(q, k, v)
     from porter.arch import load_arch
@@ -263,12 +325,15 @@ def attention(q, k, v, causal: bool = False, arch=None, softmax_scale: float | N
         raise PorterError("attention: device arrays are not supported yet; pass numpy (host) arrays")
     from porter.runtime import driver
 
+    # With the arch given, a kernel that does not exist (e.g. pair=True without CTA
+    # pairs) is reported before the device is touched.
+    spec = choose_spec(arch, d, bool(causal), b, hq, sq, sk, pair) if arch is not None else None
     dev = driver.device()                      # "no CUDA device: ..." without a GPU
     if arch is None:
         from porter.runtime.gemm import device_arch
 
         arch = device_arch(dev)
-    spec = find_spec(arch, d, bool(causal))
+        spec = choose_spec(arch, d, bool(causal), b, hq, sq, sk, pair)
     plan = launch_plan(spec, arch, b, hq, hkv, sq, sk, softmax_scale)
     host = _pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
     maps = tensor_maps(spec, plan, d * 2)
