@@ -18,8 +18,10 @@ namespace mk {
 // One entry of the tensor table (isa.TensorSpec) as the kernel reads it. The
 // instruction words name tensors by id only; the kernel also needs each
 // tensor's dtype (a MATVEC STORE converts to T2's dtype) and column count (a
-// MATVEC's K is T0's column count), so the host passes them here
-// (porter.kernels.megakernel.tensor_table_records builds this array).
+// MATVEC's K is T0's column count), so the host passes them here. The record
+// is part of the ISA contract (isa.py "Launch model", isa.TENSOR_DESC; built by
+// isa.tensor_desc_records): the asserts below hold it to the offsets the
+// template took from porter/megakernel/isa.py.
 struct alignas(16) TensorDesc {
     void* ptr;
     int dtype;      // isa::DT_*
@@ -27,7 +29,12 @@ struct alignas(16) TensorDesc {
     int cols;       // last dimension
     int pad[3];
 };
-static_assert(sizeof(TensorDesc) == 32, "TensorDesc must match tensor_table_records (32 bytes)");
+static_assert(sizeof(TensorDesc) == isa::TENSOR_DESC_BYTES, "TensorDesc size differs from isa.TENSOR_DESC");
+static_assert(__builtin_offsetof(TensorDesc, ptr) == isa::TENSOR_DESC_OFF_PTR, "isa.TENSOR_DESC ptr offset");
+static_assert(__builtin_offsetof(TensorDesc, dtype) == isa::TENSOR_DESC_OFF_DTYPE, "isa.TENSOR_DESC dtype offset");
+static_assert(__builtin_offsetof(TensorDesc, rows) == isa::TENSOR_DESC_OFF_ROWS, "isa.TENSOR_DESC rows offset");
+static_assert(__builtin_offsetof(TensorDesc, cols) == isa::TENSOR_DESC_OFF_COLS, "isa.TENSOR_DESC cols offset");
+static_assert(__builtin_offsetof(TensorDesc, pad) == isa::TENSOR_DESC_OFF_PAD, "isa.TENSOR_DESC pad offset");
 
 struct Ctx {
     const TensorDesc* tensors;

@@ -13,8 +13,8 @@
 #ifndef PORTER_MK_COUNTERS_CUH
 #define PORTER_MK_COUNTERS_CUH
 
-#ifndef PORTER_COMMON_CUH
-#error "include common/common.cuh first"
+#ifndef PORTER_MK_WATCHDOG_CUH
+#error "include megakernel/watchdog.cuh first"
 #endif
 
 namespace porter {
@@ -33,12 +33,16 @@ PORTER_DEVICE int ld_acquire_gpu(const int* addr) {
 }
 
 // Spin until counters[c] >= target. __nanosleep keeps the spinning thread from
-// flooding L2 with polls while 100+ SMs may wait on the same line.
+// flooding L2 with polls while 100+ SMs may wait on the same line; a wait that
+// outlives the watchdog's deadline (a circular wait, a missing signal, a CTA
+// that never became resident) traps instead of hanging the GPU.
 PORTER_DEVICE void wait_counter(const int* counter, int target) {
     unsigned sleep_ns = kBackoffMinNs;
+    const Watchdog watchdog;
     while (ld_acquire_gpu(counter) < target) {
         __nanosleep(sleep_ns);
         sleep_ns = sleep_ns * 2 < kBackoffMaxNs ? sleep_ns * 2 : kBackoffMaxNs;
+        watchdog.check();
     }
 }
 

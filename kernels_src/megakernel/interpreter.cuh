@@ -26,7 +26,7 @@ PORTER_DEVICE void run_loader(const PageRing& ring, const int* queue, int queue_
     }
     // Drain: leave only after the compute warps released the last pages, so no
     // copy this warp issued is still in flight when it exits.
-    for (int s = seq; s < seq + static_cast<int>(kPages); ++s) mbar_wait(ring.empty_bar(s), ring.parity_of(s) ^ 1u);
+    for (int s = seq; s < seq + static_cast<int>(kPages); ++s) ring_wait(ring.empty_bar(s), ring.parity_of(s) ^ 1u);
 }
 
 PORTER_DEVICE void execute(Ctx& c, int op) {
@@ -61,7 +61,9 @@ PORTER_DEVICE void run_compute(Ctx& c, int* ibuf, const int* queue, int queue_le
                 more ? __ldg(queue + static_cast<long>(i + 1) * isa::WORDS + c.lane) : isa::OP_STOP;
         }
         if (c.ct == 0) {
-            for (int k = 0; k < nwait && k < isa::MAX_WAITS; ++k) {
+            // more waits than the record holds: skipping them would silently race
+            if (nwait < 0 || nwait > isa::MAX_WAITS) __trap();
+            for (int k = 0; k < nwait; ++k) {
                 wait_counter(counters + c.w[isa::W_WAIT0 + 2 * k], c.w[isa::W_WAIT0 + 2 * k + 1]);
             }
         }

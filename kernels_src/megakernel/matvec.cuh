@@ -5,12 +5,22 @@
 // Page schedule (the loader and the compute warps derive the same one):
 // row groups of rows_per_page(K) whole rows from R0 upwards; per group one
 // page of T0 rows and, for SILU_MUL, one page of the same T4 (up) rows. The
-// compute warps work in row windows of kYRows rows: within a window, group gi
-// belongs to compute warp gi % kComputeWarps, which reduces each of its rows
-// with warp shuffles and writes the result to y (u for the up rows). After the
-// window all compute threads run the epilogue on it. kYRows is a multiple of
-// every rows_per_page (both powers of two) and of the head dim, so windows
-// hold whole groups and, for ROPE, whole heads.
+// compute warps work in row windows of kYRows rows: each page belongs to the
+// warp that owns its ring slot (PageRing::owner), which reduces each of its
+// rows with warp shuffles and writes the result to y (u for the up rows).
+// After the window all compute threads run the epilogue on it. kYRows is a
+// multiple of every rows_per_page (both powers of two) and of the head dim, so
+// windows hold whole groups and, for ROPE, whole heads.
+//
+// Why slot ownership (page_ring.cuh): a full-barrier wait by parity is only
+// sound when the waiter already consumed the slot's previous page; owning
+// every page of a slot guarantees it. (Owning row groups, gi % kComputeWarps,
+// did not: in a window of more than kPages pages - each 64-row fused K
+// projection of Llama-3.2-1B is 16 - a warp's next page shares its slot with
+// an earlier page of another warp; while that page's copy was still in flight
+// (bulk copies complete in any order) the parity already read "done", so the
+// warp read stale rows and freed the slot early. tests/test_megakernel_cuda_mirror.py
+// simulates both rules.)
 #ifndef PORTER_MK_MATVEC_CUH
 #define PORTER_MK_MATVEC_CUH
 
@@ -85,8 +95,9 @@ PORTER_DEVICE void stage_input(Ctx& c, int k) {
         const float r = rsqrtf(group_sum(c, ss) / static_cast<float>(k) + c.f0());
         const __nv_bfloat16* wt = c.ptr<const __nv_bfloat16>(3);
         for (int i = 4 * c.ct; i < k; i += 4 * kComputeThreads) {
+            // (x * r) * w, the VM's rounding order (validation/megakernel_vm.py _normed)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) c.x[i + e] *= r * ldg_bf16(wt, i + e);
+            for (int e = 0; e < 4; ++e) c.x[i + e] = (c.x[i + e] * r) * ldg_bf16(wt, i + e);
         }
     }
     group_sync();
@@ -99,6 +110,7 @@ PORTER_DEVICE void matvec_epilogue(Ctx& c, int ws, int we, float& best_v, int& b
     const TensorDesc& out = c.tensor(2);
     const long base = static_cast<long>(c.iop(0)) + (ws - c.word(isa::W_R0));
     const int n = we - ws;
+    const bool argmax = (flags & isa::FLAG_ARGMAX) != 0;
     if (epi == isa::EPI_ROPE) {
         const int hd = c.iop(2), half = hd / 2, pos = c.iop(4);
         const float* cs = c.ptr<const float>(5);
@@ -106,12 +118,16 @@ PORTER_DEVICE void matvec_epilogue(Ctx& c, int ws, int we, float& best_v, int& b
         for (int p = c.ct; p < n / 2; p += kComputeThreads) {
             const int lo = (p / half) * hd + p % half, i = p % half;
             const float a = c.y[lo], b = c.y[lo + half];
-            store_as(out, base + lo, rope_rotate(a, b, i, half, cs, sn, pos));
-            store_as(out, base + lo + half, rope_rotate(b, a, i + half, half, cs, sn, pos));
+            const float ra = rope_rotate(a, b, i, half, cs, sn, pos);
+            const float rb = rope_rotate(b, a, i + half, half, cs, sn, pos);
+            store_as(out, base + lo, ra);
+            store_as(out, base + lo + half, rb);
+            // isa.py: ARGMAX follows ANY epilogue, over the fp32 values it stored
+            if (argmax && better(ra, ws + lo, best_v, best_i)) { best_v = ra; best_i = ws + lo; }
+            if (argmax && better(rb, ws + lo + half, best_v, best_i)) { best_v = rb; best_i = ws + lo + half; }
         }
         return;
     }
-    const bool argmax = (flags & isa::FLAG_ARGMAX) != 0;
     for (int j = c.ct; j < n; j += kComputeThreads) {
         float v = c.y[j];
         if (epi == isa::EPI_SILU_MUL) {
@@ -127,6 +143,13 @@ PORTER_DEVICE void matvec_epilogue(Ctx& c, int ws, int we, float& best_v, int& b
 PORTER_DEVICE void op_matvec(Ctx& c) {
     const int k = c.tensor(0).cols;
     if (k > kMaxK || k % 8) __trap();   // wider than the input buffer / not 16-byte rows: malformed program
+    if ((c.flags() & isa::EPILOGUE_MASK) == isa::EPI_ROPE) {
+        // the fused RoPE pairs rows d and d + hd/2 inside one kYRows window: the rows
+        // must be whole heads and every window must hold whole heads, else the
+        // rotation would pair rows of different heads (isa.py: R0, R1 multiples of hd)
+        const int hd = c.iop(2), r0 = c.word(isa::W_R0), r1 = c.word(isa::W_R1);
+        if (hd <= 0 || hd % 2 || kYRows % hd || r0 % hd || r1 % hd) __trap();
+    }
     stage_input(c, k);
     const int rpp = rows_per_page(k);
     const int nvec = k / 8;
@@ -137,13 +160,11 @@ PORTER_DEVICE void op_matvec(Ctx& c) {
     int best_i = 0x7fffffff;
     for (int ws = r0; ws < r1; ws += kYRows) {
         const int we = min(ws + kYRows, r1);
-        int gi = 0;
-        for (int g0 = ws; g0 < we; g0 += rpp, ++gi) {
+        for (int g0 = ws; g0 < we; g0 += rpp) {
             const int rows = min(rpp, we - g0);
-            const bool mine = gi % kComputeWarps == c.cw;
             for (int s = 0; s < streams; ++s) {
                 const int seq = c.page_seq++;   // every warp counts every page
-                if (!mine) continue;
+                if (c.ring.owner(seq) != static_cast<uint32_t>(c.cw)) continue;
                 ring_wait_full(c.ring, seq);
                 const uint4* page = reinterpret_cast<const uint4*>(c.page(seq));
                 float* dst = (s == 0 ? c.y : c.u) + (g0 - ws);

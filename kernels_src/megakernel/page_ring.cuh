@@ -12,17 +12,38 @@
 //             then start the copy, which completes on full[slot];
 //   consumer: wait full[slot] for parity round & 1, read the page, and one
 //             lane arrives on empty[slot] after __syncwarp().
-// Requires the kernel to define porter::mk::kPages, kPageBytes and
-// kUseBulkCopy before including this file.
+// A parity wait cannot tell phase r + 1 from r - 1: it is sound only while the
+// barrier is at most one phase behind the waiter. The loader waits on every
+// slot in order, so it is. For the consumers, each slot has ONE owner warp
+// (owner(seq) = slot % kComputeWarps) that consumes every page of that slot in
+// order, so when it waits on page seq it has itself consumed page seq - kPages
+// (full has completed round or round + 1 phases, never round - 1). A warp that
+// skipped ahead to a slot whose previous page belonged to another warp and had
+// not landed yet would find round - 1 completed phases, the same parity as
+// round + 1, pass, read stale rows and free the slot early.
+// With kPages not a multiple of kComputeWarps the low warps own one slot more
+// (porter/kernels/megakernel.py smem_plan says why that is cheap).
+// Requires the kernel to define porter::mk::kPages, kPageBytes, kComputeWarps
+// and kUseBulkCopy before including this file.
 #ifndef PORTER_MK_PAGE_RING_CUH
 #define PORTER_MK_PAGE_RING_CUH
 
 #ifndef PORTER_MBARRIER_CUH
 #error "include mbarrier/mbarrier.cuh first"
 #endif
+#ifndef PORTER_MK_WATCHDOG_CUH
+#error "include megakernel/watchdog.cuh first"
+#endif
 
 namespace porter {
 namespace mk {
+
+// mbar_wait with the watchdog's deadline: a page schedule on which the loader
+// and the compute warps disagreed would otherwise leave both waiting forever.
+PORTER_DEVICE void ring_wait(uint32_t bar, uint32_t parity) {
+    const Watchdog watchdog;
+    while (!mbar_try_wait(bar, parity)) watchdog.check();
+}
 
 struct PageRing {
     uint32_t pages;   // .shared::cta address of page 0 (1024-byte aligned)
@@ -34,6 +55,8 @@ struct PageRing {
     PORTER_DEVICE uint32_t page_addr(int seq) const { return pages + slot_of(seq) * kPageBytes; }
     PORTER_DEVICE uint32_t full_bar(int seq) const { return full + slot_of(seq) * 8u; }
     PORTER_DEVICE uint32_t empty_bar(int seq) const { return empty + slot_of(seq) * 8u; }
+    // The compute warp that consumes page `seq`: fixed per slot (see above).
+    PORTER_DEVICE uint32_t owner(int seq) const { return slot_of(seq) % static_cast<uint32_t>(kComputeWarps); }
 };
 
 // Arrivals per phase: the bulk-copy path has one (the issuing lane's
@@ -45,7 +68,7 @@ constexpr uint32_t kFullArrivals = kUseBulkCopy ? 1u : 32u;
 PORTER_DEVICE void ring_init(const PageRing& ring) {
     for (uint32_t s = 0; s < kPages; ++s) {
         mbar_init(ring.full + s * 8u, kFullArrivals);
-        mbar_init(ring.empty + s * 8u, 1u);   // the one compute warp that read the page
+        mbar_init(ring.empty + s * 8u, 1u);   // the slot's owner warp, once it read the page
     }
     mbar_fence_init();
 }
@@ -63,7 +86,7 @@ PORTER_DEVICE uint64_t l2_evict_first_policy() {
 PORTER_DEVICE void ring_produce(const PageRing& ring, int seq, const void* src, uint32_t bytes,
                                 uint64_t policy) {
     const uint32_t lane = threadIdx.x & 31u;
-    mbar_wait(ring.empty_bar(seq), ring.parity_of(seq) ^ 1u);
+    ring_wait(ring.empty_bar(seq), ring.parity_of(seq) ^ 1u);
     if constexpr (kUseBulkCopy) {
         // cp.async.bulk (PTX ISA "cp.async.bulk", sm_90): the copy engine moves the
         // whole page and adds its bytes to full's transaction count on arrival.
@@ -91,7 +114,7 @@ PORTER_DEVICE void ring_produce(const PageRing& ring, int seq, const void* src, 
 
 // Consumer warp: wait until page `seq` holds its data.
 PORTER_DEVICE void ring_wait_full(const PageRing& ring, int seq) {
-    mbar_wait(ring.full_bar(seq), ring.parity_of(seq));
+    ring_wait(ring.full_bar(seq), ring.parity_of(seq));
 }
 
 // Consumer warp (converged): every lane has finished reading page `seq`.

@@ -43,6 +43,7 @@ PORTER_DEVICE void op_rope(Ctx& c) {
     const int hd = c.iop(2), half = hd / 2, pos = c.iop(4);
     const int r0 = c.word(isa::W_R0);
     const int pairs = (c.word(isa::W_R1) - r0) / 2;
+    if (hd <= 0 || hd % 2 || (c.word(isa::W_R1) - r0) % hd) __trap();   // not whole heads: malformed program
     const float* cs = c.ptr<const float>(5);
     const float* sn = c.ptr<const float>(6);
     for (int p = c.ct; p < pairs; p += kComputeThreads) {

@@ -107,6 +107,10 @@ def smem_plan(arch, cfg, compute_warps: int) -> dict[str, Any]:
     layout["ring"] = -(-(layout["x"] + x_bytes) // 1024) * 1024
     budget = arch.smem_per_block_bytes
     pages = min(MAX_PAGES, (budget - layout["ring"]) // PAGE_BYTES)
+    # Every page the budget allows: depth lets the loader run further ahead across
+    # counter waits. Each ring slot has one owner warp (page_ring.cuh), so with 12
+    # pages over 8 warps, warps 0-3 own two slots; a page takes a warp far less
+    # time to reduce than HBM takes to fill it, so the uneven share costs little.
     if pages < 2:
         raise PorterError(f"arch {arch.name}: smem_per_block_bytes {budget} leaves room for {max(pages, 0)} "
                           f"weight page(s) of {PAGE_BYTES} B after {layout['ring']} B of scratch; "
@@ -197,9 +201,9 @@ def render(spec: KernelSpec, arch) -> str:
 
 # ---- host side -----------------------------------------------------------------------
 
-TENSOR_DESC_DTYPE = np.dtype([("ptr", "<u8"), ("dtype", "<i4"), ("rows", "<i4"), ("cols", "<i4"),
-                              ("pad", "<i4", (3,))])
-assert TENSOR_DESC_DTYPE.itemsize == 32   # kernels_src/megakernel/context.cuh: TensorDesc
+# The record is part of the ISA contract (isa.py, "Launch model"); context.cuh's
+# TensorDesc static_asserts the offsets the template takes from isa.describe().
+TENSOR_DESC_DTYPE = isa.TENSOR_DESC
 
 
 def tensor_table_records(program, pointers=None) -> np.ndarray:
@@ -208,12 +212,7 @@ def tensor_table_records(program, pointers=None) -> np.ndarray:
     ``pointers[id]`` are device addresses; by default each tensor sits at its
     ``TensorSpec.offset`` in one arena (add the arena base on the host).
     """
-    recs = np.zeros(len(program.tensors), dtype=TENSOR_DESC_DTYPE)
-    for t in program.tensors:
-        cols = int(t.shape[-1])
-        recs[t.id] = (int(pointers[t.id]) if pointers is not None else t.offset,
-                      int(t.dtype), t.numel // cols, cols, (0, 0, 0))
-    return recs
+    return isa.tensor_desc_records(program.tensors, pointers)
 
 
 def launch_config(spec: KernelSpec, program) -> dict:
@@ -224,9 +223,12 @@ def launch_config(spec: KernelSpec, program) -> dict:
                           f"{spec.config['grid']} SMs; plan it for the same arch")
     if words != isa.WORDS:
         raise PorterError(f"{spec.name}: instruction records of {words} words, expected {isa.WORDS}")
+    # cooperative: the CTAs spin on each other's counters, so all of them must be
+    # resident at once; a cooperative launch makes the driver refuse a grid that
+    # cannot be (other work on the GPU, MPS limits) instead of hanging.
     return {"grid": (grid, 1, 1), "block": (spec.threads, 1, 1), "smem_bytes": spec.smem_bytes,
             "queue_len": queue_len, "n_counters": len(program.counter_targets),
-            "arena_bytes": program.arena_bytes}
+            "arena_bytes": program.arena_bytes, "cooperative": True}
 
 
 # ---- numerics -------------------------------------------------------------------------
@@ -395,7 +397,8 @@ def run_on_device(spec: KernelSpec, arch, program, cfg, weights, caches=None) ->
               "counters": d_counters.ptr, "tensors": d_tensors.ptr}
     args = [driver.pack_arg(ctype, values[name]) for name, ctype in PARAMS]
     function = driver.load_function(build.compiled.cubin, spec.entry)
-    driver.launch(function, launch["grid"][0], launch["block"][0], launch["smem_bytes"], (1, 1, 1), args)
+    driver.launch(function, launch["grid"][0], launch["block"][0], launch["smem_bytes"], (1, 1, 1), args,
+                  cooperative=launch["cooperative"])
     d_arena.copy_to_host(arena.ctypes.data, arena.nbytes)
     d_counters.copy_to_host(counters.ctypes.data, counters.nbytes)
 

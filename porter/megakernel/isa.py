@@ -16,25 +16,53 @@ from slot 0 upwards and stops at the first instruction whose opcode is ``STOP``
 
 * ``int32 counters[n_counters]``, all ZERO at launch (the host memsets them before each
   decode step; they only ever grow within one step);
-* ``void* tensors[n_tensors]``: a device pointer per tensor id of the tensor table
-  (``TensorSpec``: name, dtype, shape, row-major, contiguous). ``encode`` also gives
+* ``const TensorDesc tensors[n_tensors]``: one 32-byte record per tensor id of the
+  tensor table (``TensorSpec``: name, dtype, shape, row-major, contiguous), because
+  the instruction words name tensors by id only and the kernel also needs each
+  tensor's dtype (a MATVEC STORE converts to T2's dtype) and column count (a MATVEC's
+  K is T0's column count, cache rows are ``cols`` apart)::
+
+      struct TensorDesc {          // little-endian, 16-byte aligned, 32 bytes
+          uint64 ptr;              // byte 0:  device address of element 0
+          int32  dtype;            // byte 8:  DType
+          int32  rows;             // byte 12: product of all dimensions but the last
+          int32  cols;             // byte 16: last dimension
+          int32  pad[3];           // byte 20: zero
+      };
+
+  ``TENSOR_DESC`` below is this record as a numpy dtype (``tensor_desc_records``
+  fills it); the CUDA struct static_asserts the same offsets. ``encode`` also gives
   one byte offset per tensor in a single arena (``TensorSpec.offset``, 256-byte
-  aligned) for hosts that prefer one allocation.
+  aligned) for hosts that prefer one allocation; every ``ptr`` must be 16-byte
+  aligned (weight rows are moved by 16-byte bulk copies, vectors by 16-byte loads).
+
+Every CTA waits on counters that other CTAs signal, so all ``sm_count`` CTAs must be
+resident at once: launch with ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE`` (the driver then
+refuses a grid that cannot be co-resident instead of letting it hang) on a device
+with at least ``sm_count`` SMs. Correctness needs only that co-residency; the
+schedule's balance assumes one CTA per SM, which the kernel's shared memory
+(more than half an SM's) ensures.
 
 Executing one instruction
 =========================
-1. Wait: for ``i`` in ``0 .. NWAIT-1``: spin until
-   ``ld.acquire.gpu(counters[WAIT_COUNTER(i)]) >= WAIT_TARGET(i)``.
+1. Wait: for ``i`` in ``0 .. NWAIT-1`` (NWAIT <= MAX_WAITS, else the program is
+   malformed and the kernel traps): spin until
+   ``ld.acquire.gpu(counters[WAIT_COUNTER(i)]) >= WAIT_TARGET(i)``; then a CTA
+   barrier, so every thread's later loads are ordered after the acquire. (The
+   acquire also invalidates the SM's L1, so plain loads after the barrier do not
+   hit lines cached before another SM rewrote them.)
 2. Do the opcode's work (below). All threads of the CTA may take part.
 3. Signal: if ``SIGNAL >= 0``: make every global write of this instruction visible
-   (``__syncthreads(); __threadfence();``) then one thread does
-   ``atomicAdd(&counters[SIGNAL], 1)`` (release semantics). Exactly one increment per
-   instruction, never more.
+   (a CTA barrier over all writing threads, then ``__threadfence()``) then one
+   thread does ``red.release.gpu.add(&counters[SIGNAL], 1)``. Exactly one increment
+   per instruction, never more.
 
 Weight prefetch: tensors of kind ``weight`` and ``table`` never change during a
 step, so their reads may be issued before step 1's waits are met (e.g. a loader warp
 streaming the weight rows of the next instructions into a shared-memory page ring).
 Everything else (activations, KV cache, partials) must be read after the waits.
+MATVEC's T0 (and T4 under SILU_MUL) must therefore be ``weight`` tensors: the CUDA
+loader streams them ahead of the waits.
 
 Every counter's target (``counter_targets[c]``) equals the number of instructions
 whose SIGNAL is ``c``, and every wait on ``c`` uses that full target: a wait means
@@ -175,6 +203,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from porter.errors import PorterError
+
 WORDS = 32
 MAX_WAITS = 4
 N_TENSOR_SLOTS = 7
@@ -243,6 +273,12 @@ class DType(enum.IntEnum):
 
 DTYPE_BYTES = {DType.BF16: 2, DType.FP32: 4, DType.INT32: 4}
 TENSOR_ALIGN = 256
+
+# The kernel's ``tensors`` argument: one record per tensor id (see "Launch model").
+TENSOR_DESC = np.dtype([("ptr", "<u8"), ("dtype", "<i4"), ("rows", "<i4"), ("cols", "<i4"),
+                        ("pad", "<i4", (3,))])
+TENSOR_DESC_BYTES = 32
+assert TENSOR_DESC.itemsize == TENSOR_DESC_BYTES
 
 
 @dataclass(frozen=True)
@@ -355,4 +391,23 @@ def describe() -> dict:
         "flags": {m.name: int(m) for m in Flag if m.name and m is not Flag.NONE},
         "dtypes": {m.name: int(m) for m in DType},
         "tensor_align": TENSOR_ALIGN,
+        "tensor_desc_bytes": TENSOR_DESC_BYTES,
+        "tensor_desc_offsets": {name: TENSOR_DESC.fields[name][1] for name in TENSOR_DESC.names},
     }
+
+
+def tensor_desc_records(tensors: list[TensorSpec], pointers=None) -> np.ndarray:
+    """The ``tensors`` argument: one TensorDesc per entry of the tensor table.
+
+    ``pointers[id]`` are device addresses; without them each ``ptr`` holds the
+    tensor's arena offset (add the arena base on the host).
+    """
+    recs = np.zeros(len(tensors), dtype=TENSOR_DESC)
+    for t in tensors:
+        cols = int(t.shape[-1])
+        ptr = int(pointers[t.id]) if pointers is not None else t.offset
+        if ptr % 16:
+            raise PorterError(f"megakernel tensor {t.name}: address {ptr:#x} is not 16-byte aligned "
+                              f"(the kernel moves rows with 16-byte copies); align each tensor to 16 bytes")
+        recs[t.id] = (ptr, int(t.dtype), t.numel // cols, cols, (0, 0, 0))
+    return recs

@@ -164,8 +164,13 @@ def pack_arg(ctype: str, value):
 
 
 def launch(function, grid: int, block: int, smem_bytes: int, cluster: tuple[int, int, int],
-           args: list) -> None:
-    """Launch ``function`` with ``args`` (ctypes objects) and wait for it to finish."""
+           args: list, cooperative: bool = False) -> None:
+    """Launch ``function`` with ``args`` (ctypes objects) and wait for it to finish.
+
+    ``cooperative``: all CTAs must be resident at once (persistent kernels whose CTAs
+    wait on each other); the driver then rejects a grid that cannot be co-resident
+    instead of letting it hang.
+    """
     drv = bindings()
     fattr = drv.CUfunction_attribute
     if smem_bytes > DEFAULT_DYNAMIC_SMEM:
@@ -180,14 +185,20 @@ def launch(function, grid: int, block: int, smem_bytes: int, cluster: tuple[int,
     config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
     config.sharedMemBytes = smem_bytes
     config.hStream = drv.CUstream(0)
+    attrs = []
     if cluster_size > 1:
         attr = drv.CUlaunchAttribute()
         attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-        config.attrs = [attr]
-        config.numAttrs = 1
-    else:
-        config.numAttrs = 0
+        attrs.append(attr)
+    if cooperative:
+        attr = drv.CUlaunchAttribute()
+        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        attr.value.cooperative = 1
+        attrs.append(attr)
+    if attrs:
+        config.attrs = attrs
+    config.numAttrs = len(attrs)
     # kernelParams is a void** whose entries point at each argument's bytes.
     pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
     check(drv.cuLaunchKernelEx(config, function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
