@@ -30,10 +30,12 @@ PRIMITIVE_FEATURES = {
     "clusters": ("clusters",),
     "dsmem": ("dsmem",),
     "cta_pair": ("cta_pair",),
-    "block_scale": ("block_scale_mx",),
-    "block_scales": ("block_scale_mx",),
-    "blockscale": ("block_scale_mx",),
-    "scales": ("block_scale_mx",),
+    # Block scales are staged into Tensor Memory with tcgen05.cp: an arch with block-scaled
+    # MMA but no TMEM (sm_120a's mma.sync) cannot use these headers.
+    "block_scale": ("block_scale_mx", "tcgen05", "tmem"),
+    "block_scales": ("block_scale_mx", "tcgen05", "tmem"),
+    "blockscale": ("block_scale_mx", "tcgen05", "tmem"),
+    "scales": ("block_scale_mx", "tcgen05", "tmem"),
     "nvfp4": ("block_scale_nvfp4", "fp4"),
     "fp8": ("fp8",),
     "fp4": ("fp4",),
@@ -315,6 +317,11 @@ def porting_plan(base, target, families=None) -> Plan:
     g, notes = build_graph([base, target], families)
     changed = {f"feature:{f}": f"{f} {'lost' if f in lost else 'gained'}" for f in lost + gained}
     target_feats = arch_features(target)
+    # Kernels the target's families do not build (unsupported, or not offered there):
+    # the plan must not promise a rebuild for them.
+    target_specs = kernel_specs(target, families)[0]
+    unsupported_on_target = {s.name: s.missing for s in target_specs if not hasattr(s, "features")}
+    offered_on_target = {s.name for s in target_specs}
     items: list[PlanItem] = []
     reach: dict[str, set[str]] = {}
     rank = {"feature": 0, "primitive": 1, "template": 2, "kernel": 3}
@@ -332,6 +339,11 @@ def porting_plan(base, target, families=None) -> Plan:
                       else f"write or port for {target.name}")
         elif data["kind"] == "template":
             action = "re-render: feature branches and included primitives change"
+        elif data["name"] not in offered_on_target:
+            action = f"not offered on {target.name}: its family lists no such variant there"
+        elif data["name"] in unsupported_on_target:
+            missing = ", ".join(unsupported_on_target[data["name"]]) or "a template path"
+            action = f"unsupported on {target.name} (missing {missing}): nothing to rebuild"
         else:
             action = "rebuild and re-validate"
         items.append(PlanItem(node, data["kind"], data["name"], sorted(why), action,

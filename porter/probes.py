@@ -7,6 +7,8 @@ feature and declares, in its leading comment block::
     // feature: tcgen05             (the feature it proves; decides whether it must compile)
     // also-needs: tmem             (prerequisites it uses too)
     // kind: f16                    (the descriptor's MMA kind it issues, if any)
+    // generation: mma_sync         (the tensor-core generation whose MMA it issues; a probe
+                                    with a kind that needs tcgen05 or wgmma implies it)
     // sass: ^UTCHMMA               (opcode regexes that must all appear)
     // sass-line: ^UTCQMMA\\b.*tmem  (instruction-text regexes, for evidence in operands)
     // proves: / note: / seen: / denied:   (free text; indented '//   ' lines continue it)
@@ -17,6 +19,11 @@ must be rejected by the compiler *because of the target*. Per feature, the
 descriptor's own ``sass_signatures`` must show up in at least one compiled probe
 that uses the feature (a conversion probe for fp8 shows F2FP, not the QGMMA the
 descriptor lists, so the signature is judged over all probes using fp8).
+
+A probe that issues another tensor-core generation's MMA than the arch's (an mma.sync
+fp8 probe on a tcgen05 arch, a tcgen05 block-scale probe on an mma.sync arch) neither
+proves nor refutes the arch's claim of its feature: it is "not judged" there, and a
+probe of the arch's own generation must prove the feature.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from porter import paths
 from porter import sass as sasslib
 from porter.arch import FEATURES
+from porter.arch_schema import GENERATIONS
 from porter.errors import CompileError, PorterError
 from porter.toolchain import compile_cuda
 
@@ -38,7 +46,10 @@ _HEADER = re.compile(r"^//\s?(?P<key>[a-z][a-z-]*):\s*(?P<value>.*)$")
 _CONTINUATION = re.compile(r"^//\s{2,}(?P<text>\S.*)$")
 _LIST_KEYS = ("sass", "sass-line")
 _TEXT_KEYS = ("proves", "note", "seen", "denied")
-_KNOWN_KEYS = ("probe", "feature", "also-needs", "kind", *_LIST_KEYS, *_TEXT_KEYS)
+NOT_JUDGED = "not judged"   # a probe whose prerequisites the arch denies proves nothing either way
+# Tensor-core generations and their accumulator storage: the routes a probe takes to a capability.
+_MMA_MACHINERY = {"wgmma", "tcgen05", "tmem"}
+_KNOWN_KEYS = ("probe", "feature", "also-needs", "kind", "generation", *_LIST_KEYS, *_TEXT_KEYS)
 # A rejection counts as "the target lacks the feature" only when the compiler says so;
 # a probe with a typo must not pass as a confirmed denial.
 _TARGET_REJECTION = re.compile(r"not supported|unsupported|requires|not available", re.I)
@@ -57,10 +68,20 @@ class Probe:
     sass_lines: tuple[str, ...]
     text: dict
     source: str = field(repr=False, default="")
+    declared_generation: str = ""
 
     @property
     def needs(self) -> tuple[str, ...]:
         return (self.feature, *self.also_needs)
+
+    @property
+    def generation(self) -> str:
+        """The tensor-core generation whose MMA this probe issues ("" if it issues none)."""
+        if self.declared_generation or not self.kind:
+            return self.declared_generation
+        # An MMA probe needing tcgen05 or wgmma (generations that are feature names) issues
+        # that generation's MMA; a TMEM-only probe (no kind) issues none.
+        return next((gen for gen in ("tcgen05", "wgmma") if gen in self.needs), "")
 
 
 @dataclass
@@ -185,9 +206,13 @@ def parse_probe(path: Path, source: str | None = None) -> Probe:
             raise PorterError(f"{path}: feature '{feature}' is not one porter knows; known: {', '.join(FEATURES)}")
     if not values.get("sass"):
         raise PorterError(f"{path}: a probe must declare at least one '// sass: REGEX' opcode it produces")
+    generation = one("generation", False)
+    if generation and generation not in GENERATIONS:
+        raise PorterError(f"{path}: generation '{generation}' is not one porter knows; known: {', '.join(GENERATIONS)}")
     return Probe(name=name, path=path, feature=needs[0], also_needs=tuple(needs[1:]), kind=one("kind", False),
                  sass=tuple(values["sass"]), sass_lines=tuple(values.get("sass-line", ())),
-                 text={k: " ".join(values[k]) for k in _TEXT_KEYS if k in values}, source=source)
+                 text={k: " ".join(values[k]) for k in _TEXT_KEYS if k in values}, source=source,
+                 declared_generation=generation)
 
 
 def discover(folder: Path | None = None) -> list[Probe]:
@@ -214,6 +239,10 @@ def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, second
     """Compare one probe's compile outcome and SASS with what ``arch`` claims."""
     claimed = arch.has(probe.feature)
     denied_prereqs = [f for f in probe.also_needs if not arch.has(f)]
+    own_generation = arch.tensor_core.generation
+    # Another generation's MMA probe (a probe of the generation feature itself, like
+    # wgmma_bf16, still judges that claim).
+    foreign = probe.generation not in ("", own_generation, probe.feature)
     found: dict[str, list[str]] = {}
     missing: list[str] = []
     hits: dict[str, list[str]] = {}
@@ -239,7 +268,13 @@ def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, second
             if pats:
                 hits[f"kind:{probe.kind}"] = [p for p in pats if sasslib.count_matching(hist, p)]
 
-    if claimed and compiled:
+    if foreign and (compiled or (claimed and _TARGET_REJECTION.search(error))):
+        # It proves its feature for its own generation only; a denied feature that the
+        # compiler rejects still falls through to denied-confirmed, a broken probe to
+        # a contradiction.
+        verdict = (f"{NOT_JUDGED}: it issues {probe.generation} MMA and this arch's tensor core is "
+                   f"{own_generation} (the compiler {'accepts' if compiled else 'rejects'} it for {arch.target})")
+    elif claimed and compiled:
         if missing:
             verdict = f"contradicted: compiles but its SASS lacks {', '.join(missing)}"
         elif denied_prereqs:
@@ -252,6 +287,15 @@ def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, second
             verdict = f"contradicted: the descriptor's SASS for kind {probe.kind} ({pats}) is not in the probe"
         else:
             verdict = "confirmed"
+    elif (claimed and denied_prereqs and probe.feature not in _MMA_MACHINERY
+          and set(denied_prereqs) <= _MMA_MACHINERY and _TARGET_REJECTION.search(error)):
+        # The probe reaches a capability (a format, block scales) through tensor-core
+        # machinery this arch does not have (block scales via tcgen05 on an mma.sync
+        # arch): the rejection says nothing about the capability, so the probe cannot
+        # judge it here. Claiming the machinery itself while denying its partner (tcgen05
+        # without tmem) stays a contradiction.
+        verdict = (f"{NOT_JUDGED}: it also uses {', '.join(denied_prereqs)}, which the descriptor denies; "
+                   f"{probe.feature} needs a probe that reaches it the way {arch.target} does")
     elif claimed:
         why = f" (the descriptor also denies {', '.join(denied_prereqs)})" if denied_prereqs else ""
         verdict = f"contradicted: descriptor claims {probe.feature} but the compiler rejects it{why}: {error}"
@@ -271,8 +315,10 @@ def _feature_results(arch, probes: list[Probe], results: list[ProbeResult]) -> l
     by_name = {r.probe: r for r in results}
     out = []
     for feature in FEATURES:
-        owners = [p.name for p in probes if p.feature == feature]
-        users = [p.name for p in probes if feature in p.needs and by_name[p.name].compiled]
+        owners = [p.name for p in probes if p.feature == feature
+                  and not by_name[p.name].verdict.startswith(NOT_JUDGED)]
+        users = [p.name for p in probes if feature in p.needs and by_name[p.name].compiled
+                 and not by_name[p.name].verdict.startswith(NOT_JUDGED)]
         pats = list(arch.sass_signatures.get(feature, ()))
         seen_in = [u for u in users if by_name[u].signature_hits.get(feature)]
         claimed = arch.has(feature)
@@ -319,7 +365,8 @@ def check_arch(arch, probes: list[Probe] | None = None, jobs: int | None = None)
     disassembled_at = time.perf_counter()
     results = [judge(p, arch, result is not None, text, error, compile_s + disasm_s)
                for p, (result, error, compile_s), (text, disasm_s) in zip(probes, compiled, texts)]
-    probed_kinds = {p.kind for p in probes if p.kind}
+    # Kind names repeat across generations: only a probe of the arch's own generation probes one.
+    probed_kinds = {p.kind for p in probes if p.kind and p.generation == arch.tensor_core.generation}
     kinds_without = [k for k in arch.tensor_core.mma_shapes if k not in probed_kinds]
     return ArchCheck(arch=arch.name, target=arch.target, probes=results,
                      features=_feature_results(arch, probes, results),

@@ -74,7 +74,7 @@ def test_no_tensor_core_path_is_named():
     arch = NoTensorCoreArch()
     item = gemm.make_spec(arch, "fp8")
     assert isinstance(item, Unsupported)
-    assert item.missing == ("tcgen05", "wgmma")
+    assert item.missing == ("tcgen05|wgmma",)   # either generation would do
     assert "no tensor-core generation" in item.reason
 
 

@@ -109,7 +109,8 @@ def missing_features(arch, variant: GemmVariant, pair: bool) -> tuple[str, ...]:
     needed = variant.features + (PAIR_FEATURES if pair else ())
     missing = tuple(f for f in needed if not arch.has(f))
     if not any(arch.has(p) for p in PATHS):
-        missing = PATHS + missing
+        # Either generation would do: "wgmma|tcgen05" (as attention says), not both.
+        missing = ("|".join(PATHS),) + missing
     return missing
 
 
@@ -121,7 +122,7 @@ def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsup
     name = spec_name(variant, pair)
     missing = missing_features(arch, variant, pair)
     if missing:
-        if set(missing) >= set(PATHS):
+        if missing[0] == "|".join(PATHS):
             reason = f"{arch.name} has no tensor-core generation porter has a GEMM path for ({', '.join(PATHS)})"
         else:
             reason = f"{arch.name} lacks {', '.join(missing)}"

@@ -18,6 +18,11 @@ from porter.pipeline.work import build_unit, jsonable, numerics_unit
 from porter.report.build import why_unsupported
 
 
+def _n(count: int, noun: str) -> str:
+    """'1 variant', '2 variants': summaries are read by people."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _result(stage, status, summary, data=None) -> StageResult:
     return StageResult(stage.id, stage.kind, stage.title, status, summary, data or {})
 
@@ -152,7 +157,7 @@ def run_plan(ctx, stage):
     atomic_write(ctx.out_dir / "plan.json", json.dumps(cached["plan"], indent=1))
     plan = cached["plan"]
     return _result(stage, PASSED, f"{ctx.base.name} -> {ctx.arch.name}: lost {', '.join(plan['lost']) or 'none'}; "
-                   f"gained {', '.join(plan['gained']) or 'none'}; {len(plan['items'])} items change",
+                   f"gained {', '.join(plan['gained']) or 'none'}; {_n(len(plan['items']), 'porting step')} (plan.txt)",
                    {"plan": plan})
 
 
@@ -216,8 +221,14 @@ def _baseline(ctx, stage, fams):
     carried = [r for r in rows if r["level"] >= Level.COMPILED]
     broken = [r for r in rows if r["level"] < Level.COMPILED]
     first = f"; e.g. {broken[0]['name']}: {broken[0]['compile_error']}" if broken else ""
-    return _result(stage, PASSED, f"{len(broken)} of {len(rows)} {ctx.base.name} kernels do not compile for "
-                   f"{ctx.arch.target}, {len(carried)} do{first}", data)
+    as_is = (f" ({len(carried)} {'compiles as it is' if len(carried) == 1 else 'compile as they are'})"
+             if carried else "")
+    # Compiling is not fitting: a kernel sized for the base can overflow the target's limits.
+    unfit = [(r["name"], c["detail"]) for r in carried for c in r.get("checks", []) if not c["passed"]]
+    if unfit:
+        as_is = as_is[:-1] + f", but {unfit[0][0]} fails a check there: {unfit[0][1]})"
+    return _result(stage, PASSED, f"{len(broken)} of {len(rows)} {ctx.base.name} kernels fail to compile for "
+                   f"{ctx.arch.target}{as_is}{first}", data)
 
 
 def _slim(r: dict) -> dict:
@@ -305,8 +316,8 @@ def run_primitives(ctx, stage):
     if missing:
         return _result(stage, FAILED, f"{len(files)} primitive headers compile, but claimed features have none: "
                        f"{', '.join(missing)}", data)
-    return _result(stage, PASSED, f"{len(files)} primitive headers compile for {arch.target} in "
-                   f"{len(configs)} configuration(s) ({', '.join(data['configs'])}); "
+    return _result(stage, PASSED, f"{_n(len(files), 'primitive header')} compile for {arch.target} in "
+                   f"{_n(len(configs), 'configuration')} ({', '.join(data['configs'])}); "
                    f"{len(left_out)} left out (arch lacks their features, or unused)", data)
 
 
@@ -353,13 +364,14 @@ def _kernels(ctx, stage, fams):
                        f"{' matching ' + ctx.kernel_pattern if ctx.kernel_pattern else ''}{note}", data)
     ok = [r for r in rows if r["level"] >= Level.SASS_CHECKED]
     bad = [r for r in rows if r["level"] < Level.SASS_CHECKED]
+    more = f"; and {len(unsupported) - 3} more" if len(unsupported) > 3 else ""
     uns = (f"; {len(unsupported)} unsupported (" + "; ".join(f"{u['name']}: {why_unsupported(u)}"
-                                                            for u in unsupported[:3]) + ")") if unsupported else ""
+                                                            for u in unsupported[:3]) + more + ")") if unsupported else ""
     if bad:
         first_bad = next((c for c in bad[0]["checks"] if not c["passed"]), {"name": "?", "detail": ""})
         return _result(stage, FAILED, f"{len(bad)} of {len(rows)} {'/'.join(fams)} variants fail: {bad[0]['name']}: "
                        f"{first_bad['name']}: {first_bad['detail']}{uns}", data)
-    return _result(stage, PASSED, f"{len(ok)} {'/'.join(fams)} variants sass-checked for {ctx.arch.target}{uns}", data)
+    return _result(stage, PASSED, f"{_n(len(ok), '/'.join(fams) + ' variant')} sass-checked for {ctx.arch.target}{uns}", data)
 
 
 @timed
@@ -398,7 +410,8 @@ def _numerics(ctx, stage, built, val_digest):
     if failed:
         why = failed[0]["error"] or "outside tolerance"
         return _result(stage, FAILED, f"{len(failed)} of {len(rows)} variants fail numerics: {failed[0]['name']}: {why}{tail}", data)
-    return _result(stage, PASSED, f"{len(rows) - len(none)} of {len(rows)} variants meet their tolerance{tail}", data)
+    return _result(stage, PASSED, f"{len(rows) - len(none)} of {_n(len(rows), 'variant')} meet their tolerance "
+                   f"(CPU model){tail}", data)
 
 
 # -- day 5: device, bench, report -------------------------------------------------------------
@@ -420,7 +433,8 @@ def run_device(ctx, stage):
     dev, why = find_device(ctx.arch)
     if dev is None:
         status = FAILED if ctx.device == "on" else NOT_RUN
-        return _result(stage, status, f"no device: device validation not run ({why})")
+        return _result(stage, status, f"no GPU: device validation and benchmarks not run ({why})",
+                       {"device": None, "why": why})
     try:
         from porter.validation import device_harness
     except ImportError:
@@ -447,7 +461,7 @@ def run_device(ctx, stage):
 def run_bench(ctx, stage):
     dev_stage = next((r for r in ctx.results.values() if r.kind == "device"), None)
     if dev_stage is None or dev_stage.status != PASSED:
-        return _result(stage, NOT_RUN, "no device validation ran: nothing measured")
+        return _result(stage, NOT_RUN, "nothing measured: benchmarks run after device validation passes")
     try:
         from porter.validation import device_harness
         bench = device_harness.bench

@@ -1,0 +1,148 @@
+"""A new generation is a YAML file: consumer Blackwell (sm_120a) from arch/rtx-blackwell.yaml.
+
+The descriptor is the only new input. These tests check that porter reads it with the
+right features, that the compiler agrees with every claim and denial (the mma.sync
+probes show their QMMA / OMMA SASS on sm_120a and are rejected on sm_90a / sm_100a),
+and that the kernel families answer "unsupported, missing X" instead of crashing when
+no template path exists for the arch's tensor core. Decisions must follow the
+descriptor's content, never its name: a renamed copy gets the same answers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from porter import paths
+from porter.arch import arch_from_text, load_arch
+from porter.cli import main
+from porter.errors import CompileError
+from porter.kernels import FAMILIES, family_module
+from porter.kernels.base import KernelSpec, Unsupported
+from porter.probes import NOT_JUDGED, check_arch, discover
+from porter.toolchain import compile_cuda
+
+NAME = "rtx-blackwell"
+TEXT = (paths.data_dir("arch") / f"{NAME}.yaml").read_text()
+CLAIMED = {"clusters", "dsmem", "tma", "mbarrier", "fp8", "fp6", "fp4", "block_scale_mx",
+           "block_scale_nvfp4", "setmaxnreg"}
+
+
+@pytest.fixture(scope="module")
+def arch():
+    return load_arch(NAME)
+
+
+# Compiles every probe for sm_120a once per session (the on-disk cache makes reruns cheap).
+@pytest.fixture(scope="module")
+def check(arch):
+    return check_arch(arch)
+
+
+def by_probe(result):
+    return {r.probe: r for r in result.probes}
+
+
+# -- the descriptor ---------------------------------------------------------------------
+
+
+def test_descriptor_features_and_tensor_core(arch):
+    assert arch.target == "sm_120a"
+    assert set(arch.features) == CLAIMED
+    for lacking in ("wgmma", "tcgen05", "tmem", "cta_pair"):
+        assert not arch.has(lacking), lacking
+    tc = arch.tensor_core
+    assert (tc.generation, tc.issue, tc.accumulator) == ("mma_sync", "warp", "registers")
+    assert arch.tmem_bytes == 0 and not arch.tma_multicast
+    # Warp-level shapes only: m16n8 with K = 256 bits of A (fp4 packed two per byte).
+    assert tc.valid_shape("f16", 16, 8) and tc.k_of("f16") == 16
+    assert tc.valid_shape("f8f6f4", 16, 8) and tc.k_of("f8f6f4") == 32
+    assert tc.valid_shape("mxf8f6f4", 16, 8) and tc.k_of("mxf8f6f4") == 32
+    assert tc.valid_shape("mxf4nvf4", 16, 8) and tc.k_of("mxf4nvf4") == 64
+    assert not tc.valid_shape("f16", 64, 8) and not tc.valid_shape("mxf8f6f4", 128, 8)
+    assert tc.block_scaled_kinds == {"mxf8f6f4", "mxf4", "mxf4nvf4"}
+    assert arch.block_scales["mx"].scale_format == "ue8m0" and arch.block_scales["mx"].block_size == 32
+    assert arch.block_scales["nvfp4"].kinds == ("mxf4nvf4",) and arch.block_scales["nvfp4"].block_size == 16
+    assert (arch.sm_count, arch.smem_per_block_bytes, arch.max_threads_per_sm) == (170, 99 * 1024, 1536)
+
+
+def test_uncertain_figures_are_marked(arch):
+    assert {"peak.dense_tflops.fp4", "async_copy.tma_multicast", "cluster.max_nonportable"} <= arch.uncertain
+    # Only the peak that has a source is given; the others are left out, not guessed.
+    assert set(arch.peak_tflops) == {"fp4"}
+
+
+# -- the compiler agrees ------------------------------------------------------------------
+
+
+def test_arch_check_passes(check):
+    assert check.ok, check.contradictions
+    r = by_probe(check)
+    expected = {
+        "mma_sync_f8f6f4": ["QMMA.16832.F32.E4M3.E4M3", "HMMA.16816.F32.BF16"],
+        "mma_sync_fp6": ["QMMA.16832.F32.E2M3.E3M2"],
+        "mma_sync_fp4": ["QMMA.16832.F32.E2M1.E2M1"],
+        "mma_sync_mxf8f6f4": ["QMMA.SF.16832.F32.E4M3.E4M3.E8"],
+        "mma_sync_mxf4": ["OMMA.SF.16864.F32.E2M1.E2M1.E8"],
+        "mma_sync_mxf4nvf4": ["OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X"],
+    }
+    for probe, opcodes in expected.items():
+        assert r[probe].verdict == "confirmed", (probe, r[probe].verdict)
+        seen = {op for hits in r[probe].sass_found.values() for op in hits}
+        assert set(opcodes) <= seen, (probe, seen)
+    # The two scale registers are operands of the block-scaled MMA, after A, B and C
+    # (the probes' sass-line patterns match whole instruction texts).
+    for probe in ("mma_sync_mxf8f6f4", "mma_sync_mxf4", "mma_sync_mxf4nvf4"):
+        texts = [t for pattern in r[probe].sass_found if " R" in pattern for t in r[probe].sass_found[pattern]]
+        assert texts and texts[0].split()[0] in expected[probe], (probe, texts)
+    for probe in ("wgmma_bf16", "tcgen05_f16", "tmem_ld_st", "tcgen05_cta_pair"):
+        assert r[probe].verdict == "denied-confirmed", probe
+        assert "not supported on .target 'sm_120a'" in r[probe].error
+    # tcgen05's block-scale probes prove nothing about an mma.sync tensor core.
+    for probe in ("tcgen05_mxf8f6f4", "tcgen05_mxf4nvf4"):
+        assert r[probe].verdict.startswith(NOT_JUDGED) and r[probe].ok, r[probe].verdict
+    features = {f.feature: f for f in check.features}
+    assert features["block_scale_nvfp4"].signature_seen_in == ["mma_sync_mxf4nvf4"]
+    assert features["fp8"].verdict == "confirmed"
+    assert set(check.kinds_without_probe) == {"f16", "tf32", "i8"}
+
+
+def test_cli_arch_check(check, capsys):
+    assert main(["arch", "check", NAME]) == 0
+    assert "descriptor AGREES with the compiler" in capsys.readouterr().out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_new_mma_forms_are_rejected_elsewhere(target):
+    # The fp6/fp4 and block-scaled mma.sync forms exist only on sm_120a; ptxas says so.
+    for probe in discover():
+        if probe.name in ("mma_sync_fp6", "mma_sync_fp4", "mma_sync_mxf8f6f4", "mma_sync_mxf4",
+                          "mma_sync_mxf4nvf4"):
+            with pytest.raises(CompileError, match=f"not supported on .target '{target}'"):
+                compile_cuda(probe.source, target, probe.path.name)
+
+
+# -- kernels: unsupported, with the missing feature named ---------------------------------
+
+
+def _answers(arch) -> dict[str, tuple]:
+    out = {}
+    for family in sorted(FAMILIES):
+        for v in family_module(family).variants(arch):
+            out[v.name] = ("spec", v.features) if isinstance(v, KernelSpec) else ("unsupported", v.missing)
+    return out
+
+
+def test_kernel_variants_report_missing_features(arch):
+    answers = _answers(arch)
+    gemm_attention = {n: a for n, a in answers.items() if n.startswith(("gemm.", "attention."))}
+    assert gemm_attention, "the families list their variants on every arch"
+    for name, (status, missing) in gemm_attention.items():
+        assert status == "unsupported", name
+        assert any("tcgen05" in m or "wgmma" in m for m in missing), (name, missing)
+    assert answers["megakernel.llama-decode"][0] == "spec"
+
+
+def test_decisions_follow_content_not_name(arch):
+    renamed = arch_from_text(TEXT.replace(f"name: {NAME}", "name: some-future-gpu"), "some-future-gpu.yaml")
+    assert renamed.name == "some-future-gpu" and renamed.features == arch.features
+    assert _answers(renamed) == _answers(arch)
