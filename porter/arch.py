@@ -403,6 +403,9 @@ def resolve_arch_path(name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
         path = Path(text).expanduser()
+        if path.is_dir():
+            raise _err(f"{path}: is a folder; give the descriptor's .yaml file inside it "
+                       f"(or a bare name: {', '.join(list_archs()) or 'none installed'})")
         if not path.is_file():
             raise _err(f"{path}: arch descriptor file not found; check the path "
                               f"(or give a bare name: {', '.join(list_archs()) or 'none installed'})")
@@ -417,7 +420,9 @@ def resolve_arch_path(name_or_path: str | Path) -> Path:
         known = list_archs()
         close = difflib.get_close_matches(text, known, n=1, cutoff=0.7)
         hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
-        raise _err(f"arch '{text}': no descriptor {path}; {hint}")
+        # Name the installed ones, not the package's data path: for new silicon the fix is a file.
+        raise _err(f"arch '{text}': no descriptor of that name is installed; {hint} "
+                   "(for a new GPU, give the path to its .yaml)")
     return path
 
 

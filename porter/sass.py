@@ -35,7 +35,12 @@ def _wheel_bin(tool: str) -> Path:
     if found:
         return Path(found)
     wheel = {"nvdisasm": "nvidia-cuda-nvdisasm", "cuobjdump": "nvidia-cuda-cuobjdump"}[tool]
-    raise PorterError(f"{tool} not found: pip install {wheel}")
+    raise PorterError(f"{tool} not found (looked in the {wheel} wheel and on PATH): pip install {wheel}")
+
+
+def tool_path(tool: str) -> Path:
+    """Where ``nvdisasm`` or ``cuobjdump`` is; PorterError naming the wheel when absent."""
+    return _wheel_bin(tool)
 
 
 def _run_tool(tool: str, args: list[str], cubin: bytes) -> str:

@@ -88,6 +88,27 @@ def toolchain_versions() -> dict[str, str]:
     return {"nvrtc": nvrtc_version(), "nvdisasm": sass.nvdisasm_version()}
 
 
+def require_toolchain() -> dict[str, str]:
+    """Check up front that every tool a compile-and-inspect run needs is here: a writable
+    compile cache, NVRTC, nvdisasm and cuobjdump. A missing piece is one PorterError naming it and the wheel
+    that carries it, before any work starts (not one failure per kernel later on)."""
+    import os
+
+    from porter import sass
+
+    try:
+        cache = paths.cache_dir()
+    except OSError as exc:
+        raise PorterError(f"{exc.filename or 'cache folder'}: cannot create porter's compile cache "
+                          f"({exc.strerror or exc}); set PORTER_CACHE_DIR to a folder you can write to") from None
+    if not os.access(cache, os.W_OK | os.X_OK):
+        raise PorterError(f"{cache}: porter's compile cache is not writable; "
+                          "set PORTER_CACHE_DIR to a folder you can write to")
+    versions = toolchain_versions()           # loads NVRTC and runs nvdisasm --version
+    sass.tool_path("cuobjdump")               # resource usage comes from cuobjdump
+    return versions
+
+
 def _bundled_headers_dir() -> Path:
     major, minor = (int(x) for x in nvrtc_version().split("."))
     if (major, minor) < (13, 3):

@@ -68,7 +68,7 @@ def test_levels_and_no_device_said_plainly(setup):
     levels = {k["name"]: k["level"] for k in report["kernels"]}
     assert levels == {"fake.axpy": "numerics", "fake.fp4": "numerics"}
     assert report["device"]["ran"] is False
-    assert report["device"]["detail"].startswith("no device: device validation not run")
+    assert report["device"]["detail"].startswith("no GPU: device validation and benchmarks not run")
     assert all(k["level"] not in ("device-validated", "benchmarked") for k in report["kernels"])
     before = {b["name"]: b for b in report["before"]}
     assert before["fake.axpy"]["compiled"] is True
@@ -186,7 +186,7 @@ def test_device_on_without_a_gpu_fails_the_device_stage(setup, tmp_path):
         pytest.skip("a Blackwell GPU is present")
     run = run_target(_opts(setup, out=tmp_path / "o", jobs=1, device="on"))
     assert run.exit_code == 1 and [s.id for s in run.failed] == ["device"]
-    assert "no device" in run.failed[0].summary
+    assert "no GPU" in run.failed[0].summary
 
 
 def test_probe_stage_without_porter_probes_fails_clearly(setup, tmp_path, monkeypatch):
@@ -223,3 +223,23 @@ def test_generic_runbook_picks_the_most_different_base(setup, tmp_path):
     arch, base, book = resolve(RunOptions("blackwell", runbook="generic-bringup"))
     assert book.base is None and base is not None and base.digest != arch.digest
     assert set(base.features) != set(arch.features)
+
+
+def test_terminal_verdict_says_the_level_and_what_next(tmp_path):
+    from types import SimpleNamespace
+
+    from porter.commands.target import verdict_lines
+
+    result = SimpleNamespace(arch="blackwell", arch_arg="blackwell", products=("B200", "GB200"), out_dir=tmp_path)
+    no_gpu = SimpleNamespace(status="not-run")
+    ok = [{"name": "k1", "level": "numerics", "checks_failed": []},
+          {"name": "k2", "level": "sass-checked", "checks_failed": []}]
+    lines = verdict_lines(result, ok, [{"name": "k3"}], no_gpu)
+    assert lines[0] == ("highest level reached: numerics (CPU model of the arithmetic, not a GPU run), "
+                        "by 1 of 2 kernels; 1 unsupported on blackwell")
+    assert "one of B200, GB200, run `porter target blackwell --device on`" in lines[-1]
+    broken = [{"name": "k1", "level": "failed", "checks_failed": [{"name": "build", "detail": "x"}]}]
+    lines = verdict_lines(result, broken, [], no_gpu)
+    assert lines[0] == "no kernel got through: all 1 failed"
+    assert "fix the failed checks of k1" in lines[1]
+    assert not any("--device on" in line for line in lines)   # nothing a GPU could take yet

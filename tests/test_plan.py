@@ -104,3 +104,11 @@ def test_template_file_order_inlines_included_templates_in_place():
     for later in ("tcgen05/tcgen05.cuh", "tmem/tmem.cuh"):
         if later in order and "tcgen05/tcgen05.cuh" in order:
             assert order["tcgen05/tcgen05.cuh"] <= order[later]
+
+
+def test_block_scale_headers_need_tensor_memory():
+    # They stage scales with tcgen05.cp into TMEM: an arch with block-scaled MMA but no
+    # TMEM (sm_120a) must leave them out rather than fail to compile them.
+    from porter.plan import file_needs
+
+    assert {"block_scale_mx", "tcgen05", "tmem"} <= set(file_needs("block_scale/block_scale.cuh"))

@@ -182,3 +182,25 @@ def test_missing_probe_sass_is_contradicted():
     sass_text = "        /*0000*/                   MOV R1, c[0x0][0x28] ;\n        /*0010*/  EXIT ;\n"
     result = judge(probe, arch, compiled=True, sass_text=sass_text, error="")
     assert result.verdict.startswith("contradicted: compiles but its SASS lacks ^UTCHMMA")
+
+
+def test_probe_through_a_denied_prerequisite_does_not_judge_the_feature(tmp_path):
+    # An arch that claims block scales but has no tcgen05/TMEM (sm_120a's mma.sync): the
+    # tcgen05 block-scale probe is rejected because of tcgen05, which says nothing about
+    # block scales. Not a contradiction; the feature is left without a probe.
+    from porter.probes import NOT_JUDGED, _feature_results
+
+    arch = load_arch("hopper")
+    probe = next(p for p in discover() if p.name == "tcgen05_mxf8f6f4")
+    assert probe.feature == "block_scale_mx" and "tcgen05" in probe.also_needs
+    claims = type("Claims", (), {"has": lambda self, f: f == "block_scale_mx" or arch.has(f),
+                                 "target": arch.target, "tensor_core": arch.tensor_core,
+                                 "sass_signatures": arch.sass_signatures})()
+    error = "tcgen05_mxf8f6f4.cu:40: ptxas error: Instruction 'tcgen05.alloc' not supported on .target 'sm_90a'"
+    result = judge(probe, claims, compiled=False, sass_text="", error=error)
+    assert result.verdict.startswith(NOT_JUDGED) and result.ok and "tcgen05" in result.verdict
+    feature = next(f for f in _feature_results(claims, [probe], [result]) if f.feature == "block_scale_mx")
+    assert feature.verdict == "no probe"
+    # Rejected for its own sake (no denied prerequisite involved) is still a contradiction.
+    alone = judge(probe, type(claims)(), compiled=False, sass_text="", error="x.cu:1: error: expected a ';'")
+    assert alone.verdict.startswith("contradicted")

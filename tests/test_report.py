@@ -62,7 +62,19 @@ def test_markdown_has_stages_kernels_and_no_device_line(report_dir):
     md = (report_dir / "report.md").read_text()
     assert "| kernels | passed |" in md.replace("| 2 ", "| ")
     assert "fake.axpy" in md and "numerics" in md
-    assert "no device: device validation not run" in md
+    assert "no GPU: device validation and benchmarks not run" in md
+    # The answer first: the highest level reached and a plain statement that no GPU ran anything.
+    head = md.split("## Stages")[0]
+    assert "highest level reached: **numerics**" in head
+    assert "**device**: no GPU" in head and "--device on" in head
+
+
+def test_report_summary_counts_levels_and_says_what_next(report_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    s = report["summary"]
+    assert s["highest_level"] == "numerics" and s["device_ran"] is False
+    assert sum(s["levels"].values()) == s["kernels"] == len(report["kernels"])
+    assert any("porter target blackwell --device on" in step for step in s["next_steps"])
 
 
 def test_html_is_self_contained_and_draws_everything(report_dir):
@@ -75,7 +87,8 @@ def test_html_is_self_contained_and_draws_everything(report_dir):
         assert f">{sid}</text>" in html                  # every stage drawn as a box
     assert "marker-end" in html                          # with arrows
     assert "#1565c0" in html                            # device stage coloured as not-run
-    assert "l-numerics" in html and "no device: device validation not run" in html
+    assert "l-numerics" in html and "no GPU: device validation and benchmarks not run" in html
+    assert "Highest level reached" in html and "Not run on a GPU" in html
 
 
 def test_numerics_cases_read_ratio_or_error_layouts():

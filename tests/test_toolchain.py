@@ -92,7 +92,8 @@ def test_missing_nvdisasm_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(sass.shutil, "which", lambda tool: None)
     with pytest.raises(PorterError) as info:
         sass.disassemble(b"\x7fELF not really")
-    assert str(info.value) == "nvdisasm not found: pip install nvidia-cuda-nvdisasm"
+    assert str(info.value) == ("nvdisasm not found (looked in the nvidia-cuda-nvdisasm wheel and on PATH): "
+                               "pip install nvidia-cuda-nvdisasm")
 
 
 def test_missing_nvrtc_is_one_clear_error(fresh_cache, monkeypatch, capsys):

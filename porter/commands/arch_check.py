@@ -12,7 +12,8 @@ import json
 import sys
 
 from porter.arch import load_arch
-from porter.probes import ArchCheck, ProbeResult, check_arch
+from porter.cli import jobs_arg
+from porter.probes import NOT_JUDGED, ArchCheck, ProbeResult, check_arch
 
 
 def register(arch_subparsers) -> None:
@@ -23,7 +24,7 @@ def register(arch_subparsers) -> None:
                     "rejected by the compiler. Exit 1 on any disagreement.")
     p.add_argument("arch", metavar="NAME|FILE", help="a bare name (blackwell) or a path to a .yaml file")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    p.add_argument("--jobs", type=int, default=None, help="parallel disassemblies (default: CPU count)")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel disassemblies (default 0: one per CPU)")
     p.set_defaults(func=cmd_check)
 
 
@@ -62,7 +63,7 @@ def _evidence(r: ProbeResult) -> str:
 def _style(verdict: str) -> str:
     if verdict.startswith("contradicted"):
         return f"[red]{verdict}[/red]"
-    if verdict == "no probe":
+    if verdict == "no probe" or verdict.startswith(NOT_JUDGED):
         return f"[yellow]{verdict}[/yellow]"
     return f"[green]{verdict}[/green]"
 
@@ -71,9 +72,11 @@ def summary_line(check: ArchCheck) -> str:
     n = len(check.probes)
     confirmed = sum(r.verdict == "confirmed" for r in check.probes)
     denied = sum(r.verdict == "denied-confirmed" for r in check.probes)
+    unjudged = sum(r.verdict.startswith(NOT_JUDGED) for r in check.probes)
     bad = len(check.contradictions)
     unprobed = [f.feature for f in check.features if f.verdict == "no probe"]
     text = (f"{check.arch} ({check.target}): {n} probes, {confirmed} confirmed, {denied} denied-confirmed, "
+            + (f"{unjudged} not judged, " if unjudged else "") +
             f"{bad} contradiction{'s' if bad != 1 else ''} in {check.seconds:.1f} s "
             f"(compile {check.compile_seconds:.1f} s, disassemble {check.disassemble_seconds:.1f} s)")
     if unprobed:
@@ -110,7 +113,10 @@ def render(check: ArchCheck) -> None:
 
 
 def cmd_check(args) -> int:
+    from porter.toolchain import require_toolchain
+
     arch = load_arch(args.arch)
+    require_toolchain()   # a missing tool or cache folder: one clear line before any compile
     check = check_arch(arch, jobs=args.jobs)
     if args.json:
         print(json.dumps(check.to_dict(), indent=2))

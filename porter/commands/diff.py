@@ -99,6 +99,23 @@ def run(args) -> int:
     from porter.errors import PorterError
 
     a, b = load_arch(args.a), load_arch(args.b)
+    if args.html:
+        from porter.cli import check_output_file
+
+        check_output_file(args.html, "--html")
+    # Bad input first, before pages of output: a pattern that matches nothing is an error.
+    if args.kernel:
+        from porter.pipeline.runner import check_kernel_pattern
+
+        check_kernel_pattern(args.kernel, [b, a])
+    pairs = pair_kernels(a, b, args.kernel)
+    if not pairs:
+        raise PorterError(f"--kernel {args.kernel!r}: matches no kernel, variant or family on {a.name} or {b.name}; "
+                          f"see porter kernel list --arch {b.name}")
+    if not args.no_build:
+        from porter.toolchain import require_toolchain
+
+        require_toolchain()
     console = Console(highlight=False)
     try:
         from porter.archdiff import diff_archs
@@ -112,9 +129,6 @@ def run(args) -> int:
         lost, gained = feature_diff(a, b)
         archdiff = {"features": {"lost": lost, "gained": gained}}
         console.print(f"features lost: {', '.join(lost) or 'none'}; gained: {', '.join(gained) or 'none'}")
-    pairs = pair_kernels(a, b, args.kernel)
-    if not pairs:
-        raise PorterError(f"diff: no kernel matches {args.kernel!r} on {a.name} or {b.name}; see porter kernel list --arch {b.name}")
     results = []
     for key, sa, sb in pairs:
         d = kernel_diff(a, b, sa, sb, build=not args.no_build)
@@ -132,8 +146,9 @@ def run(args) -> int:
             t.add_column("opcode")
             t.add_column(a.name, justify="right")
             t.add_column(b.name, justify="right")
+            both = "a" in d["histogram"] and "b" in d["histogram"]   # "new"/"gone" only against a real other side
             for op, x, y in histogram_rows(d["histogram"].get("a", {}), d["histogram"].get("b", {}))[:30]:
-                mark = "" if x == y else (" [green]new[/]" if x == 0 else " [red]gone[/]" if y == 0 else "")
+                mark = "" if x == y or not both else (" [green]new[/]" if x == 0 else " [red]gone[/]" if y == 0 else "")
                 t.add_row(op + mark, str(x), str(y))
             console.print(t)
         if d["resources"]:

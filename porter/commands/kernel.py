@@ -20,6 +20,15 @@ def register(sub) -> None:
     rend.set_defaults(func=run_render)
 
 
+def _console():
+    """A terminal's own width; 120 columns into a pipe or a file, so tables stay readable."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
 def all_variants(arch) -> list:
     from porter import kernels
 
@@ -46,39 +55,39 @@ def find_kernel(name: str, arch) -> list:
 
 
 def run_list(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from porter.arch import load_arch
     from porter.kernels.base import Unsupported
+    from porter.report.build import why_unsupported
 
     arch = load_arch(args.arch)
     table = Table(title=f"kernel variants for {arch.name} ({arch.target})", title_justify="left")
-    for col in ("kernel", "variant", "status", "features / missing"):
-        table.add_column(col)
+    for col in ("kernel", "variant", "status"):
+        table.add_column(col, no_wrap=True)   # names are what people copy: never cut them
+    table.add_column("features / missing")
     for v in all_variants(arch):
         if isinstance(v, Unsupported):
-            table.add_row(v.name, v.variant, "[red]unsupported[/]", "needs " + ", ".join(v.missing)
-                          + (f" ({v.reason})" if v.reason else ""))
+            table.add_row(v.name, v.variant, "[red]unsupported[/]", why_unsupported(v.to_dict()))
         else:
             table.add_row(v.name, v.variant, "[green]supported[/]", ", ".join(v.features))
-    Console().print(table)
+    _console().print(table)
     return 0
 
 
 def run_show(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from porter.arch import load_arch
     from porter.kernels.base import Unsupported
+    from porter.report.build import why_unsupported
 
     arch = load_arch(args.arch)
-    console = Console()
+    console = _console()
     for spec in find_kernel(args.kernel, arch):
         if isinstance(spec, Unsupported):
-            console.print(f"[bold]{spec.name}[/] on {arch.name}: unsupported, needs {', '.join(spec.missing)}"
-                          + (f" ({spec.reason})" if spec.reason else ""), highlight=False)
+            console.print(f"[bold]{spec.name}[/] on {arch.name}: unsupported, {why_unsupported(spec.to_dict())}",
+                          highlight=False)
             continue
         console.print(f"[bold]{spec.name}[/] ({spec.variant}) on {arch.name} {arch.target}: entry {spec.entry}, "
                       f"template {spec.template or '-'}", highlight=False)
@@ -126,6 +135,10 @@ def run_render(args) -> int:
     from porter.kernels.base import Unsupported
 
     arch = load_arch(args.arch)
+    if args.output:
+        from porter.cli import check_output_file
+
+        check_output_file(args.output, "-o")
     specs = [s for s in find_kernel(args.kernel, arch) if not isinstance(s, Unsupported)]
     if not specs:
         missing = find_kernel(args.kernel, arch)[0].missing

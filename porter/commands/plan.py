@@ -22,6 +22,8 @@ def run(args) -> int:
     base = load_arch(args.base) if args.base else most_different_arch(target)
     if base is None:
         raise PorterError(f"plan {args.arch}: no other descriptor to port from; give --from BASE")
+    if base.digest == target.digest:
+        raise PorterError(f"--from {args.base}: the base is the target itself; pick another arch")
     plan = porting_plan(base, target)
     print(json.dumps(plan.to_dict(), indent=1) if args.json else plan.text())
     return 0

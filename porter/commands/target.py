@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 
+from porter.cli import jobs_arg
+
+
 def register(sub) -> None:
     p = sub.add_parser("target", help="run the bring-up pipeline for an arch (probes, plan, kernels, numerics, report)",
                        description="Run the runbook's stages as a DAG for ARCH: descriptor and probes, "
@@ -14,7 +17,7 @@ def register(sub) -> None:
     p.add_argument("--runbook", help="runbook name or path (default: ARCH-bringup, else generic-bringup)")
     p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
                    help="device validation: auto = when a GPU of ARCH is present; on = required")
-    p.add_argument("--jobs", "-j", type=int, default=0, help="parallel compile workers (default: CPU count)")
+    p.add_argument("--jobs", "-j", type=jobs_arg, default=0, help="parallel compile workers (default 0: one per CPU)")
     p.add_argument("--out", help="output folder (default build/ARCH)")
     p.add_argument("--kernel", metavar="PATTERN", help="only kernels whose name, variant or family matches (fnmatch)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress, summary only")
@@ -31,19 +34,26 @@ def run(args) -> int:
     console = Console(stderr=False, soft_wrap=True)
     opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out,
                       jobs=args.jobs, device=args.device, kernel=args.kernel)
-    if args.quiet or not console.is_terminal:
-        from porter.pipeline.context import NullDisplay
+    try:
+        if args.quiet or not console.is_terminal:
+            from porter.pipeline.context import NullDisplay
 
-        class _Lines(NullDisplay):  # one plain line per stage when no live view is wanted
-            def stage_done(self, r):
-                if not args.quiet:
-                    print(f"{r.status:8s} {r.id} ({r.seconds:.1f}s) {r.summary}", flush=True)
-        result = run_target(opts, _Lines())
-    else:
-        from porter.pipeline.display import RichDisplay
+            class _Lines(NullDisplay):  # one plain line per stage when no live view is wanted
+                def stage_done(self, r):
+                    if not args.quiet:
+                        cached = f", {r.units_cached} cached" if r.units_cached else ""
+                        print(f"{r.status:8s} {r.id} ({r.seconds:.1f}s{cached}) {r.summary}", flush=True)
+            result = run_target(opts, _Lines())
+        else:
+            from porter.pipeline.display import RichDisplay
 
-        with RichDisplay(console) as display:
-            result = run_target(opts, display)
+            with RichDisplay(console) as display:
+                result = run_target(opts, display)
+    except KeyboardInterrupt:
+        # Every finished unit is already stored whole (atomic writes), so say how to go on.
+        print("porter: interrupted; finished work is kept, run the same command again to resume",
+              file=sys.stderr)
+        return 130
     print_summary(console, result)
     if result.failed:
         names = ", ".join(f"'{s.id}'" for s in result.failed)
@@ -57,9 +67,9 @@ def print_summary(console, result) -> None:
     from porter.levels import Level
     from porter.report.build import why_unsupported
 
-    table = Table(title=f"{result.arch}: kernels by level", title_justify="left")
-    table.add_column("kernel")
-    table.add_column("level")
+    table = Table(title=f"{result.arch}: kernels by the highest level each reached", title_justify="left")
+    table.add_column("kernel", no_wrap=True)
+    table.add_column("level", no_wrap=True)
     table.add_column("checks failed", overflow="fold")
     report_json = result.out_dir / "report.json"
     kernels, unsupported = [], []
@@ -84,6 +94,37 @@ def print_summary(console, result) -> None:
     dev = next((s for s in result.stages if s.kind == "device"), None)
     if dev is not None:
         console.print(f"device: {dev.summary}", highlight=False)
+    for line in verdict_lines(result, kernels, unsupported, dev):
+        console.print(line, highlight=False, markup=False)
+    # "fresh": compiles found in porter's compile cache (shared by every run) are not counted.
     console.print(f"{len(result.stages)} stages, {len(result.failed)} failed; {result.units_run} units run, "
-                  f"{result.units_cached} cached, {result.nvrtc_calls} NVRTC compiles; {result.seconds:.1f} s; "
+                  f"{result.units_cached} reused from an earlier run, {result.nvrtc_calls} fresh NVRTC compiles; "
+                  f"{result.seconds:.1f} s; "
                   f"artifacts in {result.out_dir}/", highlight=False)
+
+
+def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[str]:
+    """What the run amounts to, in words: the highest level reached and what to do next."""
+    from porter.levels import Level
+
+    if not kernels:
+        return []
+    order = {lvl.label: lvl for lvl in Level}
+    highest = max((order[k["level"]] for k in kernels), default=None)
+    n_top = sum(order[k["level"]] == highest for k in kernels)
+    uns = f"; {len(unsupported)} unsupported on {result.arch}" if unsupported else ""
+    note = " (CPU model of the arithmetic, not a GPU run)" if highest == Level.NUMERICS else ""
+    if highest == Level.FAILED:
+        lines = [f"no kernel got through: all {len(kernels)} failed{uns}"]
+    else:
+        lines = [f"highest level reached: {highest.label}{note}, by {n_top} of {len(kernels)} kernels{uns}"]
+    short = [k["name"] for k in kernels if k["checks_failed"]]
+    if short:
+        lines.append(f"next: fix the failed checks of {', '.join(short[:4])}{' and more' if len(short) > 4 else ''} "
+                     f"(details in {result.out_dir}/report.md), then rerun: unchanged work comes from the cache")
+    # Device validation takes the kernels that passed their SASS checks: suggest it once there are some.
+    if dev is not None and dev.status != "passed" and highest >= Level.SASS_CHECKED:
+        where = ", ".join(result.products) or f"{result.arch} GPUs"
+        lines.append(f"next: on a machine with one of {where}, run `porter target {result.arch_arg or result.arch} "
+                     "--device on` to reach device-validated and benchmarked")
+    return lines

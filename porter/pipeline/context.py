@@ -156,13 +156,24 @@ class Context:
             # spawn, not fork: the parent may hold threads (the progress display), and a
             # forked child of a threaded parent can deadlock on a lock it inherited held.
             self._pool = ProcessPoolExecutor(max_workers=self.jobs,
-                                             mp_context=multiprocessing.get_context("spawn"))
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_sigint)
         return self._pool
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent: the terminal sends SIGINT to the whole
+    process group, and a worker that took it would print its own traceback and could
+    kill an nvdisasm mid-run (its children inherit the ignored signal). The parent stops
+    handing out units and waits for the running ones, whose results are whole."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def default_jobs() -> int:

@@ -10,12 +10,18 @@ def list_devices() -> tuple[list[dict], str]:
     except ImportError as exc:
         return [], f"cuda.bindings not importable: {exc}"
     try:
-        (err,) = driver.cuInit(0)
+        try:
+            (err,) = driver.cuInit(0)
+        except Exception:  # no libcuda.so: cuda.bindings raises when it first needs it
+            return [], "no NVIDIA driver on this machine: libcuda not found"
         if int(err) != 0:
-            return [], f"CUDA driver unavailable (cuInit: {err.name if hasattr(err, 'name') else int(err)})"
+            name = err.name if hasattr(err, "name") else str(int(err))
+            if name == "CUDA_ERROR_NO_DEVICE":
+                return [], "the NVIDIA driver sees no GPU"
+            return [], f"the NVIDIA driver did not start ({name})"
         err, count = driver.cuDeviceGetCount()
         if int(err) != 0 or count == 0:
-            return [], "the CUDA driver sees no GPU"
+            return [], "the NVIDIA driver sees no GPU"
         out = []
         attr = driver.CUdevice_attribute
         for i in range(count):
@@ -26,8 +32,8 @@ def list_devices() -> tuple[list[dict], str]:
             out.append({"index": i, "name": name.split(b"\0")[0].decode(errors="replace"),
                         "compute_capability": [int(major), int(minor)]})
         return out, ""
-    except Exception as exc:  # no libcuda.so: the bindings raise when first called
-        return [], f"CUDA driver unavailable ({type(exc).__name__}: {exc})"
+    except Exception as exc:  # a driver too old for the bindings, or a broken install
+        return [], f"the NVIDIA driver could not be queried ({type(exc).__name__})"
 
 
 def find_device(arch) -> tuple[dict | None, str]:
@@ -39,5 +45,5 @@ def find_device(arch) -> tuple[dict | None, str]:
             return dev, ""
     if devices:
         seen = ", ".join(f"{d['name']} (cc {d['compute_capability'][0]}.{d['compute_capability'][1]})" for d in devices)
-        return None, f"no GPU of compute capability {want[0]}.{want[1]}; found {seen}"
+        return None, f"no GPU of compute capability {want[0]}.{want[1]} here (found {seen})"
     return None, why

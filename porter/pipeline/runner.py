@@ -32,6 +32,8 @@ class RunResult:
     nvrtc_calls: int = 0             # in this process and in every worker
     units_run: int = 0
     units_cached: int = 0
+    products: tuple = ()             # the target's products, for "run this on a ... GPU"
+    arch_arg: str = ""               # the arch as the user named it (name or file)
 
     @property
     def failed(self) -> list[StageResult]:
@@ -66,7 +68,50 @@ def resolve(opts: RunOptions):
         base = most_different_arch(arch)
     if base is not None and base.digest == arch.digest:
         raise PorterError(f"--from {opts.base}: the base is the target itself; pick another arch")
+    if opts.kernel:
+        check_kernel_pattern(opts.kernel, [a for a in (arch, base) if a is not None])
     return arch, base, book
+
+
+def check_kernel_pattern(pattern: str, archs) -> None:
+    """--kernel must match some kernel, variant or family on the target or the base;
+    a typo would otherwise run every stage on nothing and report success."""
+    import difflib
+    import fnmatch
+
+    from porter import kernels
+
+    names: set[str] = set()
+    for fam in sorted(kernels.FAMILIES):
+        names.add(fam)
+        for arch in archs:
+            try:
+                found = kernels.family_module(fam).variants(arch)
+            except Exception:   # a broken family is reported by its kernels stage, not here
+                continue
+            names.update(n for v in found for n in (v.name, v.variant))
+    if any(fnmatch.fnmatchcase(n, pattern) or n == pattern for n in names):
+        return
+    close = difflib.get_close_matches(pattern, sorted(names), n=4, cutoff=0.5)
+    hint = (f"did you mean {', '.join(close)}?" if close else
+            f"families: {', '.join(sorted(kernels.FAMILIES)) or 'none'}")
+    raise PorterError(f"--kernel {pattern!r}: matches no kernel, variant or family on "
+                      f"{' or '.join(a.name for a in archs)}; {hint} (porter kernel list --arch {archs[0].name})")
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create the output folder now, so an unwritable --out is one clear error before any work."""
+    import os
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PorterError(f"--out {out_dir}: a file of that name is in the way; give a folder") from None
+    except OSError as exc:
+        raise PorterError(f"--out {out_dir}: cannot create the output folder ({exc.strerror}); "
+                          "give a folder you can write to") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise PorterError(f"--out {out_dir}: the folder is not writable; give a folder you can write to")
 
 
 def run_target(opts: RunOptions, display=None) -> RunResult:
@@ -75,13 +120,20 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
     from porter.pipeline.store import StageStore
 
     start = time.perf_counter()
+    if opts.jobs is not None and opts.jobs < 0:
+        raise PorterError(f"--jobs {opts.jobs}: give 1 or more workers, or 0 for one per CPU")
     arch, base, book = resolve(opts)
     jobs = opts.jobs if opts.jobs and opts.jobs > 0 else default_jobs()
     out_dir = Path(opts.out) if opts.out else Path("build") / arch.name
+    from porter.toolchain import require_toolchain
+
+    require_toolchain()   # a missing compiler or disassembler: one error now, not one per kernel
+    prepare_out_dir(out_dir)
     ctx = Context(arch=arch, base=base, runbook=book, out_dir=out_dir,
                   store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device,
                   kernel_pattern=opts.kernel, display=display or NullDisplay())
-    run = RunResult(arch.name, base.name if base else None, book.name, out_dir)
+    run = RunResult(arch.name, base.name if base else None, book.name, out_dir,
+                    products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch))
     ctx.run_info = run
     try:
         for generation in book.generations():

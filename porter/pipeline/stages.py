@@ -410,7 +410,8 @@ def _numerics(ctx, stage, built, val_digest):
     if failed:
         why = failed[0]["error"] or "outside tolerance"
         return _result(stage, FAILED, f"{len(failed)} of {len(rows)} variants fail numerics: {failed[0]['name']}: {why}{tail}", data)
-    return _result(stage, PASSED, f"{len(rows) - len(none)} of {_n(len(rows), 'variant')} meet their tolerance "
+    meet = "meets its" if len(rows) == 1 else "meet their"
+    return _result(stage, PASSED, f"{len(rows) - len(none)} of {_n(len(rows), 'variant')} {meet} tolerance "
                    f"(CPU model){tail}", data)
 
 

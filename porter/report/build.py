@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from porter.levels import Level
 from porter.report.schema import SCHEMA_VERSION
 
 _RATIO_KEYS = ("worst_ratio", "ratio")
-_ERROR_KEYS = ("max_abs_err", "max_abs_error", "max_error", "max_err", "error", "diff")
-_TOL_KEYS = ("tolerance", "tol", "atol", "threshold", "bound")
+# Error measures a family's model may report, with the words a report uses for each.
+_ERROR_KEYS = {"max_abs_err": "max abs error", "max_abs_error": "max abs error", "max_error": "max error",
+               "max_err": "max error", "logits_rel_err": "relative error of the logits",
+               "error": "error", "diff": "difference"}
+_TOL_KEYS = ("allowed_err", "tolerance", "tol", "atol", "threshold", "bound", "logits_rtol")
 
 
 def why_unsupported(u: dict) -> str:
     """'needs fp4, tcgen05' (+ the family's reason), or the reason alone when no feature is named."""
     needs = f"needs {', '.join(u['missing'])}" if u.get("missing") else ""
     reason = u.get("reason") or ""
+    restated = re.fullmatch(r"\S+ lacks (.+)", reason)
+    if restated and {f.strip() for f in restated.group(1).split(",")} == set(u.get("missing") or ()):
+        reason = ""   # "hopper lacks fp4" says no more than "needs fp4"
     return "; ".join(x for x in (needs, reason) if x) or "unsupported (no reason given)"
 
 
@@ -31,7 +38,7 @@ def numerics_cases(numerics) -> list[dict]:
     if not isinstance(numerics, dict):
         return []
     cases = None
-    for key in ("results", "cases", "shapes", "checks"):
+    for key in ("results", "cases", "shapes", "checks", "runs"):
         if isinstance(numerics.get(key), list):
             cases = [c for c in numerics[key] if isinstance(c, dict)]
             break
@@ -39,8 +46,13 @@ def numerics_cases(numerics) -> list[dict]:
         cases = [numerics]
     out = []
     for i, c in enumerate(cases):
-        shape = c.get("shape") or c.get("label") or c.get("name") or i
-        label = "x".join(str(s) for s in shape) if isinstance(shape, (list, tuple)) else str(shape)
+        shape = c.get("shape") or c.get("label") or c.get("name") or c.get("order") or i
+        if isinstance(shape, (list, tuple)):
+            label = "x".join(str(s) for s in shape)
+        elif isinstance(shape, dict):
+            label = " ".join(f"{k}={v}" for k, v in shape.items())
+        else:
+            label = str(shape)
         if "seed" in c:
             label += f" s{c['seed']}"
         ratio = next((_num(c[k]) for k in _RATIO_KEYS if _num(c.get(k)) is not None), None)
@@ -48,12 +60,13 @@ def numerics_cases(numerics) -> list[dict]:
             out.append({"label": label, "error": ratio, "tolerance": 1.0, "passed": c.get("passed"),
                         "measure": "error / allowed"})
             continue
-        err = next((_num(c[k]) for k in _ERROR_KEYS if _num(c.get(k)) is not None), None)
-        tol = next((_num(c[k]) for k in _TOL_KEYS if _num(c.get(k)) is not None), None)
-        if err is None:
+        err_key = next((k for k in _ERROR_KEYS if _num(c.get(k)) is not None), None)
+        if err_key is None:
             continue
-        out.append({"label": label, "error": err, "tolerance": tol, "passed": c.get("passed"),
-                    "measure": "max abs error"})
+        # A case's own bound first, else the one the model states for all its cases.
+        tol = next((_num(src[k]) for src in (c, numerics) for k in _TOL_KEYS if _num(src.get(k)) is not None), None)
+        out.append({"label": label, "error": _num(c[err_key]), "tolerance": tol, "passed": c.get("passed"),
+                    "measure": _ERROR_KEYS[err_key]})
     return out
 
 
@@ -127,14 +140,17 @@ def build_report(ctx) -> dict:
         if sid not in results:
             stages.append({"id": sid, "kind": st.kind, "title": st.title, "day": st.day, "needs": list(st.needs),
                            "status": "passed", "summary": "this report", "seconds": 0.0})
+    device = {"ran": bool(dev_stage and dev_stage.status == "passed"),
+              "detail": dev_stage.summary if dev_stage else "no device stage in the runbook"}
     return {
         "schema_version": SCHEMA_VERSION,
         "porter_version": __version__,
-        "arch": {"name": arch.name, "target": arch.target, "digest": arch.digest, "features": sorted(arch.features)},
+        "arch": {"name": arch.name, "target": arch.target, "digest": arch.digest, "features": sorted(arch.features),
+                 "products": list(getattr(arch, "products", ()))},
         "base": {"name": ctx.base.name, "target": ctx.base.target} if ctx.base is not None else None,
         "runbook": ctx.runbook.name,
-        "device": {"ran": bool(dev_stage and dev_stage.status == "passed"),
-                   "detail": dev_stage.summary if dev_stage else "no device stage in the runbook"},
+        "device": device,
+        "summary": level_summary(kernels, unsupported, device, arch),
         "run": {"seconds": round(run.seconds, 3), "nvrtc_calls": ctx.nvrtc_calls,
                 "units_run": ctx.units_run, "units_cached": ctx.units_cached},
         "stages": stages,
@@ -144,6 +160,42 @@ def build_report(ctx) -> dict:
         "plan": plan,
         "other_arch_levels": _other_levels(ctx),
     }
+
+
+def arch_argument(arch) -> str:
+    """How to name ``arch`` on the command line: its bare name when porter ships it, else its file."""
+    from porter import paths
+
+    try:
+        shipped = paths.data_dir("arch") / f"{arch.name}.yaml"
+    except FileNotFoundError:
+        shipped = None
+    path = getattr(arch, "path", None)
+    if path is None or (shipped is not None and Path(path).resolve() == shipped.resolve()):
+        return arch.name
+    return str(path)
+
+
+def level_summary(kernels: list[dict], unsupported: list, device: dict, arch) -> dict:
+    """What a person needs first: the highest level reached, how many kernels reached
+    each level, whether a GPU was there, and what to do next."""
+    counts = {lvl.label: 0 for lvl in Level}
+    for k in kernels:
+        counts[k["level"]] += 1
+    reached = [lvl for lvl in Level if counts[lvl.label]]
+    highest = max(reached).label if reached else None
+    short = [k["name"] for k in kernels if k["checks_failed"]]
+    steps = []
+    if short:
+        steps.append(f"fix the failed checks of {', '.join(short[:4])}{' and more' if len(short) > 4 else ''} "
+                     "(see 'checks failed'), then rerun: unchanged work is taken from the cache")
+    if not device["ran"] and reached and max(reached) >= Level.SASS_CHECKED:
+        products = ", ".join(getattr(arch, "products", ())) or f"{arch.target} GPUs"
+        steps.append(f"on a machine with one of {products}, run `porter target {arch_argument(arch)} --device on` "
+                     "to reach device-validated and benchmarked")
+    return {"highest_level": highest, "levels": {k: v for k, v in counts.items() if v},
+            "kernels": len(kernels), "unsupported": len(unsupported),
+            "device_ran": bool(device["ran"]), "next_steps": steps}
 
 
 def _other_levels(ctx) -> dict:

@@ -33,6 +33,7 @@ def render_html(r: dict) -> str:
          f"{escape(base['name']) if base else 'none'} · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
          f"{r['run']['units_cached']} cached, {r['run']['nvrtc_calls']} NVRTC compiles</div>",
          f"<p><b>Device:</b> {'validation ran' if r['device']['ran'] else 'not run'}: {escape(r['device']['detail'])}</p>",
+         *_summary(r),
          "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
          "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]
     for s in sorted(r["stages"], key=lambda s: (s["day"], s["id"])):
@@ -66,6 +67,26 @@ def render_html(r: dict) -> str:
         p.append("<h2>Porting plan</h2><ul>" + "".join(f"<li>{escape(s)}</li>" for s in r["plan"].get("summary", [])) + "</ul>")
     p.append("</body></html>")
     return "\n".join(p)
+
+
+def _summary(r: dict) -> list[str]:
+    """Highest level reached, whether a GPU ran anything, and the next steps."""
+    from porter.report.markdown import LEVEL_LEGEND
+
+    s = r.get("summary")
+    if not s:
+        return []
+    out = []
+    if s["highest_level"]:
+        counts = ", ".join(f"{n} {escape(label)}" for label, n in s["levels"].items())
+        out.append(f"<p><b>Highest level reached:</b> {_level(s['highest_level'])} ({counts} of {s['kernels']} "
+                   f"kernels built; {s['unsupported']} variants unsupported)</p>")
+    if not s["device_ran"]:
+        out.append("<p><b>Not run on a GPU:</b> no kernel here is device-validated or benchmarked.</p>")
+    if s["next_steps"]:
+        out.append("<p><b>Next:</b></p><ul>" + "".join(f"<li>{escape(x)}</li>" for x in s["next_steps"]) + "</ul>")
+    out.append(f"<p class='muted'>{escape(LEVEL_LEGEND)}</p>")
+    return out
 
 
 def _levels_table(r: dict) -> list[str]:

@@ -2,25 +2,55 @@
 
 from __future__ import annotations
 
+from porter.levels import Level
 from porter.report.build import why_unsupported
+
+LEVEL_LEGEND = ("levels, lowest to highest: " + " < ".join(
+    lvl.label + (" (CPU model of the arithmetic)" if lvl is Level.NUMERICS else "")
+    for lvl in Level if lvl is not Level.FAILED))
 
 
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def summary_lines(r: dict) -> list[str]:
+    """The answer first: highest level reached, per-level counts, the device, what next."""
+    s = r.get("summary")
+    if not s:
+        return []
+    lines = []
+    if s["highest_level"]:
+        top = s["levels"][s["highest_level"]]
+        rest = [f"{n} {label}" for label, n in s["levels"].items() if label != s["highest_level"]]
+        lines.append(f"- highest level reached: **{s['highest_level']}**, by {top} of {s['kernels']} kernels built"
+                     + (f" (the others: {', '.join(rest)})" if rest else "")
+                     + (f"; {s['unsupported']} variants unsupported on {r['arch']['name']}" if s["unsupported"] else ""))
+    else:
+        lines.append("- no kernel was built")
+    if not s["device_ran"]:
+        lines.append(f"- **device**: {r['device']['detail']}; no kernel here is device-validated or benchmarked")
+    else:
+        lines.append(f"- device: {r['device']['detail']}")
+    lines += [f"- next: {step}" for step in s["next_steps"]]
+    lines.append(f"- {LEVEL_LEGEND}")
+    return lines
+
+
 def render_markdown(r: dict) -> str:
     base = r["base"]["name"] if r["base"] else "none"
-    lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']})", "",
-             f"- runbook: `{r['runbook']}`; base arch: {base}",
-             f"- features: {', '.join(r['arch']['features'])}",
-             f"- device: {'ran' if r['device']['ran'] else 'not run'}: {r['device']['detail']}",
-             f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "
-             f"{r['run']['units_cached']} from cache, {r['run']['nvrtc_calls']} NVRTC compiles", "",
-             "## Stages", "", "| day | stage | status | seconds | summary |", "|---|---|---|---|---|"]
+    lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']})", ""]
+    lines += summary_lines(r) or [f"- device: {'ran' if r['device']['ran'] else 'not run'}: {r['device']['detail']}"]
+    lines += ["", f"- runbook: `{r['runbook']}`; base arch: {base}",
+              f"- features: {', '.join(r['arch']['features'])}",
+              f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "
+              f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
+              "(compiles found in porter's compile cache are not counted)", "",
+              "## Stages", "", "| day | stage | status | seconds | summary |", "|---|---|---|---|---|"]
     for s in sorted(r["stages"], key=lambda s: s["day"]):
         lines.append(f"| {s['day']} | {s['id']} | {s['status']} | {s['seconds']:.2f} | {_cell(s['summary'])} |")
-    lines += ["", "## Kernels", "", "| kernel | level | checks failed | resources |", "|---|---|---|---|"]
+    lines += ["", "## Kernels", "", "| kernel | highest level reached | checks failed | resources (used/limit) |",
+              "|---|---|---|---|"]
     for k in r["kernels"]:
         failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
         res = ", ".join(f"{b['name']} {b['used']}/{b['limit']}" for b in k["resources"])
@@ -33,13 +63,19 @@ def render_markdown(r: dict) -> str:
         lines += [f"- {b['name']}: " + ("compiles" if b["compiled"] else f"fails: {b['error']}") for b in r["before"]]
     num = [k for k in r["kernels"] if k["numerics"]]
     if num:
-        lines += ["", "## Numerics", "", "| kernel | passed | worst case | measure |", "|---|---|---|---|"]
+        lines += ["", "## Numerics (CPU model against the fp64 reference)", "",
+                  "| kernel | result | worst case | error | allowed | measure |", "|---|---|---|---|---|---|"]
         for k in num:
             cases = [c for c in k["numerics"]["cases"] if c["error"] is not None]
             worst = max(cases, key=lambda c: (c["error"] / c["tolerance"]) if c["tolerance"] else c["error"],
                         default=None)
-            desc = f"{worst['label']}: {worst['error']:.3g} vs {worst['tolerance']}" if worst else "-"
-            lines.append(f"| {k['name']} | {k['numerics']['passed']} | {desc} | {worst['measure'] if worst else ''} |")
+            result = "passed" if k["numerics"]["passed"] else "FAILED"
+            if worst:
+                allowed = f"{worst['tolerance']:.3g}" if worst["tolerance"] is not None else "-"
+                lines.append(f"| {k['name']} | {result} | {_cell(worst['label'])} | {worst['error']:.3g} | "
+                             f"{allowed} | {worst['measure']} |")
+            else:
+                lines.append(f"| {k['name']} | {result} | - | - | - | - |")
     if r["plan"]:
         lines += ["", "## Porting plan", ""] + [f"- {s}" for s in r["plan"].get("summary", [])]
     return "\n".join(lines) + "\n"

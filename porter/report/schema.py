@@ -35,6 +35,12 @@ REPORT_SCHEMA = {
         "runbook": _STR,
         "device": {"type": "object", "required": ["ran", "detail"],
                    "properties": {"ran": _BOOL, "detail": _STR}},
+        # Optional (added within schema 1): the answer a person reads first.
+        "summary": {"type": "object",
+                    "required": ["highest_level", "levels", "kernels", "unsupported", "device_ran", "next_steps"],
+                    "properties": {"highest_level": {"type": ["string", "null"], "enum": LEVELS + [None]},
+                                   "levels": {"type": "object"}, "kernels": _INT, "unsupported": _INT,
+                                   "device_ran": _BOOL, "next_steps": {"type": "array", "items": _STR}}},
         "run": {"type": "object", "required": ["seconds", "nvrtc_calls", "units_run", "units_cached"],
                 "properties": {"seconds": _NUM, "nvrtc_calls": _INT, "units_run": _INT, "units_cached": _INT}},
         "stages": {"type": "array", "items": {
