@@ -162,9 +162,24 @@ def probes_dir() -> Path:
     return paths.data_dir("kernels_src") / "probes"
 
 
+_LOCAL_INCLUDE = re.compile(r'^#include "(?P<name>[\w.-]+)"\s*$', re.M)
+
+
+def _inline_local_includes(path: Path, source: str) -> str:
+    """Replace ``#include "x.cuh"`` of a header beside the probe with its text, so the
+    compiled source is self-contained and the compile cache key covers the header too."""
+    def expand(match: re.Match) -> str:
+        header = path.parent / match.group("name")
+        if not header.is_file():
+            raise PorterError(f"{path}: included file {match.group('name')!r} not found beside the probe")
+        return f"// ---- {header.name} (inlined) ----\n{header.read_text(encoding='utf-8')}// ---- end {header.name} ----"
+    return _LOCAL_INCLUDE.sub(expand, source)
+
+
 def parse_probe(path: Path, source: str | None = None) -> Probe:
     """Read a probe's header block; a malformed header is a PorterError naming file:line."""
     source = path.read_text(encoding="utf-8") if source is None else source
+    source = _inline_local_includes(path, source)
     values: dict[str, list[str]] = {}
     last_text_key = None
     for lineno, line in enumerate(source.splitlines(), 1):

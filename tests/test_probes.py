@@ -204,3 +204,15 @@ def test_probe_through_a_denied_prerequisite_does_not_judge_the_feature(tmp_path
     # Rejected for its own sake (no denied prerequisite involved) is still a contradiction.
     alone = judge(probe, type(claims)(), compiled=False, sass_text="", error="x.cu:1: error: expected a ';'")
     assert alone.verdict.startswith("contradicted")
+
+
+def test_local_include_is_inlined_and_a_missing_one_is_named(tmp_path):
+    from porter.probes import parse_probe
+    (tmp_path / "shared.cuh").write_text("__device__ int helper() { return 7; }\n")
+    header = "// probe: p\n// feature: tma\n// sass: ^UTMALDG\n\n"
+    probe = tmp_path / "p.cu"
+    probe.write_text(header + '#include "shared.cuh"\n__global__ void k(int* o) { *o = helper(); }\n')
+    assert "return 7;" in parse_probe(probe).source          # what is compiled and cache-keyed
+    probe.write_text(header + '#include "absent.cuh"\n')
+    with pytest.raises(PorterError, match="absent.cuh' not found beside the probe"):
+        parse_probe(probe)
