@@ -103,12 +103,19 @@ def _hopper_with(regs_per_sm: int):
     return arch_from_text(text.replace("regs_per_sm: 65536", f"regs_per_sm: {regs_per_sm}"), "regs.yaml")
 
 
+@pytest.mark.parametrize("variant", ["bf16", "fp8"])
 @pytest.mark.parametrize("regs_per_sm", [65536, 49152, 40960, 32768])
-def test_setmaxnreg_split_fits_the_launch_pool(regs_per_sm):
+def test_setmaxnreg_split_fits_the_launch_pool(regs_per_sm, variant):
     """Before the fix the split came from regs_per_sm: at 32768 the consumers asked for
-    40 x 128 + 104 x 256 = 31744 registers of a 80 x 384 = 30720 pool (deadlock)."""
+    40 x 128 + 104 x 256 = 31744 registers of a 80 x 384 = 30720 pool (deadlock).
+    Promoted fp8 holds two accumulators per consumer thread: the smallest file leaves no
+    N for it, which is said rather than spilled."""
     arch = _hopper_with(regs_per_sm)
-    spec = gemm.make_spec(arch, "bf16")
+    if variant == "fp8" and regs_per_sm == 32768:
+        with pytest.raises(PorterError, match="fits 96 registers per consumer thread with promoted accumulation"):
+            gemm.make_spec(arch, variant)
+        return
+    spec = gemm.make_spec(arch, variant)
     cfg = spec.config
     launch = cfg["registers_expected"]
     assert launch == gemm_wgmma.launch_registers(arch) and launch % 8 == 0
@@ -124,8 +131,8 @@ def test_setmaxnreg_split_refuses_a_register_file_too_small():
         gemm.make_spec(_hopper_with(12288), "bf16")
 
 
-@pytest.mark.parametrize("regs_per_sm", [65536, 32768])
-def test_ptxas_launch_pool_covers_the_split(regs_per_sm):
+@pytest.mark.parametrize("regs_per_sm,variant", [(65536, "bf16"), (32768, "bf16"), (65536, "fp8")])
+def test_ptxas_launch_pool_covers_the_split(regs_per_sm, variant):
     """What the GPU really gives the CTA is ptxas's register count R x THREADS; the
     consumers' .inc only succeeds if producer x 128 + consumer x 256 <= that pool. ptxas
     reports R = min(launch-bound cap, largest setmaxnreg count) (168 for the shipped
@@ -134,7 +141,7 @@ def test_ptxas_launch_pool_covers_the_split(regs_per_sm):
     from porter.kernels.build import build_kernel
 
     arch = _hopper_with(regs_per_sm)
-    spec = gemm.make_spec(arch, "bf16")
+    spec = gemm.make_spec(arch, variant)
     build = build_kernel(spec, arch)
     assert build.compiled is not None, build.compile_error
     cfg, regs = spec.config, build.resources["registers"]

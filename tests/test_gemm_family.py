@@ -106,8 +106,9 @@ def test_rendered_header_lists_params(hopper):
     header = src[: src.index("#ifndef PORTER_COMMON_CUH")]
     for name, ctype in spec.config["params"]:
         assert f"//   {name}" in header and ctype in header
-    assert header.count("box {128, 128}") == 2  # A: 128 rows; B: this CTA's 128-row slice of 256
-    assert "clusters of 2" in header and "M % 256 == 0, N % 256 == 0, K % 128 == 0" in header
+    # Promoted fp8 tile 128 x 128 x 128: A 128 rows; B this CTA's 64-row slice of 128.
+    assert header.count("box {128, 128}") == 1 and header.count("box {128, 64}") == 1
+    assert "clusters of 2" in header and "M % 256 == 0, N % 128 == 0, K % 128 == 0" in header
     assert f"{spec.entry}(const __grid_constant__ TmaDescriptor tma_a" in src
 
 
@@ -126,7 +127,32 @@ def test_numerics_at_config_mma_k(hopper, variant):
     result = gemm.numerics(spec, hopper)
     assert result["mma_k"] == spec.config["mma_k"] == hopper.tensor_core.k_of(spec.config["kind"])
     assert result["results"] and all(r["mma_k"] == spec.config["mma_k"] for r in result["results"])
+    # The model promotes where the kernel does: fp8 every TILE_K, bf16 never.
+    promote = {"bf16": None, "fp8": spec.config["tile_k"]}[variant]
+    assert result["promote_k"] == promote and all(r["promote_k"] == promote for r in result["results"])
     assert result["passed"] is True
+
+
+def test_numerics_model_promotion_interval():
+    """gemm_model(promote_k): an interval of one MMA is the plain fp32 accumulation; a
+    longer one changes the rounding order (not the tolerance verdict); a K that is not a
+    multiple of the interval ends in a short interval; bad intervals are refused."""
+    import numpy as np
+
+    from porter.validation import gemm_numerics
+    from porter.validation.reference_gemm import gemm_model
+
+    a, b = gemm_numerics.random_operands(32, 24, 640, seed=5)
+    plain = gemm_model(a, b, mma_k=32, out_dtype="fp32")
+    np.testing.assert_array_equal(gemm_model(a, b, mma_k=32, out_dtype="fp32", promote_k=32), plain)
+    promoted = gemm_model(a, b, mma_k=32, out_dtype="fp32", promote_k=128)   # 640 = 5 x 128
+    assert (promoted != plain).any() and np.allclose(promoted, plain, rtol=1e-5, atol=1e-5)
+    short = gemm_model(a, b, mma_k=32, out_dtype="fp32", promote_k=256)      # 256 + 256 + 128
+    assert np.allclose(short, plain, rtol=1e-5, atol=1e-5)
+    with pytest.raises(PorterError, match="promotion interval 48 is not a positive multiple of the MMA K"):
+        gemm_model(a, b, mma_k=32, promote_k=48)
+    res = gemm_numerics.check_gemm("fp8", 64, 64, 1024, mma_k=32, promote_k=128)
+    assert res["promote_k"] == 128 and res["passed"]
 
 
 def test_render_names_missing_config_keys(hopper):

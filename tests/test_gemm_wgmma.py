@@ -1,6 +1,11 @@
 """Hopper (wgmma) GEMM kernels: configuration from the descriptor, NVRTC compile,
-SASS (HGMMA / QGMMA at the chosen shape, TMA, setmaxnreg), no spills, limits, and the
-"before" picture: the same source is rejected for sm_100a because wgmma is gone."""
+SASS (HGMMA / QGMMA at the chosen shape, TMA, setmaxnreg, FADD promotion for fp8), no
+spills, limits, and the "before" picture: the same source is rejected for sm_100a
+because wgmma is gone.
+
+Builds: "bf16" and "fp8" are the shipped specs (fp8 promotes into fp32 registers every
+TILE_K); "fp8.fast" is fp8 with accumulation "tensor-core" (the whole K in the wgmma
+accumulator), the configuration the promoted one replaces by default."""
 
 from __future__ import annotations
 
@@ -23,36 +28,81 @@ def hopper():
     return load_arch("hopper")
 
 
+def _spec(hopper, name):
+    variant, _, accumulation = name.partition(".")
+    if accumulation:
+        return gemm_wgmma.make_spec(hopper, gemm.VARIANTS[variant], False, accumulation="tensor-core")
+    return gemm.make_spec(hopper, variant)
+
+
+BUILDS = ("bf16", "fp8", "fp8.fast")
+
+
 @pytest.fixture(scope="module")
 def builds(hopper):
     """Each Hopper kernel rendered and compiled once per session (the disk cache helps too)."""
-    return {v: build_kernel(gemm.make_spec(hopper, v), hopper) for v in ("bf16", "fp8")}
+    return {name: build_kernel(_spec(hopper, name), hopper) for name in BUILDS}
 
 
 EXPECTED = {
-    # variant: (tile_m, tile_n, tile_k, mma_k, SASS opcode of the main loop)
-    "bf16": (128, 256, 64, 16, "HGMMA.64x256x16.F32.BF16"),
-    "fp8": (128, 256, 128, 32, "QGMMA.64x256x32.F32.E4M3.E4M3"),
+    # build: (tile_m, tile_n, tile_k, mma_k, SASS opcode of the main loop, stages, accumulation)
+    "bf16": (128, 256, 64, 16, "HGMMA.64x256x16.F32.BF16", 4, "tensor-core"),
+    # Promoted: two 64 x N fp32 accumulators per consumer thread bound N to 128 (N = 256
+    # would need 2 x 128 + overhead > 232 registers); the smaller stage buys 6 stages.
+    "fp8": (128, 128, 128, 32, "QGMMA.64x128x32.F32.E4M3.E4M3", 6, "promoted"),
+    "fp8.fast": (128, 256, 128, 32, "QGMMA.64x256x32.F32.E4M3.E4M3", 4, "tensor-core"),
 }
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
-def test_config_from_descriptor(hopper, variant):
-    cfg = gemm.make_spec(hopper, variant).config
-    tile_m, tile_n, tile_k, mma_k, _ = EXPECTED[variant]
+@pytest.mark.parametrize("name", BUILDS)
+def test_config_from_descriptor(hopper, name):
+    spec = _spec(hopper, name)
+    cfg = spec.config
+    tile_m, tile_n, tile_k, mma_k, _, stages, accumulation = EXPECTED[name]
     assert (cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["mma_k"]) == (tile_m, tile_n, tile_k, mma_k)
     assert cfg["tile_k"] * cfg["element_bytes"] == 128  # one 128B swizzle row
-    assert cfg["stages"] == 4 and cfg["smem_per_stage_bytes"] == 48 * 1024
+    assert cfg["stages"] == stages and cfg["smem_per_stage_bytes"] == (tile_m + tile_n) * 128
     assert hopper.tensor_core.valid_shape(cfg["kind"], cfg["mma_m"], cfg["mma_n"])
     assert (cfg["producer_regs"], cfg["consumer_regs"]) == (40, 232)
     assert 128 * cfg["producer_regs"] + 256 * cfg["consumer_regs"] <= hopper.regs_per_sm
     assert cfg["registers_expected"] == 168
     assert cfg["grid_ctas"] == hopper.sm_count
+    # Accumulation: promoted fp8 keeps two fragments (the chain's and the fp32 one).
+    assert cfg["accumulation"] == accumulation
+    copies = 2 if accumulation == "promoted" else 1
+    assert cfg["accumulator_regs"] == copies * tile_n // 2
+    assert cfg["accumulator_regs"] + gemm_wgmma.CONSUMER_OVERHEAD_REGS <= cfg["consumer_regs"]
+    assert cfg["promote_every_k"] == (tile_k if accumulation == "promoted" else 0)
+    assert f"{copies} x {tile_n // 2} fp32 accumulator registers" in cfg["register_budget"]
     # Clusters + TMA multicast in the descriptor: 2 CTAs along M share B.
-    spec = gemm.make_spec(hopper, variant)
     assert cfg["cluster_m"] == 2 and spec.cluster == (2, 1, 1)
-    assert cfg["b_slice_rows"] == 128 and cfg["shape_multiple"] == [256, 256, tile_k]
-    assert cfg["tensor_maps"][1]["box"] == [tile_k, 128] and cfg["tensor_maps"][1]["multicast"]
+    assert cfg["b_slice_rows"] == tile_n // 2 and cfg["shape_multiple"] == [256, tile_n, tile_k]
+    assert cfg["tensor_maps"][1]["box"] == [tile_k, tile_n // 2] and cfg["tensor_maps"][1]["multicast"]
+
+
+def test_promoted_tile_is_chosen_by_registers(hopper):
+    """The promoted fp8 tile follows the consumers' register budget: the note says why
+    N is not 256 and why there is no third consumer warpgroup, and a smaller register
+    file shrinks N (or is refused, naming registers) rather than spilling."""
+    note = gemm.make_spec(hopper, "fp8").config["register_budget"]
+    assert "N=256 would need 296" in note
+    assert "3 consumer warpgroups would leave 152 per consumer thread (too few)" in note
+    fp8 = gemm.VARIANTS["fp8"]
+    assert gemm_wgmma.default_accumulation(fp8) == "promoted"
+    assert gemm_wgmma.default_accumulation(gemm.VARIANTS["bf16"]) == "tensor-core"
+    with pytest.raises(PorterError, match="accumulation 'fast'; use one of promoted, tensor-core"):
+        gemm_wgmma.make_spec(hopper, fp8, False, accumulation="fast")
+    # Fewer registers for the consumers (a smaller register file) shrink the promoted N.
+    text = (paths.data_dir("arch") / "hopper.yaml").read_text()
+    smaller = arch_from_text(text.replace("regs_per_sm: 65536", "regs_per_sm: 40960"), "regs.yaml")
+    cfg = gemm.make_spec(smaller, "fp8").config
+    assert cfg["accumulator_regs"] + gemm_wgmma.CONSUMER_OVERHEAD_REGS <= cfg["consumer_regs"]
+    assert cfg["tile_n"] == 64 and cfg["accumulation"] == "promoted"
+    tiny = arch_from_text(text.replace("regs_per_sm: 65536", "regs_per_sm: 32768"), "regs.yaml")
+    with pytest.raises(PorterError, match="no wgmma N of gemm.fp8 fits 96 registers per consumer thread "
+                                          "with promoted accumulation"):
+        gemm.make_spec(tiny, "fp8")
+    assert gemm.make_spec(tiny, "bf16").config["tile_n"] == 64   # one accumulator still fits
 
 
 def test_smaller_descriptor_shrinks_the_kernel(hopper):
@@ -76,7 +126,7 @@ def test_smaller_descriptor_shrinks_the_kernel(hopper):
         gemm.make_spec(tiny, "bf16")
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+@pytest.mark.parametrize("variant", BUILDS)
 def test_reaches_sass_checked(builds, variant):
     b = builds[variant]
     failed = [c.to_dict() for c in b.checks if not c.passed]
@@ -84,7 +134,7 @@ def test_reaches_sass_checked(builds, variant):
     assert b.level == Level.SASS_CHECKED and b.target == "sm_90a"
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+@pytest.mark.parametrize("variant", BUILDS)
 def test_sass_main_loop(builds, variant):
     b = builds[variant]
     cfg = b.spec.config
@@ -99,7 +149,7 @@ def test_sass_main_loop(builds, variant):
     assert not any(op.startswith(("HMMA", "QMMA", "LDL", "STL")) for op in b.histogram)
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+@pytest.mark.parametrize("variant", BUILDS)
 def test_sass_epilogue(builds, variant):
     b = builds[variant]
     chunks = b.spec.config["tile_n"] // 64           # 64-column staging chunks per tile
@@ -111,7 +161,7 @@ def test_sass_epilogue(builds, variant):
     assert not [op for op in b.histogram if op.startswith("STG") and op != "STG.E.128"]
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+@pytest.mark.parametrize("variant", BUILDS)
 def test_no_spills_and_no_wgmma_serialisation(builds, variant):
     b = builds[variant]
     assert b.resources["spill_store_bytes"] == b.resources["spill_load_bytes"] == 0
@@ -122,8 +172,39 @@ def test_no_spills_and_no_wgmma_serialisation(builds, variant):
     # between MMAs) or "wgmma.mma_async instructions are serialized".
     log = b.compiled.log.lower()
     assert "injected" not in log and "serialized" not in log, b.compiled.log
-    # Only the kernel's own waits: wait_group 1 in the loop, wait_group 0 before the epilogue.
-    assert b.histogram.get("WARPGROUP.DEPBAR.LE") == 2 and b.histogram.get("WARPGROUP.ARRIVE") == 1
+    # Only the kernel's own waits. Tensor-core accumulation: wait_group 1 in the loop,
+    # wait_group 0 before the epilogue. Promoted: one wait_group 0 per chain, in the loop.
+    promoted = b.spec.config["accumulation"] == "promoted"
+    assert b.histogram.get("WARPGROUP.DEPBAR.LE") == (1 if promoted else 2)
+    assert b.histogram.get("WARPGROUP.ARRIVE") == 1
+
+
+@pytest.mark.parametrize("variant", BUILDS)
+def test_sass_promotion(builds, variant):
+    """Promoted: the k-block loop (not unrolled) adds the chain's N/2 fragment registers
+    into the fp32 accumulator with exactly N/2 FADDs - each register once, no FFMA
+    tricks, no FADD anywhere else; tensor-core accumulation has no FADD at all."""
+    b = builds[variant]
+    cfg = b.spec.config
+    fadds = sum(n for op, n in b.histogram.items() if op.startswith("FADD"))
+    if cfg["accumulation"] == "promoted":
+        assert fadds == b.histogram.get("FADD") == cfg["mma_n"] // 2
+        assert any(r.pattern == r"FADD\b" for r in b.spec.sass_required)
+        # In SASS order: the chain's MMAs, its wait (DEPBAR), then the stage releases
+        # (remote mbarrier arrivals) and the FADDs - never a FADD before the wait.
+        ops = [m.group(1) for m in re.finditer(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)",
+                                               b.sass, re.M)]
+        depbar = ops.index("WARPGROUP.DEPBAR.LE")
+        mmas = [i for i, op in enumerate(ops) if op.startswith("QGMMA")]
+        fadd_at = [i for i, op in enumerate(ops) if op == "FADD"]
+        releases = [i for i, op in enumerate(ops) if op.startswith("SYNCS.ARRIVE.TRANS64.RED")]
+        assert len(mmas) == cfg["k_steps"] and max(mmas) < depbar < min(fadd_at)
+        assert releases and all(depbar < i for i in releases)
+    else:
+        assert fadds == 0 and not any("FADD" in r.pattern for r in b.spec.sass_required)
+    # The epilogue's alpha scaling is the only other fp32 arithmetic: one FMUL per
+    # accumulator register (+1 for alpha = scale_a * scale_b).
+    assert b.histogram.get("FMUL") == cfg["mma_n"] // 2 + 1
 
 
 def test_fits_shared_memory(builds, hopper):
@@ -146,9 +227,13 @@ def test_source_carries_the_python_encodings(builds):
 
 def test_sass_rules_can_fail(builds):
     # The bf16 spec's rules applied to the fp8 kernel's SASS: no HGMMA there.
-    checks = sass_checks(builds["bf16"].spec, builds["fp8"].histogram)
+    checks = sass_checks(builds["bf16"].spec, builds["fp8.fast"].histogram)
     failed = [c.name for c in checks if not c.passed]
     assert failed == [r"sass has HGMMA\.64x256x16\.F32\.BF16"]
+    # The promoted spec's rules on the fast-accumulation SASS: wrong N and no promotion.
+    checks = sass_checks(builds["fp8"].spec, builds["fp8.fast"].histogram)
+    failed = [c.name for c in checks if not c.passed]
+    assert failed == [r"sass has QGMMA\.64x128x32\.F32\.E4M3", r"sass has FADD\b"]
 
 
 def test_hopper_source_is_rejected_for_sm_100a(builds):
@@ -177,7 +262,7 @@ def source_constants(src: str) -> dict[str, int]:
     return values
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+@pytest.mark.parametrize("variant", BUILDS)
 def test_operand_layout_model(builds, variant):
     """TMA (SWIZZLE_128B) writes a stage; the descriptors the kernel builds from its
     emitted constants must read back, for every consumer and K step, exactly the
@@ -250,7 +335,7 @@ def test_epilogue_staging_model(builds):
     assert len(written) == 64 * n and set(written.values()) == {1}
 
 
-@pytest.mark.parametrize("variant", ["bf16", "fp8"])
+@pytest.mark.parametrize("variant", BUILDS)
 def test_cluster_multicast_protocol(builds, variant):
     """The cluster form: compile-time cluster dims, B slices multicast to both CTAs,
     every consumer warp releasing the slot in every CTA, barriers sized for it."""
@@ -303,11 +388,39 @@ class ModelBarrier:
         return (self.phase & 1) != parity
 
 
-def replay_cluster(const, empty_count, units, num_k, seed):
+# How a consumer hands stages back, by the order of the wgmma waits and releases in its
+# k-block loop (see release_policy):
+#   "lagged" tensor-core accumulation: the group of k-block kb stays in flight while kb + 1
+#            is issued; wait_group 1 then frees kb's stage; wait_group 0 + release after the loop;
+#   "own"    promoted: wait_group 0 right after each chain, then release that chain's stage;
+#   "early"  a broken order (release before the chain's wait): the model must catch it.
+RELEASE_POLICIES = {
+    ("commit", "wait1", "release(prev_stage)", "wait0", "release(prev_stage)"): "lagged",
+    ("commit", "wait0", "release(stage)"): "own",
+    ("commit", "release(stage)", "wait0"): "early",
+}
+
+
+def release_policy(src: str) -> str:
+    """The consumer's release policy, read from the rendered kernel's k-block loop."""
+    consumer = src[src.index("// ---- consumer warpgroups"):]
+    loop = consumer[consumer.index("for (int kb = 0; kb < num_k; ++kb) {"):consumer.index("// Epilogue")]
+    tokens = {"porter::wgmma_commit();": "commit", "porter::wgmma_wait<1>();": "wait1",
+              "porter::wgmma_wait<0>();": "wait0", "release(prev_stage);": "release(prev_stage)",
+              "release(stage);": "release(stage)"}
+    found = sorted((m.start(), name) for stmt, name in tokens.items()
+                   for m in re.finditer(re.escape(stmt), loop))
+    order = tuple(name for _, name in found)
+    assert order in RELEASE_POLICIES, f"consumer loop order {order} has no model"
+    return RELEASE_POLICIES[order]
+
+
+def replay_cluster(const, empty_count, units, num_k, seed, policy="lagged"):
     """One cluster running the kernel's producer and consumer-warp programs (as written
-    in gemm/wgmma.cu.j2) under a random interleaving, TMA completions arriving late and
-    in any order. Asserts every MMA sees its own stage data and that no stage is
-    overwritten while a wgmma may still read it; returns the finished tiles."""
+    in gemm/wgmma.cu.j2, releasing stages by ``policy``) under a random interleaving, TMA
+    completions arriving late and in any order. Asserts every MMA sees its own stage
+    data and that no stage is overwritten before the wgmma group reading it completed;
+    returns the finished tiles."""
     import random
 
     rnd = random.Random(seed)
@@ -333,8 +446,10 @@ def replay_cluster(const, empty_count, units, num_k, seed):
     def consumer_warp(rank, first):
         me, stage, phase = ctas[rank], 0, 0
 
-        def release(s, want):
+        def complete(s, want):  # wait_group: the group that read stage s has finished
             assert me["smem"][s] == want, "stage overwritten while a wgmma may still read it"
+
+        def release(s):
             for r in range(cm):
                 ctas[r]["empty"][s].arrive()
 
@@ -344,13 +459,23 @@ def replay_cluster(const, empty_count, units, num_k, seed):
                 while not me["full"][stage].try_wait(phase):
                     yield
                 want = {"A": (tile_m, kb), **{f"B{r}": (tile_n, kb) for r in range(cm)}}
-                assert me["smem"][stage] == want
-                yield  # the wgmma group is in flight until the next wait_group<1>
-                if prev is not None:
-                    release(*prev)
-                prev = (stage, want)
+                assert me["smem"][stage] == want   # the chain is issued on this stage
+                if policy == "early":
+                    release(stage)
+                yield  # the wgmma group is in flight until its wait_group
+                if policy == "lagged":             # wait_group<1>: the previous group is done
+                    if prev is not None:
+                        complete(*prev)
+                        release(prev[0])
+                    prev = (stage, want)
+                else:                              # wait_group<0>: this chain is done
+                    complete(stage, want)
+                    if policy == "own":
+                        release(stage)
                 stage, phase = (0, phase ^ 1) if stage + 1 == stages else (stage + 1, phase)
-            release(*prev)  # after wait_group<0>
+            if policy == "lagged":                 # after the loop: wait_group<0>
+                complete(*prev)
+                release(prev[0])
             if first:
                 finished.append((tile_m, tile_n))
             yield
@@ -373,9 +498,12 @@ def replay_cluster(const, empty_count, units, num_k, seed):
     raise AssertionError("deadlock: the ring stopped making progress")
 
 
-def test_ring_protocol_model(builds):
-    b = builds["bf16"]
+@pytest.mark.parametrize("variant", BUILDS)
+def test_ring_protocol_model(builds, variant):
+    b = builds[variant]
     src, const = b.source, source_constants(b.source)
+    policy = release_policy(src)
+    assert policy == {"promoted": "own", "tensor-core": "lagged"}[b.spec.config["accumulation"]]
     count_expr = re.search(r"porter::mbar_init\(empty_bars \+ 8 \* s, ([^)]+)\);", src).group(1)
     empty_count = eval(count_expr, {"__builtins__": {}}, const)  # noqa: S307 - our own source
     assert empty_count == 4 * const["CONSUMERS"] * const["CLUSTER_M"]
@@ -384,11 +512,106 @@ def test_ring_protocol_model(builds):
     for seed in range(40):
         units = [(u % 3, u // 3) for u in range(seed % 4, 6, 1 + seed % 3)]  # one cluster's share
         num_k = 1 + seed % 7
-        done = replay_cluster(const, empty_count, units, num_k, seed)
+        done = replay_cluster(const, empty_count, units, num_k, seed, policy)
         assert sorted(done) == sorted((um * const["CLUSTER_M"] + r, tn)
                                       for um, tn in units for r in range(const["CLUSTER_M"]))
     # The model has teeth: releasing only the local CTA's slot lets a peer overwrite a
-    # stage that is still being read.
+    # stage that is still being read...
     with pytest.raises(AssertionError, match="overwritten"):
         for seed in range(40):
-            replay_cluster(const, 4 * const["CONSUMERS"], [(0, 0), (1, 0)], 6, seed)
+            replay_cluster(const, 4 * const["CONSUMERS"], [(0, 0), (1, 0)], 6, seed, policy)
+    # ... and so does releasing a stage before the wait_group of the chain that reads it.
+    with pytest.raises(AssertionError, match="overwritten"):
+        for seed in range(40):
+            replay_cluster(const, empty_count, [(0, 0), (1, 0)], 2 * const["STAGES"], seed, "early")
+
+
+def test_release_policy_reads_the_source(builds):
+    """The policy comes from the kernel text: moving the promoted release above its
+    wait_group turns it into the "early" policy the replay rejects."""
+    src = builds["fp8"].source
+    moved = src.replace("porter::wgmma_wait<0>();\n                if (lane == 0) release(stage);",
+                        "if (lane == 0) release(stage);\n                porter::wgmma_wait<0>();")
+    assert moved != src
+    assert release_policy(src) == "own" and release_policy(moved) == "early"
+
+
+# ---- promotion, replayed on the kernel's own statements ---------------------------------
+
+def _promoted_program(src: str) -> dict:
+    """What the promoted consumer does with its two fragments, read from the kernel text:
+    where `acc` is zeroed, the chain's scale-d condition, the promotion statement."""
+    consumer = src[src.index("// ---- consumer warpgroups"):]
+    consumer = consumer[:consumer.index("// Epilogue")]
+    tile_loop = consumer[consumer.index("while (tiles.next(unit_m, tile_n)) {"):]
+    chain = re.search(r"wgmma_tile\(part, [^;]*, ([^;?]+) \? 1u : 0u\);", tile_loop)
+    assert chain, "the promoted chain's wgmma call was not found"
+    cond = chain.group(1).strip().replace("||", " or ").replace("&&", " and ")
+    return {"zero_per_tile": "acc[i] = 0.f;" in tile_loop,
+            "scale_d": lambda kb, kk: bool(eval(cond, {"__builtins__": {}}, {"kb": kb, "kk": kk})),  # noqa: S307
+            "promotes": "acc[i] += part[i];" in tile_loop}
+
+
+def _replay_promoted(program, tiles, mma_k, k_steps):
+    """Run the program over several tiles in a row with one `acc` and one `part` (as the
+    persistent kernel keeps them): per MMA, part = scale_d ? part + chunk : chunk, chunks
+    rounded once to fp32 like reference_gemm.gemm_model; after each chain acc += part."""
+    import numpy as np
+
+    acc = part = None
+    out = []
+    for a, b in tiles:
+        m, k = a.shape
+        if program["zero_per_tile"] or acc is None:
+            acc = np.zeros((m, b.shape[0]), np.float32)
+        for kb in range(k // (mma_k * k_steps)):
+            for kk in range(k_steps):
+                lo = (kb * k_steps + kk) * mma_k
+                chunk = (a[:, lo:lo + mma_k] @ b[:, lo:lo + mma_k].T).astype(np.float32)
+                part = part + chunk if (program["scale_d"](kb, kk) and part is not None) else chunk
+            if program["promotes"]:
+                acc = acc + part
+        out.append(acc if program["promotes"] else part)
+    return out
+
+
+def test_promoted_kernel_matches_the_numerics_model(builds):
+    """The kernel's promoted loop, replayed over consecutive tiles of one CTA, gives
+    bit for bit what gemm_model(promote_k=promote_every_k) says; zeroing `acc` outside
+    the tile loop or carrying the chain across intervals (scale-d 1 after the first
+    k-block) would not."""
+    import numpy as np
+
+    from porter.validation import formats, quantize
+    from porter.validation.reference_gemm import gemm_model
+
+    b = builds["fp8"]
+    cfg, src = b.spec.config, b.source
+    rng = np.random.default_rng(3)
+    k = 4 * cfg["promote_every_k"]
+    values = []   # two tiles of e4m3 operands, as the values the MMA multiplies (codes)
+    for _ in range(2):
+        qa = quantize.quantize_for("fp8", rng.standard_normal((16, k)).astype(np.float32))
+        qb = quantize.quantize_for("fp8", (rng.standard_normal((8, k)) / np.sqrt(k)).astype(np.float32))
+        values.append((formats.decode(qa.codes, qa.elem), formats.decode(qb.codes, qb.elem)))
+    want = [gemm_model(a, b, mma_k=cfg["mma_k"], out_dtype="fp32", promote_k=cfg["promote_every_k"])
+            for a, b in values]
+
+    def replay(text):
+        return _replay_promoted(_promoted_program(text), values, cfg["mma_k"], cfg["k_steps"])
+
+    for got, ref in zip(replay(src), want):
+        np.testing.assert_array_equal(got.astype(np.float64), ref)
+    # ... and not what one accumulator over the whole K gives (the rounding order differs).
+    whole_k = [gemm_model(a, b, mma_k=cfg["mma_k"], out_dtype="fp32") for a, b in values]
+    assert any((w != r).any() for w, r in zip(whole_k, want))
+    stale_acc = src.replace("""#pragma unroll
+            for (int i = 0; i < MMA_N / 2; ++i) acc[i] = 0.f;
+            for (int kb = 0;""", """            for (int kb = 0;""")
+    carried = src.replace("wgmma_tile(part, desc_a + kk * DESC_K_STEP, desc_b + kk * DESC_K_STEP, kk > 0 ? 1u : 0u);",
+                          "wgmma_tile(part, desc_a + kk * DESC_K_STEP, desc_b + kk * DESC_K_STEP, "
+                          "(kb > 0 || kk > 0) ? 1u : 0u);")
+    for broken in (stale_acc, carried):
+        assert broken != src
+        got = replay(broken)
+        assert any(not np.allclose(g, r, rtol=1e-3) for g, r in zip(got, want))

@@ -84,10 +84,12 @@ def check_outputs(variant: str, out, ref_same, ref_unquantized) -> dict:
 
 
 def check_gemm(variant: str, m: int, n: int, k: int, seed: int = 0,
-               mma_k: int | None = None, mx_rule: str = "rceil") -> dict:
+               mma_k: int | None = None, mx_rule: str = "rceil", promote_k: int | None = None) -> dict:
     """Run the CPU numerics check of ``variant`` at M x N x K; see the module docstring.
 
-    The dict: variant, shape (M, N, K), seed, mma_k; max_abs_err, rel_fro_err,
+    ``promote_k``: the kernel's promotion interval in K elements (reference_gemm.gemm_model);
+    None = one accumulator over the whole K.
+    The dict: variant, shape (M, N, K), seed, mma_k, promote_k; max_abs_err, rel_fro_err,
     sqnr_db and worst_ratio (max |out-ref| / allowed) against the same-operand
     reference, passed_same_operands; deepgemm_diff, sqnr_db_vs_unquantized and
     passed_deepgemm against the unquantized float64 product; tolerance (the
@@ -97,10 +99,10 @@ def check_gemm(variant: str, m: int, n: int, k: int, seed: int = 0,
     a, b = random_operands(m, n, k, seed)
     qa = quantize.quantize_for(variant, a, mx_rule=mx_rule)
     qb = quantize.quantize_for(variant, b, mx_rule=mx_rule)
-    out = reference_gemm.gemm_model(qa, qb, mma_k=mk)
+    out = reference_gemm.gemm_model(qa, qb, mma_k=mk, promote_k=promote_k)
     ref_same = reference_gemm.reference_gemm(qa, qb)
     ref_unq = a.astype(np.float64) @ b.astype(np.float64).T
-    res = {"variant": variant, "shape": (m, n, k), "seed": seed, "mma_k": mk}
+    res = {"variant": variant, "shape": (m, n, k), "seed": seed, "mma_k": mk, "promote_k": promote_k}
     res.update(check_outputs(variant, out, ref_same, ref_unq))
     return res
 

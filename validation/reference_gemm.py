@@ -14,6 +14,9 @@ Two functions of the same quantized operands:
        are applied *here*, per K-block, as ``kind::mxf8f6f4`` / ``kind::mxf4nvf4``
        do with the scale factors they read from TMEM;
     3. the chunk result is added to the fp32 accumulator (one fp32 rounding per MMA);
+       with ``promote_k`` (Hopper fp8 with promotion: the wgmma chain restarts every
+       ``promote_k`` elements of K) the chunks of each interval are summed from zero
+       in fp32 and the interval sum is then added to a separate fp32 accumulator;
     4. the epilogue multiplies by the per-tensor scales (fp8: scale_a * scale_b;
        NVFP4: tensor_scale_a * tensor_scale_b) in fp32 and rounds to bf16 (RNE).
   The summation order and internal width inside an MMA are undocumented; modelling
@@ -72,10 +75,12 @@ def _inner_values(op) -> tuple[np.ndarray, np.float32]:
     return vals, ts
 
 
-def gemm_model(a, b, mma_k: int = 32, out_dtype: str = "bf16") -> np.ndarray:
+def gemm_model(a, b, mma_k: int = 32, out_dtype: str = "bf16", promote_k: int | None = None) -> np.ndarray:
     """Model of the kernel: fp32 accumulation over K in MMA chunks, scales as the kernel applies them.
 
-    Returns float64 values of the output (bf16-rounded unless ``out_dtype="fp32"``).
+    ``promote_k``: K elements per promotion interval (a multiple of ``mma_k``; the last
+    interval may be shorter when K is not a multiple); None or 0 = one accumulator over
+    the whole K. Returns float64 values of the output (bf16-rounded unless ``out_dtype="fp32"``).
     """
     av, sa = _inner_values(a)
     bv, sb = _inner_values(b)
@@ -93,13 +98,20 @@ def gemm_model(a, b, mma_k: int = 32, out_dtype: str = "bf16") -> np.ndarray:
                     f"reference_gemm: MMA K {mma_k} and scale block {op.block} do not nest; "
                     "use an MMA K that is a multiple or a divisor of the block")
     chunks = k // mma_k
+    if promote_k and (promote_k < 0 or promote_k % mma_k):
+        raise PorterError(
+            f"reference_gemm: promotion interval {promote_k} is not a positive multiple of the MMA K ({mma_k})")
+    per_interval = promote_k // mma_k if promote_k else chunks
     # One exact partial product per MMA: [chunks, M, N], each rounded once to fp32.
     a3 = av.reshape(m, chunks, mma_k).transpose(1, 0, 2)
     b3 = bv.reshape(n, chunks, mma_k).transpose(1, 2, 0)
     partial = np.matmul(a3, b3).astype(np.float32)
     acc = np.zeros((m, n), dtype=np.float32)
-    for c in range(chunks):
-        acc += partial[c]                                  # fp32 accumulate, in K order
+    for first in range(0, chunks, per_interval):
+        interval = np.zeros((m, n), dtype=np.float32)      # the MMA chain restarts (scale-d 0)
+        for c in range(first, min(first + per_interval, chunks)):
+            interval += partial[c]                         # fp32 accumulate, in K order
+        acc += interval                                    # promotion (exact when not promoting)
     acc = acc * np.float32(sa * sb)                        # epilogue per-tensor scales (fp32)
     if out_dtype == "fp32":
         return acc.astype(np.float64)

@@ -184,12 +184,14 @@ def check_problem_shape(spec: KernelSpec, m: int, n: int, k: int) -> None:
 
 
 def numerics(spec: KernelSpec, arch) -> dict | None:
-    """CPU model of the variant's arithmetic at the config's MMA K, on the shared shapes."""
+    """CPU model of the variant's arithmetic at the config's MMA K (and promotion interval,
+    config ``promote_every_k`` where a path has one), on the shared shapes."""
     from porter.validation import gemm_numerics
 
     dtype = spec.variant.split(".", 1)[1]
     mma_k = spec.config["mma_k"]
-    results = [gemm_numerics.check_gemm(dtype, m, n, k, seed=seed, mma_k=mma_k)
+    promote_k = spec.config.get("promote_every_k") or None
+    results = [gemm_numerics.check_gemm(dtype, m, n, k, seed=seed, mma_k=mma_k, promote_k=promote_k)
                for (m, n, k) in gemm_numerics.ALL_SHAPES for seed in (0, 1)]
-    return {"variant": spec.variant, "mma_k": mma_k, "passed": all(r["passed"] for r in results),
-            "results": results}
+    return {"variant": spec.variant, "mma_k": mma_k, "promote_k": promote_k,
+            "passed": all(r["passed"] for r in results), "results": results}

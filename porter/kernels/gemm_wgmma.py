@@ -9,14 +9,28 @@ Choices, each from a descriptor figure:
     (``tensor_core.kind_formats``), its K from ``mma_shapes``.
   * TILE_K: one 128-byte swizzle row of K (64 bf16, 128 e4m3), so the TMA box
     and the wgmma descriptor use the 128B swizzle with SBO = 1024 B.
-  * N: the largest N of the kind's m64 shape that (a) a TMA box can carry (256
-    rows), (b) the consumer's register budget can hold as accumulators, and
-    (c) still leaves at least ``MIN_STAGES`` pipeline stages in shared memory.
+  * N: the largest power-of-two N of the kind's m64 shape that (a) a TMA box can
+    carry (256 rows), (b) the consumer's register budget can hold as accumulators
+    (two copies when promoted, below), and (c) still leaves at least ``MIN_STAGES``
+    pipeline stages in shared memory.
   * STAGES: as many (A + B) stages as fit ``smem_per_block_bytes`` after the
     barriers and the 1 KiB alignment slack.
   * Registers: setmaxnreg moves the register file (``regs_per_sm``) from the
     producer (``PRODUCER_REGS``) to the consumers, capped at ``max_regs_per_thread``
     rounded down to setmaxnreg's granule of 8.
+  * Accumulation (config ``accumulation``): "tensor-core" keeps the whole K sum in
+    the wgmma accumulator; "promoted" (the default for fp8 variants: Hopper's fp8
+    wgmma adds into its accumulator with fewer bits than fp32, about 14 kept per
+    the DeepSeek-V3 report) restarts the wgmma chain (scale-d 0) every
+    ``promote_every_k`` = TILE_K elements, waits for it, and adds it into a second,
+    fp32 register accumulator with FADDs - what cuBLAS (use_fast_accum=False),
+    CUTLASS and DeepGEMM do. Two 64 x N fp32 accumulators per consumer thread
+    (N/2 registers each) must fit its setmaxnreg budget, which is what bounds N:
+    2 x 64 + overhead fits 232 registers, N = 256 would need 296 (N = 192 needs
+    exactly 232 - ptxas 13 fits it without spills - but is not a power of two, see
+    N above). A third consumer warpgroup (192-row tile) would shrink every thread's
+    share of the register pool (512 threads: 152 per consumer thread) below two
+    64-register accumulators plus overhead; config ``register_budget`` says so.
   * Cluster: with clusters and TMA multicast (``cluster.max_portable``,
     ``async_copy.tma_multicast``) CLUSTER_M = 2 CTAs computing vertically adjacent
     tiles share B, each loading half of it and multicasting it to both: B's
@@ -50,6 +64,12 @@ CONSUMER_OVERHEAD_REGS = 40
 
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1}
 
+ACCUMULATIONS = ("promoted", "tensor-core")
+# Variant features whose wgmma accumulates in the tensor core with less than fp32
+# precision (fp8: about 14 bits kept, DeepSeek-V3 report section 3.3.2), so the
+# default is to promote into fp32 registers every interval.
+REDUCED_PRECISION_ACCUMULATION = ("fp8",)
+
 
 def _kind_for(arch, fmt: str) -> str:
     kinds = arch.tensor_core.kinds_for_format(fmt)
@@ -61,10 +81,19 @@ def _kind_for(arch, fmt: str) -> str:
 THREADS = WARPGROUP * (1 + CONSUMERS)
 
 
-def launch_registers(arch) -> int:
-    """Registers per thread ptxas allocates at launch under __launch_bounds__(THREADS, 1):
+def launch_registers(arch, consumers: int = CONSUMERS) -> int:
+    """Registers per thread ptxas allocates at launch under __launch_bounds__(threads, 1):
     the register file split evenly, rounded down to the allocation granule of 8, capped."""
-    return min(arch.max_regs_per_thread, arch.regs_per_sm // THREADS // 8 * 8)
+    threads = WARPGROUP * (1 + consumers)
+    return min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8)
+
+
+def _consumer_share(arch, consumers: int) -> int:
+    """Registers per consumer thread after the producer's setmaxnreg.dec, drawn from the
+    launch pool of a CTA with ``consumers`` consumer warpgroups (granule 8, cap 256)."""
+    threads = WARPGROUP * (1 + consumers)
+    pool = launch_registers(arch, consumers) * threads
+    return min((pool - PRODUCER_REGS * WARPGROUP) // (consumers * WARPGROUP), 256) // 8 * 8
 
 
 def _register_split(arch) -> tuple[int, int]:
@@ -78,13 +107,34 @@ def _register_split(arch) -> tuple[int, int]:
     launch pool.
     """
     launch = launch_registers(arch)
-    pool = launch * THREADS
-    consumer = min((pool - PRODUCER_REGS * WARPGROUP) // (CONSUMERS * WARPGROUP), 256) // 8 * 8
+    consumer = _consumer_share(arch, CONSUMERS)
     if PRODUCER_REGS > launch or consumer < launch:
         raise PorterError(f"arch {arch.name}: {arch.regs_per_sm} registers per SM give {launch} per thread at "
                           f"launch; setmaxnreg needs the producer's {PRODUCER_REGS} <= {launch} <= the "
                           f"consumers' {consumer} (regs_per_sm / max_regs_per_thread)")
     return PRODUCER_REGS, consumer
+
+
+def accumulator_registers(mma_n: int, accumulation: str) -> int:
+    """fp32 accumulator registers per consumer thread: N/2 for one m64nN f32 fragment,
+    twice that when the wgmma chain's fragment is promoted into a second one."""
+    return (2 if accumulation == "promoted" else 1) * (mma_n // 2)
+
+
+def register_note(arch, mma_n: int, consumer_regs: int, accumulation: str) -> str:
+    """Why the tile is what it is, in registers (recorded in spec.config)."""
+    need = accumulator_registers(mma_n, accumulation) + CONSUMER_OVERHEAD_REGS
+    copies = "2 x" if accumulation == "promoted" else "1 x"
+    note = (f"{copies} {mma_n // 2} fp32 accumulator registers + {CONSUMER_OVERHEAD_REGS} overhead = {need} "
+            f"<= {consumer_regs} per consumer thread after setmaxnreg")
+    if accumulation == "promoted":
+        if 2 * mma_n <= TMA_BOX_MAX:  # the next power of two up
+            wider = accumulator_registers(2 * mma_n, accumulation) + CONSUMER_OVERHEAD_REGS
+            note += f"; N={2 * mma_n} would need {wider}"
+        extra = _consumer_share(arch, CONSUMERS + 1)
+        note += (f"; {CONSUMERS + 1} consumer warpgroups would leave {extra} per consumer thread "
+                 f"({'fits' if extra >= need else 'too few'}), so {CONSUMERS} consumers")
+    return note
 
 
 def _sass_rules(arch, kind: str, ptx_type: str, mma_n: int, mma_k: int):
@@ -109,8 +159,18 @@ def _sass_rules(arch, kind: str, ptx_type: str, mma_n: int, mma_k: int):
     return tuple(required), tuple(forbidden)
 
 
-def make_spec(arch, variant, pair: bool) -> KernelSpec:
-    """The wgmma KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch``."""
+def default_accumulation(variant) -> str:
+    """'promoted' for variants whose wgmma accumulates with less than fp32 precision."""
+    return "promoted" if set(variant.features) & set(REDUCED_PRECISION_ACCUMULATION) else "tensor-core"
+
+
+def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> KernelSpec:
+    """The wgmma KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch``.
+
+    ``accumulation``: "promoted" (fp32 register accumulator fed every TILE_K by a
+    restarted wgmma chain) or "tensor-core" (the whole K in the wgmma accumulator);
+    None takes ``default_accumulation(variant)``.
+    """
     from porter.kernels import gemm  # the variant table and shared naming
 
     if pair:
@@ -118,6 +178,9 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
                           "(needs the cta_pair feature); gemm.variants reports it Unsupported")
     if variant.block_scale:
         raise PorterError(f"{variant.variant}: block-scaled MMA is not a wgmma kind")
+    accumulation = accumulation or default_accumulation(variant)
+    if accumulation not in ACCUMULATIONS:
+        raise PorterError(f"{variant.variant}: accumulation {accumulation!r}; use one of {', '.join(ACCUMULATIONS)}")
     fmt = variant.a_format
     if fmt not in ELEMENT_BYTES:
         raise PorterError(f"{variant.variant}: wgmma path has no element size for {fmt}")
@@ -138,16 +201,29 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
     epilogue_bytes = CONSUMERS * mma_m * EPILOGUE_COLS * 2  # bf16 staging per consumer
     budget = arch.smem_per_block_bytes - ALIGN_SLACK - epilogue_bytes
     chosen = None
+    fits_registers = False
     for n in sorted((v for s in shapes for v in s.n_values), reverse=True):
         if n > TMA_BOX_MAX or n % EPILOGUE_COLS:
             continue
-        if n // 2 + CONSUMER_OVERHEAD_REGS > consumer_regs:  # m64nN f32: N/2 accumulators per thread
+        # Powers of two only: the kernel has no bounds checks, so N must be a multiple of
+        # the tile, and 64 / 128 / 256 divide the N of real workloads (model dims, the
+        # 8192^3 bench); 192 would make most of them pad N.
+        if n & (n - 1):
             continue
+        # m64nN f32: N/2 accumulator registers per thread, twice when promoted.
+        if accumulator_registers(n, accumulation) + CONSUMER_OVERHEAD_REGS > consumer_regs:
+            continue
+        fits_registers = True
         stage_bytes = (tile_m + n) * tile_k * elem
         stages = min(MAX_STAGES, budget // (stage_bytes + barrier_bytes_per_stage))
         if stages >= MIN_STAGES:
             chosen = (n, stages, stage_bytes)
             break
+    if chosen is None and not fits_registers:
+        raise PorterError(f"arch {arch.name}: no wgmma N of {variant.variant} fits {consumer_regs} registers per "
+                          f"consumer thread with {accumulation} accumulation ({CONSUMER_OVERHEAD_REGS} besides "
+                          f"the accumulators; regs_per_sm {arch.regs_per_sm}); "
+                          "use accumulation='tensor-core' (one accumulator)")
     if chosen is None:
         raise PorterError(f"arch {arch.name}: no wgmma N leaves {MIN_STAGES} stages in "
                           f"{arch.smem_per_block_bytes} B of shared memory for {variant.variant}")
@@ -196,7 +272,12 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         # Registers per thread ptxas may use at launch: the register file split
         # evenly, rounded to the allocation granule; setmaxnreg moves them later.
         "registers_expected": launch_registers(arch),
-        "accumulator_regs": mma_n // 2,
+        "accumulator_regs": accumulator_registers(mma_n, accumulation),
+        "accumulation": accumulation,
+        # K elements per wgmma chain before it is added into the fp32 accumulator: one
+        # stage (TILE_K), so the chain's wait also frees the stage it read. 0: never.
+        "promote_every_k": tile_k if accumulation == "promoted" else 0,
+        "register_budget": register_note(arch, mma_n, consumer_regs, accumulation),
         # The scheduler walks cluster units (CLUSTER_M tiles along M); group_m counts unit rows.
         "cluster_m": cluster_m,
         "b_slice_rows": b_box_rows,
@@ -212,6 +293,8 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         "tmem_columns": 0,
     }
     required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
+    if accumulation == "promoted":
+        required += (SassRule(r"FADD\b", "fp32 promotion of each wgmma chain into the register accumulator"),)
     if cluster_m > 1:
         required += (SassRule(r"UTMALDG\.2D\.MULTICAST", "B tile shared across the cluster by TMA multicast"),)
     return KernelSpec(
