@@ -22,7 +22,7 @@ from porter.errors import CompileError, PorterError
 from porter.fsutil import atomic_write
 
 # Bump when the cache entry layout or the default options change.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo", "-Xptxas=-v")
 
 
@@ -180,8 +180,11 @@ def compile_cuda(
         cached = _load_cached(key)
         if cached is not None:
             stats.cache_hits += 1
-            if cached.get("error"):
-                raise CompileError(cached["error"], cached.get("log", ""))
+            if cached.get("failed"):
+                # Describe the failure again: the same source may be cached under
+                # another file name, and the message must name this caller's file.
+                log = cached.get("log", "")
+                raise CompileError(describe_compile_error(source, name, cached["ptx"], log), log)
             return CompileResult(name, target, all_options, cached["ptx"], cached["cubin"],
                                  cached["log"], key, cached=True)
 
@@ -191,10 +194,10 @@ def compile_cuda(
         if use_cache:
             # Failures are cached too: "the Hopper kernel does not compile for
             # sm_100a" is a result the pipeline asks for on every run.
-            _store_cached(key, {"ptx": ptx, "cubin": b"", "log": log, "error": message})
+            _store_cached(key, {"ptx": ptx, "cubin": b"", "log": log, "failed": True})
         raise CompileError(message, log)
     if use_cache:
-        _store_cached(key, {"ptx": ptx, "cubin": cubin, "log": log, "error": None})
+        _store_cached(key, {"ptx": ptx, "cubin": cubin, "log": log, "failed": False})
     return CompileResult(name, target, all_options, ptx, cubin, log, key)
 
 

@@ -108,3 +108,16 @@ def test_missing_nvrtc_is_one_clear_error(fresh_cache, monkeypatch, capsys):
     assert main(["arch", "check", "hopper"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "porter: error: cuda-python is not installed: pip install cuda-python nvidia-cuda-nvrtc"
+
+
+def test_cached_failure_names_the_callers_file(tmp_path, monkeypatch):
+    """The same failing source compiled under two names: the cache hit must not replay
+    the first caller's file name."""
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path))
+    bad = '__global__ void k(int* o) {\n  *o = undefined_name;\n}\n'
+    with pytest.raises(CompileError, match=r"^first\.cu:2: error"):
+        compile_cuda(bad, "sm_90a", "first.cu")
+    before = toolchain.stats.nvrtc_calls
+    with pytest.raises(CompileError, match=r"^second\.cu:2: error: .*\| 2: \*o = undefined_name;"):
+        compile_cuda(bad, "sm_90a", "second.cu")
+    assert toolchain.stats.nvrtc_calls == before          # a cache hit, described for this caller
