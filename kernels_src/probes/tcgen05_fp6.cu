@@ -4,12 +4,11 @@
 // kind: f8f6f4
 // sass: ^UTCQMMA
 // sass: ^UTCBAR
-// proves: one thread issues tcgen05.mma cta_group::1 kind::f8f6f4 with fp6 operands
-//   (e2m3 x e3m2 -> f32, M=128 N=64 K=32, one element per byte in shared memory)
-//   from shared-memory descriptors into a Tensor Memory accumulator; tcgen05.commit
-//   arrives on an mbarrier, a warp per 32 lanes reads D back with tcgen05.ld and writes
-//   it to global memory; TMEM is allocated, relinquished and freed by warp 0 in that
-//   order.
+// proves: the kind::f8f6f4 tcgen05.mma form that takes fp6 operands compiles and
+//   assembles (e2m3 x e3m2 -> f32, M=128 N=64 K=32, one element per byte in shared
+//   memory), issued by one thread into a Tensor Memory accumulator and read back with
+//   tcgen05.ld. Compile-only for fp6 itself: the operand formats are fields of the
+//   runtime instruction descriptor, so the SASS cannot tell fp6 from e4m3.
 // note: fp6 is a format field of the instruction descriptor, not an opcode: the SASS is the
 //   same UTCQMMA as e4m3, so this shows an fp6 MMA compiles; cvt_fp6 shows the target knows fp6.
 // denied: ptxas rejects tcgen05 on targets without it (sm_90a, sm_120a).
