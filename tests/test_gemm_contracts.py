@@ -117,7 +117,7 @@ def test_setmaxnreg_split_fits_the_launch_pool(regs_per_sm, variant):
         return
     spec = gemm.make_spec(arch, variant)
     cfg = spec.config
-    launch = cfg["registers_expected"]
+    launch = cfg["registers_at_launch"]
     assert launch == gemm_wgmma.launch_registers(arch) and launch % 8 == 0
     after = cfg["producer_regs"] * 128 + cfg["consumer_regs"] * 128 * cfg["consumers"]
     assert after <= launch * spec.threads

@@ -93,7 +93,7 @@ def test_config_fits_the_descriptor(arch, builds, case):
     assert cfg["tile_k"] * {"bf16": 16, "fp8": 8, "mxfp8": 8, "nvfp4": 4}[v] == 128 * 8
     budget = cfg["smem_budget"]
     assert budget["total"] == spec.smem_bytes == budget["align_slack"] + budget["stages"] * budget["per_stage"] + budget["barriers"]
-    assert builds[case].resources["registers"] <= cfg["registers_expected"] <= cfg["registers_budget"]
+    assert builds[case].resources["registers"] <= cfg["registers_ceiling"] <= cfg["registers_budget"]
 
 
 def test_expected_kinds_and_shapes(arch):

@@ -65,7 +65,7 @@ def test_config_from_descriptor(hopper, name):
     assert hopper.tensor_core.valid_shape(cfg["kind"], cfg["mma_m"], cfg["mma_n"])
     assert (cfg["producer_regs"], cfg["consumer_regs"]) == (40, 232)
     assert 128 * cfg["producer_regs"] + 256 * cfg["consumer_regs"] <= hopper.regs_per_sm
-    assert cfg["registers_expected"] == 168
+    assert cfg["registers_at_launch"] == 168
     assert cfg["grid_ctas"] == hopper.sm_count
     # Accumulation: promoted fp8 keeps two fragments (the chain's and the fp32 one).
     assert cfg["accumulation"] == accumulation
@@ -166,7 +166,7 @@ def test_no_spills_and_no_wgmma_serialisation(builds, variant):
     b = builds[variant]
     assert b.resources["spill_store_bytes"] == b.resources["spill_load_bytes"] == 0
     assert b.resources["local_bytes"] == 0 and b.resources["stack_bytes"] == 0
-    assert b.resources["registers"] <= b.spec.config["registers_expected"]
+    assert b.resources["registers"] <= b.spec.config["registers_at_launch"]
     # ptxas says so when it has to wait on wgmma itself: "(C7517) wgmma.wait_group is
     # injected ... to allow use of registers defined by GMMA" (accumulators touched
     # between MMAs) or "wgmma.mma_async instructions are serialized".

@@ -287,7 +287,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         "registers_budget": min(arch.regs_per_sm // THREADS, arch.max_regs_per_thread),
         # The largest live set is an epilogue thread's: one tcgen05.ld chunk (32 f32), its
         # bf16 pairs (16) and ~24 for addresses, loop state and the scale.
-        "registers_expected": EPILOGUE_COLUMNS + EPILOGUE_COLUMNS // 2 + 24,
+        "registers_ceiling": EPILOGUE_COLUMNS + EPILOGUE_COLUMNS // 2 + 24,
         "params": gemm.kernel_params(variant),
     }
     config["sfa_stage_chunks"] = layout["sfa_chunks"]

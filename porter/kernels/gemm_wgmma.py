@@ -271,7 +271,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
         "producer_regs": producer_regs, "consumer_regs": consumer_regs,
         # Registers per thread ptxas may use at launch: the register file split
         # evenly, rounded to the allocation granule; setmaxnreg moves them later.
-        "registers_expected": launch_registers(arch),
+        "registers_at_launch": launch_registers(arch),
         "accumulator_regs": accumulator_registers(mma_n, accumulation),
         "accumulation": accumulation,
         # K elements per wgmma chain before it is added into the fp32 accumulator: one
@@ -303,7 +303,10 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
         variant=variant.variant,
         entry=gemm.entry_name(variant, pair, arch.tensor_core.generation),
         config=config,
-        features=(arch.tensor_core.generation, "tma", "mbarrier", "setmaxnreg") + variant.features,
+        # The 2-CTA cluster that multicasts B is a feature the kernel relies on too: a
+        # target without clusters must show up in the porting plan for gemm.*.
+        features=(arch.tensor_core.generation, "tma", "mbarrier", "setmaxnreg") + variant.features
+        + (("clusters",) if cluster_m > 1 else ()),
         sass_required=required,
         sass_forbidden=forbidden,
         threads=threads,
