@@ -84,8 +84,21 @@ class Probe:
         return next((gen for gen in ("tcgen05", "wgmma") if gen in self.needs), "")
 
 
+class _Judged:
+    """A result with a verdict: anything but a contradiction is agreement."""
+
+    verdict: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.verdict.startswith("contradicted")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
-class ProbeResult:
+class ProbeResult(_Judged):
     probe: str
     feature: str
     needs: list[str]
@@ -100,29 +113,15 @@ class ProbeResult:
     error: str = ""
     seconds: float = 0.0
 
-    @property
-    def ok(self) -> bool:
-        return not self.verdict.startswith("contradicted")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class FeatureResult:
+class FeatureResult(_Judged):
     feature: str
     claimed: bool
     probes: list[str]              # probes whose feature this is
     signature: list[str]           # the descriptor's sass_signatures for it
     signature_seen_in: list[str]   # compiled probes using the feature that show it
     verdict: str
-
-    @property
-    def ok(self) -> bool:
-        return not self.verdict.startswith("contradicted")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
