@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
                    help="device validation: auto = when a GPU of ARCH is present; on = required")
     p.add_argument("--jobs", "-j", type=jobs_arg, default=0, help="parallel compile workers (default 0: one per CPU)")
-    p.add_argument("--out", help="output folder (default build/ARCH)")
+    p.add_argument("--out", help="folder the artifacts and report.{md,json,html} are written into, as they are (default build/ARCH)")
     p.add_argument("--kernel", metavar="PATTERN", help="only kernels whose name, variant or family matches (fnmatch)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress, summary only")
     p.set_defaults(func=run)
