@@ -39,12 +39,12 @@ ARCH = "hopper"
 # The last number is the step's time limit in seconds (a hung kernel is killed there).
 STEPS = (
     ("validate", "gemm", ["--device", "on", "--seeds", "2"], 120),
-    ("bench", "gemm", [], 90),
+    ("bench", "gemm", ["--device", "on"], 90),
     ("validate", "attention", ["--device", "on", "--seeds", "1"], 120),
-    ("bench", "attention.hd128", [], 90),
-    ("bench", "attention.hd128.causal", [], 90),
+    ("bench", "attention.hd128", ["--device", "on"], 90),
+    ("bench", "attention.hd128.causal", ["--device", "on"], 90),
     ("validate", "megakernel", ["--device", "on", "--seeds", "2"], 60),
-    ("bench", "megakernel", [], 90),
+    ("bench", "megakernel", ["--device", "on"], 90),
 )
 
 

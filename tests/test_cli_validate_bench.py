@@ -74,11 +74,26 @@ def test_validate_device_auto_without_gpu_skips(capsys, no_gpu):
     assert out.startswith("skipped: no CUDA device") and "still open" in out and len(out.splitlines()) == 1
 
 
-def test_bench_without_gpu(capsys, no_gpu):
+def test_bench_without_gpu_skips_like_validate(capsys, no_gpu):
+    """bench defaults to --device auto as validate does: the same one "skipped" line, exit 0;
+    --device on exits 3 for both."""
     rc, out, err = run(capsys, "bench", "hopper", "--kernel", "gemm")
-    assert rc == 3 and "no CUDA device" in err
-    rc, out, err = run(capsys, "bench", "hopper", "--kernel", "gemm", "--device", "auto")
-    assert rc == 0 and out.startswith("skipped: no CUDA device")
+    assert rc == 0 and err == "" and len(out.splitlines()) == 1
+    assert out.startswith("skipped: no CUDA device") and "device validation and benchmarks" in out
+    assert "still open" in out
+    rc_v, out_v, _ = run(capsys, "validate", "hopper", "--kernel", "gemm")
+    assert rc_v == 0 and out_v == out
+    for command in ("bench", "validate"):
+        rc, out, err = run(capsys, command, "hopper", "--kernel", "gemm", "--device", "on")
+        assert rc == 3 and out == "" and "no CUDA device" in err
+
+
+@pytest.mark.parametrize("command", ["validate", "bench"])
+def test_help_lists_the_exit_codes(capsys, command):
+    rc, out, _ = run(capsys, command, "--help")
+    text = " ".join(out.split())
+    assert rc == 0
+    assert "0 passed (or skipped), 1 a check failed, 2 bad input, 3 no matching GPU with --device on" in text
 
 
 def test_real_driver_probe_gives_one_line(capsys):
@@ -98,8 +113,10 @@ def test_blackwell_kernel_refused_on_hopper_gpu(capsys, h200):
     assert "compute capability mismatch" in err and "sm_100a" in err and "NVIDIA H200" in err
     rc, out, err = run(capsys, "validate", "blackwell", "--kernel", "gemm", "--device", "auto")
     assert rc == 0 and out.startswith("skipped: compute capability mismatch")
-    rc, out, err = run(capsys, "bench", "blackwell", "--kernel", "attention")
+    rc, out, err = run(capsys, "bench", "blackwell", "--kernel", "attention", "--device", "on")
     assert rc == 3 and "compute capability mismatch" in err
+    rc, out, err = run(capsys, "bench", "blackwell", "--kernel", "attention")
+    assert rc == 0 and out.startswith("skipped: compute capability mismatch")
 
 
 # ---- a matching device: the harness is stubbed (no GPU here) -----------------------------------
@@ -144,10 +161,52 @@ def test_validate_json(capsys, h200, monkeypatch):
     assert [r["name"] for r in report["results"]] == ["attention.hd128"]
 
 
-def test_validate_device_off_runs_the_cpu_model(capsys, no_gpu):
+def test_validate_device_off_builds_then_runs_the_cpu_model(capsys, no_gpu):
+    """--device off runs no kernel: it builds one (level sass-checked) and runs the CPU model,
+    and says so; numerics-model is the most it claims."""
     rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.bf16", "--device", "off")
-    assert rc == 0
-    assert "gemm.bf16: passed (level numerics)" in out and "device validation not run" in out
+    assert rc == 0, out
+    assert ("gemm.bf16: passed (level numerics-model); CPU model only: 3 shapes x 2 seeds within tolerance; "
+            "no kernel ran") in out
+    rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.bf16", "--device", "off", "--json")
+    result = json.loads(out)["results"][0]
+    assert rc == 0 and result["level"] == "numerics-model" and result["numerics"]["passed"] is True
+    rc, _, err = run(capsys, "validate", "hopper", "--kernel", "gemm.bf16", "--device", "off",
+                     "--shapes", "256x256x256")
+    assert rc == 2 and "--shapes with --device off" in err
+
+
+def test_validate_device_off_reports_a_failing_model(capsys, no_gpu, monkeypatch):
+    """A kernel model 1% off the reference: the model fails, the level stays at the build's."""
+    from porter.validation import reference_gemm
+
+    real = reference_gemm.gemm_model
+    monkeypatch.setattr(reference_gemm, "gemm_model", lambda *a, **kw: real(*a, **kw) * 1.01)
+    rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.bf16", "--device", "off")
+    assert rc == 1
+    line = next(x for x in out.splitlines() if x.startswith("gemm.bf16"))
+    assert line.startswith("gemm.bf16: FAILED (level sass-checked); CPU model of 3 shapes x 2 seeds FAILED: ")
+    assert "6 of 6 cases outside tolerance (worst " in line and line.endswith("; no kernel ran")
+
+
+def _stopped_build(level_name):
+    from porter.kernels.build import Check, KernelBuild
+    from porter.levels import Level
+
+    def build_kernel(spec, arch, source=None):
+        return KernelBuild(spec=spec, target=arch.target, level=Level[level_name],
+                           checks=[Check("compile", True, "cubin"), Check("sass has HGMMA", False, "missing HGMMA")])
+    return build_kernel
+
+
+def test_validate_device_off_reports_the_level_the_build_reached(capsys, no_gpu, monkeypatch):
+    from porter.kernels import build as kbuild
+
+    monkeypatch.setattr(kbuild, "build_kernel", _stopped_build("COMPILED"))
+    rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.bf16", "--device", "off")
+    assert rc == 1
+    assert ("gemm.bf16: FAILED (level compiled): the kernel's build stops at compiled: sass has HGMMA: "
+            "missing HGMMA; CPU model only: 3 shapes x 2 seeds within tolerance; no kernel ran") in out
 
 
 def _bench_row(pct_target_met=True, spot_ok=True):
@@ -278,3 +337,25 @@ def test_one_kernels_error_does_not_hide_the_others(capsys, h200, monkeypatch):
     rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm", "--device", "on")
     assert rc == 1
     assert "gemm.bf16: FAILED (level sass-checked): kernel execution" in out and "gemm.fp8: passed" in out
+
+
+
+def test_a_device_error_reports_the_level_the_build_reached(capsys, h200, monkeypatch):
+    """isolated() asks the kernel's build which level it reached instead of assuming one."""
+    from porter.errors import PorterError
+    from porter.kernels import build as kbuild
+
+    def refused(spec, *args):
+        raise PorterError(f"{spec.name}: kernel not usable on hopper: sass has HGMMA: missing HGMMA")
+
+    monkeypatch.setattr(device_harness, "validate", refused)
+    monkeypatch.setattr(kbuild, "build_kernel", _stopped_build("COMPILED"))
+    rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.fp8", "--device", "on")
+    assert rc == 1 and "gemm.fp8: FAILED (level compiled): gemm.fp8: kernel not usable" in out
+
+    def raises(spec, arch, source=None):
+        raise PorterError("templates/gemm.cu.j2: render failed")
+
+    monkeypatch.setattr(kbuild, "build_kernel", raises)
+    rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.fp8", "--device", "on", "--json")
+    assert rc == 1 and json.loads(out)["results"][0]["level"] == "failed"

@@ -66,7 +66,7 @@ def test_compiles_ran_in_workers_and_were_counted(setup):
 def test_levels_and_no_device_said_plainly(setup):
     report = json.loads((setup["root"] / "out" / "report.json").read_text())
     levels = {k["name"]: k["level"] for k in report["kernels"]}
-    assert levels == {"fake.axpy": "numerics", "fake.fp4": "numerics"}
+    assert levels == {"fake.axpy": "numerics-model", "fake.fp4": "numerics-model"}
     assert report["device"]["ran"] is False
     assert report["device"]["detail"].startswith("no GPU: device validation and benchmarks not run")
     assert all(k["level"] not in ("device-validated", "benchmarked") for k in report["kernels"])
@@ -232,10 +232,10 @@ def test_terminal_verdict_says_the_level_and_what_next(tmp_path):
 
     result = SimpleNamespace(arch="blackwell", arch_arg="blackwell", products=("B200", "GB200"), out_dir=tmp_path)
     no_gpu = SimpleNamespace(status="not-run")
-    ok = [{"name": "k1", "level": "numerics", "checks_failed": []},
+    ok = [{"name": "k1", "level": "numerics-model", "checks_failed": []},
           {"name": "k2", "level": "sass-checked", "checks_failed": []}]
     lines = verdict_lines(result, ok, [{"name": "k3"}], no_gpu)
-    assert lines[0] == ("highest level reached: numerics (CPU model of the arithmetic, not a GPU run), "
+    assert lines[0] == ("highest level reached: numerics-model (CPU model of the arithmetic, not a GPU run), "
                         "by 1 of 2 kernels; 1 unsupported on blackwell")
     assert "one of B200, GB200, run `porter target blackwell --device on`" in lines[-1]
     broken = [{"name": "k1", "level": "failed", "checks_failed": [{"name": "build", "detail": "x"}]}]

@@ -65,14 +65,15 @@ def test_markdown_has_stages_kernels_and_no_device_line(report_dir):
     assert "no GPU: device validation and benchmarks not run" in md
     # The answer first: the highest level reached and a plain statement that no GPU ran anything.
     head = md.split("## Stages")[0]
-    assert "highest level reached: **numerics**" in head
+    assert "highest level reached: **numerics-model**" in head
     assert "**device**: no GPU" in head and "--device on" in head
+    assert "numerics-model (CPU model of the arithmetic, no kernel ran)" in head
 
 
 def test_report_summary_counts_levels_and_says_what_next(report_dir):
     report = json.loads((report_dir / "report.json").read_text())
     s = report["summary"]
-    assert s["highest_level"] == "numerics" and s["device_ran"] is False
+    assert s["highest_level"] == "numerics-model" and s["device_ran"] is False
     assert sum(s["levels"].values()) == s["kernels"] == len(report["kernels"])
     assert any("porter target blackwell --device on" in step for step in s["next_steps"])
 
@@ -87,8 +88,43 @@ def test_html_is_self_contained_and_draws_everything(report_dir):
         assert f">{sid}</text>" in html                  # every stage drawn as a box
     assert "marker-end" in html                          # with arrows
     assert "#1565c0" in html                            # device stage coloured as not-run
-    assert "l-numerics" in html and "no GPU: device validation and benchmarks not run" in html
-    assert "Highest level reached" in html and "Not run on a GPU" in html
+    assert "no GPU: device validation and benchmarks not run" in html
+    assert 'highest level reached: <span class="lvl l-numerics-model">numerics-model</span>' in html
+    assert ".l-numerics-model{" in html and "<b>device</b>: no GPU" in html
+
+
+def test_schema_levels_are_the_level_labels(report_dir):
+    """The schema's allowed levels are porter.levels' labels (minor 1 renamed numerics to
+    numerics-model); a report says which minor it follows."""
+    from porter.levels import Level
+    from porter.report.schema import LEVELS, SCHEMA_MINOR
+
+    assert LEVELS == [lvl.label for lvl in Level] and "numerics-model" in LEVELS and "numerics" not in LEVELS
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["schema_minor"] == SCHEMA_MINOR == 1
+    old = copy.deepcopy(report)
+    old["kernels"][0]["level"] = "numerics"
+    assert any("kernels[0].level: 'numerics' not one of" in e for e in validate(old))
+
+
+def test_markdown_and_html_share_one_summary(report_dir):
+    """Every summary line report.md shows is in report.html too, built by one function."""
+    from html import escape
+
+    from porter.report.summary import summary_lines
+
+    report = json.loads((report_dir / "report.json").read_text())
+    md = (report_dir / "report.md").read_text()
+    html = (report_dir / "report.html").read_text()
+    lines = summary_lines(report)
+    assert [line.kind for line in lines][:2] == ["level", "device"] and lines[-1].kind == "legend"
+    for line in lines:
+        plain = [t for mark, t in line.parts if mark == ""]
+        assert all(escape(t) in html for t in plain if t), line
+        assert all(t in md for t in plain), line
+    assert "<ul><li>next: " in html
+    no_summary = dict(report, summary=None)
+    assert [line.text for line in summary_lines(no_summary)] == [f"device: not run: {report['device']['detail']}"]
 
 
 def test_numerics_cases_read_ratio_or_error_layouts():

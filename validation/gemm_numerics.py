@@ -20,8 +20,10 @@ from porter.validation import metrics, quantize, reference_gemm, tolerance
 
 VARIANTS = quantize.GEMM_VARIANTS
 
-# Shapes for check_gemm_all: square, non-square, K not a power of two (but a
-# multiple of every block size and MMA K: 96 = 3 x 32, 320 = 5 x 64, 192 = 3 x 64).
+# Shapes for check_gemm_all, a check of the arithmetic alone: square, non-square, K not
+# a power of two (but a multiple of every block size and MMA K: 96 = 3 x 32, 320 = 5 x 64,
+# 192 = 3 x 64). Several are not shapes any porter kernel takes (M, N below its tiles);
+# a kernel's numerics-model level runs porter.kernels.gemm.numerics_shapes(spec) instead.
 ALL_SHAPES = ((128, 128, 256), (64, 192, 320), (256, 96, 192), (200, 72, 512), (8, 256, 128))
 
 

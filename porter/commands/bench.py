@@ -6,8 +6,10 @@ same inputs (torch.matmul / torch._scaled_mm for GEMM, torch SDPA for attention,
 device-to-device copy for the megakernel's bandwidth). Reported: TFLOP/s (GEMM,
 attention) or µs per step and GB/s (megakernel), % of the baseline, % of the
 descriptor's peak, and the spread of the samples. Without a matching GPU:
-``--device on`` (the default) exits 3 with one line; ``--device auto`` prints
-"skipped: ..." and exits 0.
+``--device auto`` (the default, as for ``porter validate``) prints "skipped: ..." and
+exits 0; ``--device on`` exits 3 with one line.
+Exit codes: 0 measured (or skipped), 1 a check failed (a kernel's error or its output
+spot check), 2 bad input, 3 no matching GPU with --device on.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ TARGET_PCT_OF_BASELINE = 90.0
 
 
 def register(sub) -> None:
-    from porter.commands.validate import SHAPE_FORMS
+    from porter.commands.device_common import EXIT_CODES, SHAPE_FORMS
 
-    p = sub.add_parser("bench", help="time kernels on a GPU beside torch's matmul / scaled_mm / SDPA")
+    p = sub.add_parser("bench", help="time kernels on a GPU beside torch's matmul / scaled_mm / SDPA",
+                       description=f"Time kernels on a GPU beside torch's matmul / scaled_mm / SDPA; {EXIT_CODES}.")
     p.add_argument("arch", help="descriptor name or path (the GPU must have its compute capability)")
     p.add_argument("--kernel", required=True, metavar="FAMILY|NAME",
                    help="a family (gemm, attention, megakernel) or one kernel, e.g. gemm.fp8")
     p.add_argument("--shape", nargs="+", metavar="SHAPE",
                    help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
-    p.add_argument("--device", choices=("on", "auto"), default="on",
-                   help="on: fail without a matching GPU (default); auto: skip without one")
+    p.add_argument("--device", choices=("on", "auto"), default="auto",
+                   help="on: fail without a matching GPU (exit 3); auto (default): skip without one (exit 0)")
     p.add_argument("--no-baseline", action="store_true", help="time porter's kernels only")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
     p.set_defaults(func=run)
@@ -36,8 +39,8 @@ def run(args) -> int:
     import json
 
     from porter.arch import load_arch
-    from porter.commands.validate import (check_shapes, decide_device, isolated, one_family, parse_shapes,
-                                          select_kernels)
+    from porter.commands.device_common import (check_shapes, decide_device, isolated, one_family, parse_shapes,
+                                               select_kernels, skipped_line)
     from porter.pipeline.work import jsonable
 
     arch = load_arch(args.arch)
@@ -47,7 +50,7 @@ def run(args) -> int:
     check_shapes(specs, shapes)
     dev, reason = decide_device(arch, args.device)
     if dev is None:
-        print(f"skipped: {reason}; benchmarks of {len(specs)} {family} kernel(s) on {arch.name} still open")
+        print(skipped_line(reason, specs, family, arch))
         return 0
     from porter.validation import device_harness
 

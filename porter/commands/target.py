@@ -113,7 +113,7 @@ def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[s
     highest = max((order[k["level"]] for k in kernels), default=None)
     n_top = sum(order[k["level"]] == highest for k in kernels)
     uns = f"; {len(unsupported)} unsupported on {result.arch}" if unsupported else ""
-    note = " (CPU model of the arithmetic, not a GPU run)" if highest == Level.NUMERICS else ""
+    note = " (CPU model of the arithmetic, not a GPU run)" if highest == Level.NUMERICS_MODEL else ""
     if highest == Level.FAILED:
         lines = [f"no kernel got through: all {len(kernels)} failed{uns}"]
     else:

@@ -5,163 +5,38 @@ poisoned outputs, and every output is judged by the variant's tolerance policy
 (``porter.validation.device_harness``). The GPU must be the descriptor's: a sm_100a
 kernel is refused on a compute capability 9.0 GPU, with the reason.
 
-``--device``: ``on`` fails (exit 3, one line) without a matching GPU; ``auto`` says
-"skipped: ..." and exits 0; ``off`` runs only the CPU numerics model of each kernel.
-Exit codes: 0 all passed (or skipped), 1 a check failed, 2 bad input, 3 no device.
+``--device``: ``on`` fails (exit 3, one line) without a matching GPU; ``auto`` (the
+default) says "skipped: ..." and exits 0; ``off`` runs no kernel: it builds each
+kernel (render, NVRTC, SASS and limit checks) and runs the family's CPU model of its
+arithmetic at shapes the kernel takes, and reports the level that establishes
+(numerics-model at most), saying plainly that no kernel ran.
+Exit codes: 0 passed (or skipped), 1 a check failed, 2 bad input, 3 no matching GPU
+with --device on.
 
-The kernel selection, shape parsing and device decision here are shared with
-``porter bench``.
+Kernel selection, shape parsing and the device decision live in
+``porter.commands.device_common``, shared with ``porter bench``.
 """
 
 from __future__ import annotations
 
-import re
+from porter.commands.device_common import EXIT_CODES, SHAPE_FORMS
 
 DEVICE_MODES = ("auto", "on", "off")
-SHAPE_FORMS = {
-    "gemm": "MxNxK, e.g. 4096x4096x1024",
-    "attention": "BxHxS or BxHqxHkvxSqxSk, e.g. 4x16x4096 or 2x8x2x1024x1024",
-    "megakernel": "a model name for validate (e.g. tiny, tiny-gqa4), a decode position for bench (e.g. 1024)",
-}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="run kernels on a GPU of the arch against the CPU references")
+    p = sub.add_parser("validate", help="run kernels on a GPU of the arch against the CPU references",
+                       description=f"Run kernels on a GPU of the arch against the CPU references; {EXIT_CODES}.")
     p.add_argument("arch", help="descriptor name or path (the GPU must have its compute capability)")
     p.add_argument("--kernel", required=True, metavar="FAMILY|NAME",
                    help="a family (gemm, attention, megakernel) or one kernel, e.g. gemm.bf16")
     p.add_argument("--device", choices=DEVICE_MODES, default="auto",
-                   help="on: fail without a matching GPU; auto: skip without one; off: the CPU numerics model only (at its own shapes)")
+                   help="on: fail without a matching GPU (exit 3); auto (default): skip without one (exit 0); "
+                        "off: no kernel runs: build each kernel and run the CPU model of its arithmetic")
     p.add_argument("--shapes", nargs="+", metavar="SHAPE", help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--seeds", type=int, default=2, help="fresh random inputs per shape (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
-
-
-# ---- shared with porter bench ------------------------------------------------------------
-
-def select_kernels(arch, kernel: str) -> tuple[list, list]:
-    """(specs to run, Unsupported ones) for a family name or one kernel name / variant.
-
-    A single named kernel that the arch does not support is an error; a family's
-    unsupported variants are reported beside the ones that run.
-    """
-    from porter import kernels
-    from porter.commands.kernel import find_kernel
-    from porter.errors import PorterError
-    from porter.kernels.base import Unsupported
-
-    if kernel in kernels.FAMILIES:
-        every = list(kernels.family_module(kernel).variants(arch))
-    else:
-        every = find_kernel(kernel, arch)
-    specs = [s for s in every if not isinstance(s, Unsupported)]
-    unsupported = [s for s in every if isinstance(s, Unsupported)]
-    if not specs:
-        why = "; ".join(f"{u.name}: {u.reason or 'needs ' + ', '.join(u.missing)}" for u in unsupported)
-        raise PorterError(f"--kernel {kernel}: nothing runs on {arch.name} ({arch.target}): {why}")
-    return specs, unsupported
-
-
-def parse_shapes(family: str, items, purpose: str = "validate") -> list | None:
-    """Shapes from the command line for ``family``; None keeps the harness's defaults."""
-    from porter.errors import PorterError
-
-    if not items:
-        return None
-    out = []
-    for item in items:
-        if family == "megakernel":
-            out.append(_megakernel_shape(item, purpose))
-            continue
-        parts = item.lower().split("x")
-        if not all(re.fullmatch(r"[1-9][0-9]*", p) for p in parts):
-            raise PorterError(f"shape '{item}': {family} shapes are {SHAPE_FORMS[family]} (positive integers)")
-        dims = tuple(int(p) for p in parts)
-        if family == "gemm":
-            if len(dims) != 3:
-                raise PorterError(f"shape '{item}': a GEMM shape is {SHAPE_FORMS['gemm']}")
-            out.append(dims)
-        elif family == "attention":
-            if len(dims) == 3:
-                b, h, s = dims
-                dims = (b, h, h, s, s)
-            if len(dims) != 5:
-                raise PorterError(f"shape '{item}': an attention shape is {SHAPE_FORMS['attention']}")
-            if dims[1] % dims[2]:
-                raise PorterError(f"shape '{item}': heads_q {dims[1]} must be a multiple of heads_kv {dims[2]}")
-            out.append(dims)
-        else:
-            raise PorterError(f"--shapes: no shape format for family {family!r}")
-    return out
-
-
-def _megakernel_shape(item: str, purpose: str):
-    from porter.errors import PorterError
-
-    if purpose == "bench":
-        if not re.fullmatch(r"[1-9][0-9]*", item):
-            raise PorterError(f"shape '{item}': megakernel bench shapes are decode positions (positive integers)")
-        return int(item)
-    from porter.validation.model_config import load_model_config
-
-    load_model_config(item)          # a PorterError naming the known models when unknown
-    return item
-
-
-def check_shapes(specs, shapes) -> None:
-    """Reject shapes a kernel cannot take before any device work (the GEMM tiles)."""
-    if not shapes:
-        return
-    from porter.kernels import gemm as gemm_family
-
-    for spec in specs:
-        if spec.family == "gemm":
-            for m, n, k in shapes:
-                gemm_family.check_problem_shape(spec, m, n, k)
-
-
-def decide_device(arch, mode: str, devices=None, why: str = "") -> tuple[dict | None, str]:
-    """(device to use, "") or (None, the one-line reason). ``mode`` on raises NoDevice
-    (exit 3); auto returns the reason for a "skipped:" line; off never looks."""
-    from porter.validation.device_runs import NoDevice, match_device
-
-    if mode == "off":
-        return None, "device validation off (--device off)"
-    if devices is None:
-        from porter.pipeline import device as pdev
-
-        devices, why = pdev.list_devices()
-    dev, reason = match_device(arch, devices, why)
-    if dev is None and mode == "on":
-        raise NoDevice(reason)
-    return dev, reason
-
-
-def isolated(fn, spec, *args, **kwargs) -> dict:
-    """``fn(spec, ...)``, or a failed result naming the error when this kernel's run raises,
-    so one kernel's failure (a bad launch, a tensor map the driver refuses) is reported
-    beside the others' results instead of ending the command. No device stays fatal."""
-    from porter.errors import PorterError
-    from porter.validation.device_runs import NoDevice
-
-    try:
-        return fn(spec, *args, **kwargs)
-    except NoDevice:
-        raise
-    except PorterError as exc:
-        return {"name": spec.name, "variant": spec.variant, "passed": False, "level": "sass-checked",
-                "error": str(exc), "checks": [], "rows": []}
-
-
-def one_family(specs) -> str:
-    from porter.errors import PorterError
-
-    families = {s.family for s in specs}
-    if len(families) != 1:
-        raise PorterError(f"--kernel selects kernels of several families ({', '.join(sorted(families))}); "
-                          "name one family or one kernel")
-    return families.pop()
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -170,6 +45,8 @@ def run(args) -> int:
     import json
 
     from porter.arch import load_arch
+    from porter.commands.device_common import (check_shapes, decide_device, isolated, one_family, parse_shapes,
+                                               select_kernels, skipped_line)
     from porter.errors import PorterError
     from porter.pipeline.work import jsonable
 
@@ -182,10 +59,13 @@ def run(args) -> int:
     check_shapes(specs, shapes)
     dev, reason = decide_device(arch, args.device)
     if dev is None and args.device == "auto":
-        print(f"skipped: {reason}; device validation of {len(specs)} {family} kernel(s) on {arch.name} still open")
+        print(skipped_line(reason, specs, family, arch))
         return 0
     if args.device == "off":
-        results = [_numerics_only(spec, arch) for spec in specs]
+        if shapes:
+            raise PorterError("--shapes with --device off: the CPU model runs at shapes chosen for each kernel's "
+                              "tiles; drop --shapes, or give --device on|auto to run the kernels at them")
+        results = [_cpu_model_only(spec, arch) for spec in specs]
     else:
         from porter.validation import device_harness
 
@@ -200,15 +80,50 @@ def run(args) -> int:
     return 0 if report["passed"] else 1
 
 
-def _numerics_only(spec, arch) -> dict:
+def _cpu_model_only(spec, arch) -> dict:
+    """--device off: build the kernel (no run), then the family's CPU model of its
+    arithmetic. The level is what those establish: the build's, raised to
+    numerics-model only when the build is sass-checked and the model within tolerance."""
+    from porter.commands.device_common import level_reached
     from porter.kernels import family_module
     from porter.levels import Level
 
-    res = family_module(spec.family).numerics(spec, arch)
-    passed = bool(res and res.get("passed"))
-    return {"name": spec.name, "variant": spec.variant, "numerics": res, "passed": passed,
-            "level": (Level.NUMERICS if passed else Level.SASS_CHECKED).label,
-            "note": "CPU numerics model only; device validation not run (--device off)"}
+    level, stopped_by = level_reached(spec, arch)
+    try:
+        raw, error = family_module(spec.family).numerics(spec, arch), ""
+    except Exception as exc:  # noqa: BLE001 - the reference raising is a failed check, reported as such
+        raw, error = None, f"CPU model raised {type(exc).__name__}: {exc}"
+    model_ok = raw is not None and bool(raw.get("passed"))
+    result = {"name": spec.name, "variant": spec.variant, "numerics": raw,
+              "passed": level >= Level.SASS_CHECKED and model_ok,
+              "level": (Level.NUMERICS_MODEL if level >= Level.SASS_CHECKED and model_ok else level).label,
+              "note": error or model_note(raw)}
+    if level < Level.SASS_CHECKED:
+        result["error"] = f"the kernel's build stops at {level.label}: {stopped_by}"
+    return result
+
+
+def model_note(raw) -> str:
+    """What the CPU model showed, in the words "CPU model only: 3 shapes x 2 seeds within
+    tolerance; no kernel ran" (or which case failed)."""
+    from porter.report.build import numerics_cases, raw_cases
+
+    if raw is None:
+        return "no CPU model for this kernel; no kernel ran"
+    cases = raw_cases(raw)
+    if cases and all("shape" in c for c in cases):
+        shapes = {repr(c["shape"]) for c in cases}
+        what = f"{len(shapes)} shapes" + (f" x {len(cases) // len(shapes)} seeds" if len(cases) > len(shapes) else "")
+    else:
+        what = f"{len(cases)} cases"
+    if raw.get("passed"):
+        return f"CPU model only: {what} within tolerance; no kernel ran"
+    bad = [c for c in numerics_cases(raw) if c["passed"] is False]
+    worst = max(bad, key=lambda c: c["error"] / c["tolerance"] if c["tolerance"] else c["error"], default=None)
+    detail = (f" (worst {worst['label']}: {worst['measure']} {worst['error']:.3g}"
+              + (f", allowed {worst['tolerance']:.3g})" if worst["tolerance"] is not None else ")")) if worst else ""
+    why = raw.get("error") or f"{len(bad)} of {len(cases)} cases outside tolerance{detail}"
+    return f"CPU model of {what} FAILED: {why}; no kernel ran"
 
 
 def _check_line(c: dict) -> str:
@@ -234,7 +149,7 @@ def _text(report: dict) -> str:
     lines = [f"validate {head}"]
     for r in report["results"]:
         lines.append(f"{r['name']}: {'passed' if r['passed'] else 'FAILED'} (level {r['level']})"
-                     + (f"; {r['note']}" if r.get("note") else "") + (f": {r['error']}" if r.get("error") else ""))
+                     + (f": {r['error']}" if r.get("error") else "") + (f"; {r['note']}" if r.get("note") else ""))
         lines += [_check_line(c) for c in r.get("checks", [])]
     for u in report["unsupported"]:
         lines.append(f"{u['name']}: unsupported on {report['arch']} ({u['reason'] or 'needs ' + ', '.join(u['missing'])})")

@@ -183,15 +183,44 @@ def check_problem_shape(spec: KernelSpec, m: int, n: int, k: int) -> None:
                 f"pad {axis} to {max(1, -(-value // multiple)) * multiple}")
 
 
+def shape_multiples(spec: KernelSpec) -> tuple[int, int, int]:
+    """The (M, N, K) every problem shape must be a multiple of (see check_problem_shape)."""
+    cfg = spec.config
+    return tuple(cfg.get("shape_multiple") or (cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]))
+
+
+# Seeds per numerics shape: fresh inputs, so one lucky draw cannot pass a variant.
+NUMERICS_SEEDS = (0, 1)
+
+
+def numerics_shapes(spec: KernelSpec) -> list[tuple[int, int, int]]:
+    """Problem shapes the CPU model runs for ``spec``: ones the kernel itself takes
+    (whole multiples of its tiles / cluster units, so each passes check_problem_shape),
+    kept to a few cluster units so each check stays well under a second on a CPU.
+
+    - K over ``stages + 2`` K tiles: the shared-memory ring wraps and, where the path
+      promotes the accumulator (config ``promote_every_k``), several intervals restart;
+    - a non-square shape (twice the N unit) with K over 3 K tiles (not a power of two);
+    - twice the M unit with K over 2 K tiles (more than one M unit: the tile raster).
+    """
+    um, un, uk = shape_multiples(spec)
+    ring = spec.config["stages"] + 2
+    return [(um, un, uk * ring), (um, 2 * un, 3 * uk), (2 * um, un, 2 * uk)]
+
+
 def numerics(spec: KernelSpec, arch) -> dict | None:
     """CPU model of the variant's arithmetic at the config's MMA K (and promotion interval,
-    config ``promote_every_k`` where a path has one), on the shared shapes."""
+    config ``promote_every_k`` where a path has one), at shapes the kernel takes
+    (``numerics_shapes``)."""
     from porter.validation import gemm_numerics
 
     dtype = spec.variant.split(".", 1)[1]
     mma_k = spec.config["mma_k"]
     promote_k = spec.config.get("promote_every_k") or None
+    shapes = numerics_shapes(spec)
+    for m, n, k in shapes:      # the model must never judge a shape the kernel would refuse
+        check_problem_shape(spec, m, n, k)
     results = [gemm_numerics.check_gemm(dtype, m, n, k, seed=seed, mma_k=mma_k, promote_k=promote_k)
-               for (m, n, k) in gemm_numerics.ALL_SHAPES for seed in (0, 1)]
-    return {"variant": spec.variant, "mma_k": mma_k, "promote_k": promote_k,
+               for (m, n, k) in shapes for seed in NUMERICS_SEEDS]
+    return {"variant": spec.variant, "mma_k": mma_k, "promote_k": promote_k, "shapes": [list(s) for s in shapes],
             "passed": all(r["passed"] for r in results), "results": results}

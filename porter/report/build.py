@@ -6,8 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from porter.levels import Level
-from porter.report.schema import SCHEMA_VERSION
+from porter.levels import LEGACY_LABELS, Level
+from porter.report.schema import SCHEMA_MINOR, SCHEMA_VERSION
 
 _RATIO_KEYS = ("worst_ratio", "ratio")
 # Error measures a family's model may report, with the words a report uses for each.
@@ -31,21 +31,24 @@ def _num(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def raw_cases(numerics) -> list[dict]:
+    """The per-case dicts of a family's numerics dict, whatever list it keeps them in
+    (GEMM "results", attention "cases", the megakernel's VM "runs"); the dict itself
+    when it is one case."""
+    if not isinstance(numerics, dict):
+        return []
+    for key in ("results", "cases", "shapes", "checks", "runs"):
+        if isinstance(numerics.get(key), list):
+            return [c for c in numerics[key] if isinstance(c, dict)]
+    return [numerics]
+
+
 def numerics_cases(numerics) -> list[dict]:
     """Per-shape (error, tolerance) pairs from a family's numerics dict, whatever its layout:
     a normalized ratio (error / allowed, passes at <= 1) when the model gives one, else
     the max error against a numeric tolerance."""
-    if not isinstance(numerics, dict):
-        return []
-    cases = None
-    for key in ("results", "cases", "shapes", "checks", "runs"):
-        if isinstance(numerics.get(key), list):
-            cases = [c for c in numerics[key] if isinstance(c, dict)]
-            break
-    if cases is None:
-        cases = [numerics]
     out = []
-    for i, c in enumerate(cases):
+    for i, c in enumerate(raw_cases(numerics)):
         shape = c.get("shape") or c.get("label") or c.get("name") or c.get("order") or i
         if isinstance(shape, (list, tuple)):
             label = "x".join(str(s) for s in shape)
@@ -104,9 +107,9 @@ def build_report(ctx) -> dict:
             level = Level(row["level"])
             num = numerics.get(row["name"])
             if num and num["passed"] and level >= Level.SASS_CHECKED:
-                level = Level.NUMERICS
+                level = Level.NUMERICS_MODEL
             dev = device_rows.get(row["name"])
-            if dev and dev.get("passed") and level >= Level.NUMERICS:
+            if dev and dev.get("passed") and level >= Level.NUMERICS_MODEL:
                 level = Level.DEVICE_VALIDATED
             bench = bench_rows.get(row["name"])
             if bench and level >= Level.DEVICE_VALIDATED:
@@ -144,6 +147,7 @@ def build_report(ctx) -> dict:
               "detail": dev_stage.summary if dev_stage else "no device stage in the runbook"}
     return {
         "schema_version": SCHEMA_VERSION,
+        "schema_minor": SCHEMA_MINOR,
         "porter_version": __version__,
         "arch": {"name": arch.name, "target": arch.target, "digest": arch.digest, "features": sorted(arch.features),
                  "products": list(getattr(arch, "products", ()))},
@@ -208,4 +212,5 @@ def _other_levels(ctx) -> dict:
         other = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {ctx.base.name: {k["variant"]: k["level"] for k in other.get("kernels", [])}}
+    return {ctx.base.name: {k["variant"]: LEGACY_LABELS.get(k["level"], k["level"])
+                            for k in other.get("kernels", [])}}

@@ -6,6 +6,7 @@ from html import escape
 
 from porter.report import svg
 from porter.report.build import why_unsupported
+from porter.report.summary import LEVEL, PLAIN, STRONG, summary_lines
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1340px}
@@ -13,7 +14,7 @@ h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bo
 table{border-collapse:collapse;font-size:12.5px;margin:8px 0} td,th{border:1px solid #ddd;padding:4px 7px;vertical-align:top;text-align:left}
 th{background:#f5f5f5} .muted{color:#777} .lvl{font-weight:bold;border-radius:4px;padding:1px 6px;color:#fff;white-space:nowrap}
 .l-failed{background:#c62828}.l-rendered{background:#8d6e63}.l-compiled{background:#ef6c00}
-.l-sass-checked{background:#558b2f}.l-numerics{background:#2e7d32}.l-device-validated{background:#1565c0}.l-benchmarked{background:#6a1b9a}
+.l-sass-checked{background:#558b2f}.l-numerics-model{background:#2e7d32}.l-device-validated{background:#1565c0}.l-benchmarked{background:#6a1b9a}
 .s-passed{color:#2e7d32}.s-failed{color:#c62828;font-weight:bold}.s-skipped{color:#757575}.s-not-run{color:#1565c0}
 .cards{display:flex;flex-wrap:wrap;gap:14px}.card{border:1px solid #ddd;border-radius:6px;padding:8px 10px}
 .card h3{font-size:13px;margin:0 0 6px 0} code{font-size:12px}
@@ -32,7 +33,6 @@ def render_html(r: dict) -> str:
          f"<div class='muted'>runbook <code>{escape(r['runbook'])}</code> · base arch "
          f"{escape(base['name']) if base else 'none'} · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
          f"{r['run']['units_cached']} cached, {r['run']['nvrtc_calls']} NVRTC compiles</div>",
-         f"<p><b>Device:</b> {'validation ran' if r['device']['ran'] else 'not run'}: {escape(r['device']['detail'])}</p>",
          *_summary(r),
          "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
          "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]
@@ -70,22 +70,21 @@ def render_html(r: dict) -> str:
 
 
 def _summary(r: dict) -> list[str]:
-    """Highest level reached, whether a GPU ran anything, and the next steps."""
-    from porter.report.markdown import LEVEL_LEGEND
-
-    s = r.get("summary")
-    if not s:
-        return []
-    out = []
-    if s["highest_level"]:
-        counts = ", ".join(f"{n} {escape(label)}" for label, n in s["levels"].items())
-        out.append(f"<p><b>Highest level reached:</b> {_level(s['highest_level'])} ({counts} of {s['kernels']} "
-                   f"kernels built; {s['unsupported']} variants unsupported)</p>")
-    if not s["device_ran"]:
-        out.append("<p><b>Not run on a GPU:</b> no kernel here is device-validated or benchmarked.</p>")
-    if s["next_steps"]:
-        out.append("<p><b>Next:</b></p><ul>" + "".join(f"<li>{escape(x)}</li>" for x in s["next_steps"]) + "</ul>")
-    out.append(f"<p class='muted'>{escape(LEVEL_LEGEND)}</p>")
+    """The summary lines report.md also shows (porter.report.summary), as paragraphs:
+    the level as a badge, emphasis in bold, the next steps as one list."""
+    marks = {PLAIN: escape, STRONG: lambda t: f"<b>{escape(t)}</b>", LEVEL: _level}
+    out, steps = [], []
+    for line in summary_lines(r):
+        body = "".join(marks[mark](text) for mark, text in line.parts)
+        if line.kind == "next":
+            steps.append(f"<li>{body}</li>")
+            continue
+        if steps:
+            out.append("<ul>" + "".join(steps) + "</ul>")
+            steps = []
+        out.append(f"<p class='muted'>{body}</p>" if line.kind == "legend" else f"<p>{body}</p>")
+    if steps:
+        out.append("<ul>" + "".join(steps) + "</ul>")
     return out
 
 

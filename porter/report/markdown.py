@@ -2,45 +2,23 @@
 
 from __future__ import annotations
 
-from porter.levels import Level
 from porter.report.build import why_unsupported
-
-LEVEL_LEGEND = ("levels, lowest to highest: " + " < ".join(
-    lvl.label + (" (CPU model of the arithmetic)" if lvl is Level.NUMERICS else "")
-    for lvl in Level if lvl is not Level.FAILED))
+from porter.report.summary import PLAIN, summary_lines
 
 
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def summary_lines(r: dict) -> list[str]:
-    """The answer first: highest level reached, per-level counts, the device, what next."""
-    s = r.get("summary")
-    if not s:
-        return []
-    lines = []
-    if s["highest_level"]:
-        top = s["levels"][s["highest_level"]]
-        rest = [f"{n} {label}" for label, n in s["levels"].items() if label != s["highest_level"]]
-        lines.append(f"- highest level reached: **{s['highest_level']}**, by {top} of {s['kernels']} kernels built"
-                     + (f" (the others: {', '.join(rest)})" if rest else "")
-                     + (f"; {s['unsupported']} variants unsupported on {r['arch']['name']}" if s["unsupported"] else ""))
-    else:
-        lines.append("- no kernel was built")
-    if not s["device_ran"]:
-        lines.append(f"- **device**: {r['device']['detail']}; no kernel here is device-validated or benchmarked")
-    else:
-        lines.append(f"- device: {r['device']['detail']}")
-    lines += [f"- next: {step}" for step in s["next_steps"]]
-    lines.append(f"- {LEVEL_LEGEND}")
-    return lines
+def _line(line) -> str:
+    """One summary line as a bullet: marked parts (emphasis, the level) in bold."""
+    return "- " + "".join(text if mark == PLAIN else f"**{text}**" for mark, text in line.parts)
 
 
 def render_markdown(r: dict) -> str:
     base = r["base"]["name"] if r["base"] else "none"
     lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']})", ""]
-    lines += summary_lines(r) or [f"- device: {'ran' if r['device']['ran'] else 'not run'}: {r['device']['detail']}"]
+    lines += [_line(line) for line in summary_lines(r)]
     lines += ["", f"- runbook: `{r['runbook']}`; base arch: {base}",
               f"- features: {', '.join(r['arch']['features'])}",
               f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "

@@ -1,12 +1,18 @@
 """report.json: its schema (JSON-Schema-like, as data) and a small validator for it.
 
 Consumers (dashboards, the next session's diff) read report.json by this schema;
-``SCHEMA_VERSION`` changes when a field is removed or changes meaning.
+``SCHEMA_VERSION`` changes when a field is removed or changes meaning;
+``SCHEMA_MINOR`` (report.json "schema_minor", absent = 0) when a field keeps its
+meaning but its documented values change, so a reader can tell which values to expect.
+Minor 1: the level above sass-checked is labelled "numerics-model" (was "numerics").
 """
 
 from __future__ import annotations
 
+from porter.levels import Level
+
 SCHEMA_VERSION = 1
+SCHEMA_MINOR = 1
 
 _STR, _INT, _NUM, _BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
 _NULLSTR = {"type": ["string", "null"]}
@@ -17,7 +23,7 @@ _CASE = {"type": "object", "required": ["label", "error", "tolerance", "passed"]
                         "measure": _STR}}
 _BAR = {"type": "object", "required": ["name", "used", "limit", "unit"],
         "properties": {"name": _STR, "used": _NUM, "limit": _NUM, "unit": _STR}}
-LEVELS = ["failed", "rendered", "compiled", "sass-checked", "numerics", "device-validated", "benchmarked"]
+LEVELS = [lvl.label for lvl in Level]     # lowest to highest (porter.levels)
 STATUSES = ["passed", "failed", "skipped", "not-run"]
 
 REPORT_SCHEMA = {
@@ -26,6 +32,8 @@ REPORT_SCHEMA = {
                  "stages", "kernels", "before", "unsupported", "plan"],
     "properties": {
         "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
+        # Optional (added within schema 1): which documented values to expect (see above).
+        "schema_minor": {"type": "integer", "enum": list(range(SCHEMA_MINOR + 1))},
         "porter_version": _STR,
         "arch": {"type": "object", "required": ["name", "target", "digest", "features"],
                  "properties": {"name": _STR, "target": _STR, "digest": _STR,
