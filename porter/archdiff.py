@@ -87,6 +87,87 @@ class KindChange:
 
 
 @dataclass(frozen=True)
+class KindRename:
+    """A kind lost and a kind gained that consume overlapping element formats: the same MMA
+    under a new name (Hopper's wgmma f8 becomes tcgen05 f8f6f4), not a loss and a gain."""
+
+    before: str
+    after: str
+    formats_before: tuple[str, ...]
+    formats_after: tuple[str, ...]
+    shapes_before: tuple[MmaShape, ...]
+    shapes_after: tuple[MmaShape, ...]
+
+    @property
+    def formats_kept(self) -> tuple[str, ...]:
+        return tuple(f for f in self.formats_before if f in self.formats_after)
+
+    @property
+    def formats_gained(self) -> tuple[str, ...]:
+        return tuple(f for f in self.formats_after if f not in self.formats_before)
+
+    @property
+    def formats_lost(self) -> tuple[str, ...]:
+        return tuple(f for f in self.formats_before if f not in self.formats_after)
+
+    @property
+    def formats_summary(self) -> str:
+        """"e4m3, e5m2 kept; gains e2m3, e3m2, e2m1"."""
+        parts = [f"{', '.join(self.formats_kept)} kept"]
+        if self.formats_gained:
+            parts.append(f"gains {', '.join(self.formats_gained)}")
+        if self.formats_lost:
+            parts.append(f"loses {', '.join(self.formats_lost)}")
+        return "; ".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.before} -> {self.after} ({self.formats_summary})"
+
+    def to_dict(self) -> dict:
+        return {"before": self.before, "after": self.after,
+                "formats_kept": list(self.formats_kept), "formats_gained": list(self.formats_gained),
+                "formats_lost": list(self.formats_lost),
+                "shapes_before": [s.to_dict() for s in self.shapes_before],
+                "shapes_after": [s.to_dict() for s in self.shapes_after],
+                "text": str(self)}
+
+
+def pair_renamed_kinds(tca, tcb, lost, gained) -> tuple[KindRename, ...]:
+    """Pair each lost kind with the gained kind sharing most of its formats (ties: the same
+    block scaling, then fewest new formats, then descriptor order); each kind pairs once."""
+    renames, taken = [], set()
+    for old in lost:
+        fa = tca.kind_formats[old]
+        scaled = old in tca.block_scaled_kinds
+        candidates = [(len(set(fa) & set(tcb.kind_formats[new])),
+                       (new in tcb.block_scaled_kinds) == scaled,
+                       -len(set(tcb.kind_formats[new]) - set(fa)),
+                       -i, new)
+                      for i, new in enumerate(gained) if new not in taken]
+        candidates = [c for c in candidates if c[0] > 0]
+        if not candidates:
+            continue
+        new = max(candidates)[-1]
+        taken.add(new)
+        renames.append(KindRename(old, new, fa, tcb.kind_formats[new], tca.mma_shapes[old], tcb.mma_shapes[new]))
+    return tuple(renames)
+
+
+def kinds_without_probe(arch) -> tuple[str, ...] | None:
+    """MMA kinds of ``arch`` that no probe in kernels_src/probes issues for its tensor-core
+    generation (read from the probe headers, nothing compiled); None when the probes
+    cannot be read. Same rule as ``porter arch check``'s kinds_without_probe."""
+    try:
+        from porter.probes import discover
+
+        probes = discover()
+    except Exception:   # no probes folder in this install: say nothing rather than "unprobed"
+        return None
+    probed = {p.kind for p in probes if p.kind and p.generation == arch.tensor_core.generation}
+    return tuple(k for k in arch.tensor_core.mma_shapes if k not in probed)
+
+
+@dataclass(frozen=True)
 class PeakChange:
     """Dense peak rate of one dtype on both archs (None where an arch has no peak)."""
 
@@ -115,7 +196,7 @@ class ArchDiff:
     features_lost: tuple[str, ...]
     features_kept: tuple[str, ...]
     tensor_core: tuple[Change, ...]  # generation / instruction / issue / accumulator
-    kinds_gained: tuple[str, ...]
+    kinds_gained: tuple[str, ...]   # without the kinds in kinds_renamed
     kinds_lost: tuple[str, ...]
     kinds_changed: tuple[KindChange, ...]
     formats_gained: tuple[str, ...]
@@ -126,10 +207,13 @@ class ArchDiff:
     figures: tuple[Change, ...]  # only figures that differ
     peaks: tuple[PeakChange, ...]  # every dtype either arch rates
     sass_signatures: tuple[Change, ...]  # features whose signature patterns differ
+    kinds_renamed: tuple[KindRename, ...] = ()
+    kinds_unprobed_before: tuple[str, ...] | None = None  # kinds no probe issues (None: unknown)
+    kinds_unprobed_after: tuple[str, ...] | None = None
 
     @property
     def mma_shapes_changed(self) -> bool:
-        return bool(self.kinds_gained or self.kinds_lost or self.kinds_changed)
+        return bool(self.kinds_gained or self.kinds_lost or self.kinds_changed or self.kinds_renamed)
 
     @property
     def empty(self) -> bool:
@@ -147,6 +231,9 @@ class ArchDiff:
             "tensor_core": [c.to_dict() for c in self.tensor_core],
             "mma": {"kinds_gained": list(self.kinds_gained), "kinds_lost": list(self.kinds_lost),
                     "kinds_changed": [k.to_dict() for k in self.kinds_changed],
+                    "kinds_renamed": [k.to_dict() for k in self.kinds_renamed],
+                    "kinds_without_probe": {"before": _opt_list(self.kinds_unprobed_before),
+                                            "after": _opt_list(self.kinds_unprobed_after)},
                     "shapes_changed": self.mma_shapes_changed},
             "formats": {"gained": list(self.formats_gained), "lost": list(self.formats_lost)},
             "block_scales": {"gained": list(self.block_scales_gained),
@@ -157,6 +244,10 @@ class ArchDiff:
             "sass_signatures": [c.to_dict() for c in self.sass_signatures],
             "empty": self.empty,
         }
+
+
+def _opt_list(x):
+    return None if x is None else list(x)
 
 
 def _gained_lost(before, after) -> tuple[tuple, tuple]:
@@ -171,6 +262,9 @@ def diff_archs(a: Arch, b: Arch) -> ArchDiff:
                        for attr in ("generation", "instruction", "issue", "accumulator")
                        if getattr(tca, attr) != getattr(tcb, attr))
     kinds_gained, kinds_lost = _gained_lost(tca.kinds, tcb.kinds)
+    renamed = pair_renamed_kinds(tca, tcb, kinds_lost, kinds_gained)
+    kinds_lost = tuple(k for k in kinds_lost if k not in {r.before for r in renamed})
+    kinds_gained = tuple(k for k in kinds_gained if k not in {r.after for r in renamed})
     kinds_changed = tuple(
         KindChange(k, tca.mma_shapes[k], tcb.mma_shapes[k], tca.kind_formats[k], tcb.kind_formats[k])
         for k in tca.kinds if k in tcb.mma_shapes
@@ -201,5 +295,6 @@ def diff_archs(a: Arch, b: Arch) -> ArchDiff:
         kinds_gained=kinds_gained, kinds_lost=kinds_lost, kinds_changed=kinds_changed,
         formats_gained=formats_gained, formats_lost=formats_lost,
         block_scales_gained=bs_gained, block_scales_lost=bs_lost, block_scales_changed=bs_changed,
-        figures=figures, peaks=peaks, sass_signatures=sigs,
+        figures=figures, peaks=peaks, sass_signatures=sigs, kinds_renamed=renamed,
+        kinds_unprobed_before=kinds_without_probe(a), kinds_unprobed_after=kinds_without_probe(b),
     )

@@ -233,17 +233,67 @@ def feature_diff(base, target) -> tuple[list[str], list[str]]:
     return sorted(b - t), sorted(t - b)
 
 
-def kernel_specs(arch, families=None) -> tuple[list, list[str]]:
-    """Every family's variants for ``arch`` (specs and Unsupported) plus notes on families that failed."""
+def kernel_specs(arch, families=None, complete: bool = False) -> tuple[list, list[str]]:
+    """Every family's variants for ``arch`` (specs and Unsupported) plus notes on families
+    that failed; with ``complete``, also an Unsupported for each kernel a family builds only
+    on other installed archs (see offered_elsewhere), so two archs list the same names."""
     from porter import kernels as kreg
 
     out, notes = [], []
     for fam in sorted(families if families is not None else kreg.FAMILIES):
         try:
-            out += list(kreg.family_module(fam).variants(arch))
+            own = list(kreg.family_module(fam).variants(arch))
         except Exception as exc:  # a family under construction must not hide the rest
             notes.append(f"family {fam}: variants() failed for {arch.name}: {type(exc).__name__}: {exc}")
+            continue
+        out += merge_listing(own, offered_elsewhere(arch, own, fam)) if complete else own
     return out, notes
+
+
+def merge_listing(own: list, extra: list) -> list:
+    """``own`` with each entry of ``extra`` placed after the last one of its variant
+    (a ``.pair`` spec next to its single-CTA sibling), else at the end."""
+    out = list(own)
+    for e in extra:
+        at = max((i for i, v in enumerate(out) if v.variant == e.variant), default=len(out) - 1)
+        out.insert(at + 1, e)
+    return out
+
+
+def offered_elsewhere(arch, own: list, family: str) -> list:
+    """Unsupported entries for the kernels ``family`` builds on other installed archs but
+    does not list for ``arch`` at all (a family may only create a form, e.g. a CTA-pair
+    spec, where the descriptor has the feature). Missing features come from a spec that
+    builds elsewhere: its features this arch lacks."""
+    from porter import kernels as kreg
+    from porter.arch import list_archs, load_arch
+    from porter.kernels.base import Unsupported
+
+    known = {v.name for v in own}
+    found: dict[str, Unsupported] = {}
+    for name in list_archs():
+        try:
+            other = load_arch(name)
+            if other.digest == arch.digest:
+                continue
+            theirs = list(kreg.family_module(family).variants(other))
+        except Exception:   # a broken descriptor or family is reported where it is used, not here
+            continue
+        for v in theirs:
+            if v.name in known:
+                continue
+            features = getattr(v, "features", None)
+            if features is None:                 # unsupported there too: keep looking for a build
+                found.setdefault(v.name, Unsupported(
+                    v.family, v.name, v.variant, (),
+                    f"not offered on {arch.name}; unsupported on {other.name} too: {v.reason or 'no reason given'}"))
+                continue
+            missing = tuple(f for f in features if f not in arch_features(arch))
+            reason = (f"the family builds it only where the descriptor has those (as {other.name} does)"
+                      if missing else f"not offered on {arch.name} (built on {other.name})")
+            if v.name not in found or not found[v.name].missing:
+                found[v.name] = Unsupported(v.family, v.name, v.variant, missing, reason)
+    return list(found.values())
 
 
 def build_graph(archs, families=None):
@@ -309,6 +359,72 @@ def build_graph(archs, families=None):
     return g, notes
 
 
+def sources_used(specs, arch) -> tuple[set[str] | None, list[str]]:
+    """Template and primitive names (``gemm/tcgen05.cu.j2``, ``tmem/tmem.cuh``) that rendering
+    ``specs`` for ``arch`` loads, and notes on renders that failed (None when none rendered).
+
+    Rendered, not scanned: a template's include may depend on the config (``"gemm/" ~
+    cfg.mainloop``), so only a render says which side of a feature branch is used."""
+    import jinja2
+
+    from porter import kernels as kreg
+    from porter import render as render_mod
+
+    original = render_mod.environment
+    env = original()
+    inner, loaded = env.loader, set()
+
+    class RecordingLoader(jinja2.BaseLoader):
+        def get_source(self, environment, template):
+            loaded.add(template)
+            return inner.get_source(environment, template)
+
+    # A fresh cache, so every template a render needs goes through the loader once. The
+    # swap below is process-wide, as in porter.srcdiff: the pipeline's parallel work runs
+    # in worker processes, not threads.
+    recording = env.overlay(loader=RecordingLoader(), cache_size=64)
+    notes, rendered = [], 0
+    render_mod.environment = lambda: recording
+    try:
+        for spec in specs:
+            if not hasattr(spec, "features"):
+                continue
+            try:
+                kreg.family_module(spec.family).render(spec, arch)
+                rendered += 1
+            except Exception as exc:  # a family under construction must not hide the rest
+                notes.append(f"{spec.name}: render failed for {arch.name}: {type(exc).__name__}: {exc}")
+    finally:
+        render_mod.environment = original
+    return (loaded if rendered else None), notes
+
+
+def _kernel_reasons(name: str, base_specs: dict, target_specs: dict, changed: dict, target_feats: set) -> list[str]:
+    """Why one kernel changes: the changed features its target spec uses, plus those its
+    base spec used that the target lacks (wgmma lost); for a kernel the target cannot
+    build, the features it misses there."""
+    t, b = target_specs.get(name), base_specs.get(name)
+    feats = list(getattr(t, "features", ()) or ()) + list(getattr(t, "missing", ()) or ())
+    feats += [f for f in (getattr(b, "features", ()) or ()) if f not in target_feats]
+    return sorted({changed[f"feature:{f}"] for f in feats if f"feature:{f}" in changed})
+
+
+def _no_longer_used(kind: str, name: str, used_target, used_base, target_name: str) -> str:
+    """"no longer used on ARCH" for a template or primitive folder no target kernel renders
+    from ("not used" when no base kernel did either); "" when used or unknown."""
+    if kind not in ("template", "primitive") or used_target is None:
+        return ""
+
+    def uses(used) -> bool:
+        if kind == "template":
+            return name in used
+        return any(u.split("/", 1)[0] == name for u in used if "/" in u)
+
+    if uses(used_target):
+        return ""
+    return f"{'no longer' if used_base is not None and uses(used_base) else 'not'} used on {target_name}"
+
+
 def porting_plan(base, target, families=None) -> Plan:
     """Every primitive, template and kernel that changes from ``base`` to ``target``."""
     import networkx as nx
@@ -320,8 +436,15 @@ def porting_plan(base, target, families=None) -> Plan:
     # Kernels the target's families do not build (unsupported, or not offered there):
     # the plan must not promise a rebuild for them.
     target_specs = kernel_specs(target, families)[0]
+    base_specs = kernel_specs(base, families)[0]
     unsupported_on_target = {s.name: s.missing for s in target_specs if not hasattr(s, "features")}
     offered_on_target = {s.name for s in target_specs}
+    by_name_target = {s.name: s for s in target_specs}
+    by_name_base = {s.name: s for s in base_specs}
+    # What the target's kernels actually render from (None: nothing rendered, say nothing).
+    used_target, render_notes = sources_used(target_specs, target)
+    used_base, _ = sources_used(base_specs, base)
+    notes += render_notes
     items: list[PlanItem] = []
     reach: dict[str, set[str]] = {}
     rank = {"feature": 0, "primitive": 1, "template": 2, "kernel": 3}
@@ -329,21 +452,30 @@ def porting_plan(base, target, families=None) -> Plan:
         data = g.nodes[node]
         if data["kind"] == "feature":
             continue
-        why = {changed[a] for a in nx.ancestors(g, node) if a in changed}
+        if data["kind"] == "kernel":
+            # From the specs, not the graph: a template's edges reach every kernel rendered
+            # from it, whatever features that kernel itself uses.
+            why = set(_kernel_reasons(data["name"], by_name_base, by_name_target, changed, target_feats))
+        else:
+            why = {changed[a] for a in nx.ancestors(g, node) if a in changed}
         if not why:
             continue
         needs = {a.split(":", 1)[1] for a in g.predecessors(node) if a.startswith("feature:")}
+        unused = _no_longer_used(data["kind"], data["name"], used_target, used_base, target.name)
         if data["kind"] == "primitive":
             missing = sorted(needs - target_feats)
-            action = (f"not used on {target.name} (needs {', '.join(missing)})" if missing
-                      else f"write or port for {target.name}")
+            action = (f"{unused or f'not used on {target.name}'} (needs {', '.join(missing)})" if missing
+                      else unused or f"write or port for {target.name}")
         elif data["kind"] == "template":
-            action = "re-render: feature branches and included primitives change"
+            action = unused or "re-render: feature branches and included primitives change"
         elif data["name"] not in offered_on_target:
             action = f"not offered on {target.name}: its family lists no such variant there"
         elif data["name"] in unsupported_on_target:
             missing = ", ".join(unsupported_on_target[data["name"]]) or "a template path"
             action = f"unsupported on {target.name} (missing {missing}): nothing to rebuild"
+        elif not hasattr(by_name_base.get(data["name"]), "features"):
+            # not built on the base (unsupported or not offered there): nothing to port from
+            action = f"build and validate: new on {target.name}"
         else:
             action = "rebuild and re-validate"
         items.append(PlanItem(node, data["kind"], data["name"], sorted(why), action,

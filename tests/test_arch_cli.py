@@ -88,6 +88,22 @@ def test_diff_table(capsys):
         assert needle in out, needle
 
 
+def test_diff_names_a_kind_rename_and_unprobed_kinds(capsys):
+    rc, out, _ = run(capsys, "arch", "diff", "hopper", "blackwell")
+    assert rc == 0
+    assert "f8 -> f8f6f4" in out and "e4m3, e5m2 kept; gains e2m3, e3m2, e2m1" in out
+    row = next(line for line in out.splitlines() if "f8 -> f8f6f4" in line)
+    assert "renamed" in row and "lost" not in row
+    assert "no probe issues mxf4 on blackwell" in out
+
+
+def test_show_marks_kinds_without_probe(capsys):
+    rc, out, _ = run(capsys, "arch", "show", "blackwell")
+    assert rc == 0
+    assert "tf32 (no probe)" in out and "mxf4 (block-scaled) (no probe)" in out
+    assert "f16 (no probe)" not in out and "mxf4nvf4 (block-scaled) (no probe)" not in out
+
+
 def test_diff_json(capsys):
     rc, out, _ = run(capsys, "arch", "diff", "hopper", "blackwell", "--json")
     d = json.loads(out)

@@ -31,8 +31,9 @@ def test_tensor_core_changes(h2b):
 
 def test_mma_shapes(h2b):
     assert h2b.mma_shapes_changed
-    assert h2b.kinds_lost == ("f8",)
-    assert set(h2b.kinds_gained) == {"f8f6f4", "mxf8f6f4", "mxf4", "mxf4nvf4"}
+    # wgmma's f8 lives on as tcgen05's f8f6f4: a rename, not a loss and a gain
+    assert h2b.kinds_lost == ()
+    assert set(h2b.kinds_gained) == {"mxf8f6f4", "mxf4", "mxf4nvf4"}
     f16 = next(k for k in h2b.kinds_changed if k.kind == "f16")
     assert not f16.shapes_lost  # Hopper's m64 family survives on tcgen05
     assert {(s.m, s.cta_group) for s in f16.shapes_gained} == {(128, 1), (128, 2), (256, 2)}
@@ -73,3 +74,20 @@ def test_reverse_diff_mirrors(h2b):
 def test_to_dict_is_json(h2b):
     d = json.loads(json.dumps(h2b.to_dict()))
     assert d["before"] == "hopper" and d["after"] == "blackwell" and d["features"]["lost"] == ["wgmma"]
+
+
+def test_kind_rename_pairs_overlapping_formats(h2b):
+    (r,) = h2b.kinds_renamed
+    assert (r.before, r.after) == ("f8", "f8f6f4")       # not the block-scaled mxf8f6f4
+    assert r.formats_kept == ("e4m3", "e5m2") and set(r.formats_gained) == {"e2m3", "e3m2", "e2m1"}
+    assert str(r) == "f8 -> f8f6f4 (e4m3, e5m2 kept; gains e2m3, e3m2, e2m1)"
+    back = diff_archs(load_arch("blackwell"), load_arch("hopper"))
+    assert [str(x) for x in back.kinds_renamed] == ["f8f6f4 -> f8 (e4m3, e5m2 kept; loses e2m3, e3m2, e2m1)"]
+    assert set(back.kinds_lost) == {"mxf8f6f4", "mxf4", "mxf4nvf4"}
+    assert h2b.to_dict()["mma"]["kinds_renamed"][0]["after"] == "f8f6f4"
+
+
+def test_kinds_without_probe_come_from_the_probe_headers(h2b):
+    # the same rule as `porter arch check` (tests/test_probes.py), without compiling
+    assert h2b.kinds_unprobed_after == ("tf32", "i8", "mxf4")
+    assert "f16" not in h2b.kinds_unprobed_before

@@ -45,7 +45,8 @@ def test_plan_hopper_to_blackwell_wgmma_lost_changes_the_kernels_in_order(fake):
     assert kinds == sorted(kinds, key=["primitive", "template", "kernel"].index)
     axpy = next(i for i in plan.items if i.name == "fake.axpy")
     assert "wgmma lost" in axpy.because and "tmem gained" in axpy.because
-    # the wgmma primitives (kernels_src/wgmma) are retired on blackwell, and said so
+    # the wgmma primitives (kernels_src/wgmma) are retired on blackwell, and said so (the
+    # fake family never includes them, so "not used" rather than "no longer used")
     wg = [i for i in plan.items if i.kind == "primitive" and i.name == "wgmma"]
     assert wg and "not used on blackwell" in wg[0].action
     json.dumps(plan.to_dict())
@@ -112,3 +113,40 @@ def test_block_scale_headers_need_tensor_memory():
     from porter.plan import file_needs
 
     assert {"block_scale_mx", "tcgen05", "tmem"} <= set(file_needs("block_scale/block_scale.cuh"))
+
+
+@pytest.fixture(scope="module")
+def real_h2b():
+    from porter import kernels
+
+    if not {"gemm", "attention"} <= set(kernels.FAMILIES):
+        pytest.skip("the gemm and attention families are not registered in this checkout")
+    return porting_plan(load_arch("hopper"), load_arch("blackwell"))
+
+
+def test_kernel_reasons_come_from_the_features_its_specs_use(real_h2b):
+    items = {i.name: i for i in real_h2b.items if i.kind == "kernel"}
+    # bf16 uses no block scales: the template's include of block_scale/ must not leak in
+    assert items["gemm.bf16"].because == ["tcgen05 gained", "tmem gained", "wgmma lost"]
+    assert "block_scale_mx gained" not in items["gemm.nvfp4"].because
+    # nvfp4 is not built on hopper, so it loses nothing there
+    assert items["gemm.nvfp4"].because == ["block_scale_nvfp4 gained", "fp4 gained", "tcgen05 gained", "tmem gained"]
+    assert "block_scale_mx gained" in items["gemm.mxfp8"].because
+    assert {"cta_pair gained", "tcgen05 gained"} <= set(items["attention.hd128.pair"].because)
+    # a kernel the base could not build is new on the target, not a rebuild
+    assert "new on blackwell" in items["gemm.bf16.pair"].action
+    assert items["gemm.bf16"].action == "rebuild and re-validate"
+    wgmma = next(s for s in real_h2b.summary if s.startswith("wgmma lost"))
+    assert "attention.*" in wgmma and "gemm.*" in wgmma
+
+
+def test_templates_the_target_no_longer_renders_are_labelled(real_h2b):
+    templates = {i.name: i.action for i in real_h2b.items if i.kind == "template"}
+    for name in ("gemm/wgmma.cu.j2", "attention/wgmma.cu.j2"):
+        assert templates[name] == "no longer used on blackwell", (name, templates[name])
+    for name in ("gemm/tcgen05.cu.j2", "attention/tcgen05.cu.j2", "gemm.cu.j2"):
+        assert templates[name].startswith("re-render"), (name, templates[name])
+    prims = {i.name: i.action for i in real_h2b.items if i.kind == "primitive"}
+    assert prims["wgmma"].startswith("no longer used on blackwell")
+    kinds = [i.kind for i in real_h2b.items]
+    assert kinds == sorted(kinds, key=["primitive", "template", "kernel"].index)

@@ -137,11 +137,18 @@ def cmd_show(args) -> int:
                                         for b in a.block_scales.values()) or "none")
     con.print(t)
 
-    k = Table(title="MMA kinds", title_justify="left")
+    from porter.archdiff import kinds_without_probe
+
+    unprobed = set(kinds_without_probe(a) or ())
+    k = Table(title="MMA kinds", title_justify="left",
+              caption="(no probe): no probe in kernels_src/probes issues this kind; its shapes are the "
+                      "descriptor's claim, not proved by a compile" if unprobed else None,
+              caption_justify="left")
     for col in ("kind", "formats", "K", "shapes (M, N range/step, cta_group)", "SASS"):
         k.add_column(col)
     for kind, shapes in tc.mma_shapes.items():
         label = kind + (" (block-scaled)" if kind in tc.block_scaled_kinds else "")
+        label += " [yellow](no probe)[/yellow]" if kind in unprobed else ""
         k.add_row(label, ", ".join(tc.kind_formats[kind]), str(shapes[0].k),
                   "\n".join(str(s) for s in shapes), ", ".join(tc.kind_sass[kind]) or "-")
     con.print(k)
@@ -213,10 +220,23 @@ def render_diff(d: ArchDiff) -> None:
     m = Table(title="MMA kinds and shapes", title_justify="left")
     for col in ("kind", "change", "details"):
         m.add_column(col)
+    unprobed_b = set(d.kinds_unprobed_before or ())
+    unprobed_a = set(d.kinds_unprobed_after or ())
+
+    def probe_note(kind: str, unprobed: set, arch: str) -> str:
+        # The shapes shown are the descriptor's claim; without a probe no compile proved them.
+        return f"\n[yellow]no probe issues {kind} on {arch}[/yellow]" if kind in unprobed else ""
+
+    for r in d.kinds_renamed:
+        details = r.formats_summary
+        if r.shapes_before != r.shapes_after:
+            details += ("\nshapes before: " + "; ".join(map(str, r.shapes_before))
+                        + "\nshapes after: " + "; ".join(map(str, r.shapes_after)))
+        m.add_row(f"{r.before} -> {r.after}", "renamed", details + probe_note(r.after, unprobed_a, d.after))
     for kind in d.kinds_lost:
         m.add_row(kind, "[red]lost[/red]", "")
     for kind in d.kinds_gained:
-        m.add_row(kind, "[green]gained[/green]", "")
+        m.add_row(kind, "[green]gained[/green]", probe_note(kind, unprobed_a, d.after).lstrip("\n"))
     for kc in d.kinds_changed:
         details = []
         if kc.shapes_lost:
@@ -225,7 +245,7 @@ def render_diff(d: ArchDiff) -> None:
             details.append("gained: " + "; ".join(map(str, kc.shapes_gained)))
         if kc.formats_before != kc.formats_after:
             details.append(f"formats {_fmt(kc.formats_before)} -> {_fmt(kc.formats_after)}")
-        m.add_row(kc.kind, "shapes changed", "\n".join(details))
+        m.add_row(kc.kind, "shapes changed", "\n".join(details) + probe_note(kc.kind, unprobed_a, d.after))
     if d.mma_shapes_changed:
         con.print(m)
     else:

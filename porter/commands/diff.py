@@ -20,18 +20,22 @@ def register(sub) -> None:
 
 
 def pair_kernels(a, b, pattern=None):
-    """[(key, spec_a | Unsupported | None, spec_b | ...)] matched by name, then by variant."""
-    import fnmatch
+    """[(key, spec_a | Unsupported | None, spec_b | ...)] matched by name, then by variant.
 
+    ``pattern`` selects as ``porter kernel show`` does (porter.commands.kernel.match_kernels):
+    an exact kernel name on either arch selects that kernel only, on both sides."""
+    from porter.commands.kernel import GLOB_CHARS, match_kernels
     from porter.plan import kernel_specs
 
-    sa, _ = kernel_specs(a)
-    sb, _ = kernel_specs(b)
-
-    def keep(s):
-        return not pattern or any(fnmatch.fnmatchcase(n, pattern) for n in (s.name, s.variant, s.family))
-
-    sa, sb = [s for s in sa if keep(s)], [s for s in sb if keep(s)]
+    # complete: a kernel one arch builds and the other does not offer at all shows as
+    # unsupported there (with the features it lacks), not as "no such kernel".
+    sa, _ = kernel_specs(a, complete=True)
+    sb, _ = kernel_specs(b, complete=True)
+    if pattern:
+        if not any(c in pattern for c in GLOB_CHARS) and any(s.name == pattern for s in sa + sb):
+            sa, sb = [s for s in sa if s.name == pattern], [s for s in sb if s.name == pattern]
+        else:
+            sa, sb = match_kernels(sa, pattern), match_kernels(sb, pattern)
     by_name_b = {s.name: s for s in sb}
     used_b, pairs = set(), []
     for s in sa:
@@ -51,13 +55,16 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
     from porter.kernels.base import Unsupported
     from porter.srcdiff import labelled_diff, render_with_origins
 
-    out = {"a": None, "b": None, "hunks": [], "notes": [], "histogram": {}, "resources": {}}
+    out = {"a": None, "b": None, "hunks": [], "notes": [], "histogram": {}, "resources": {},
+           "signature_opcodes": []}
     sides = {}
     for key, arch, spec in (("a", a, spec_a), ("b", b, spec_b)):
         if spec is None:
             out["notes"].append(f"no such kernel on {arch.name}")
         elif isinstance(spec, Unsupported):
-            out["notes"].append(f"unsupported on {arch.name}: needs {', '.join(spec.missing)}")
+            from porter.report.build import why_unsupported
+
+            out["notes"].append(f"unsupported on {arch.name}: {why_unsupported(spec.to_dict())}")
         else:
             src = render_with_origins(family_module(spec.family), spec, arch)
             if src.note:
@@ -70,9 +77,12 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
         from porter import sass
         from porter.kernels.build import build_kernel
 
+        full = []
         for key, (arch, spec, src) in sides.items():
             kb = build_kernel(spec, arch, source=src.text)
-            out["histogram"][key] = dict(sass.base_histogram(kb.histogram)) if kb.histogram else {}
+            if kb.histogram:   # no histogram (compile failed): that side shows "-", not zeros
+                out["histogram"][key] = dict(sass.base_histogram(kb.histogram))
+                full.append(kb.histogram)
             res = dict(kb.resources)
             res["dynamic_smem_bytes"] = spec.smem_bytes
             res["tmem_columns"] = spec.tmem_columns
@@ -81,14 +91,72 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
             if kb.compile_error:
                 res["compile_error"] = kb.compile_error
             out["resources"][key] = res
+        built = [x for x in (spec_a, spec_b) if x is not None and not isinstance(x, Unsupported)]
+        out["signature_opcodes"] = sorted(signature_opcodes(full, signature_patterns((a, b), built)))
     return out
 
 
-def histogram_rows(hist_a: dict, hist_b: dict) -> list[tuple[str, int, int]]:
-    """Opcodes that differ first (by size of change), then the shared ones."""
-    ops = set(hist_a) | set(hist_b)
-    rows = [(op, hist_a.get(op, 0), hist_b.get(op, 0)) for op in ops]
-    return sorted(rows, key=lambda r: (r[1] == r[2], -abs(r[1] - r[2]), -(r[1] + r[2]), r[0]))
+def signature_patterns(archs, specs) -> list[str]:
+    """Opcode regexes that say what a kernel is built from: every feature signature and
+    MMA-kind SASS pattern of both descriptors, plus each built spec's own required rules
+    (tcgen05.commit's UTCBAR, the LDTM epilogue), which no descriptor signature names."""
+    pats: list[str] = []
+    for arch in archs:
+        for group in (*arch.sass_signatures.values(), *arch.tensor_core.kind_sass.values()):
+            pats += group
+    for spec in specs:
+        pats += [r.pattern for r in getattr(spec, "sass_required", ())]
+    return list(dict.fromkeys(pats))
+
+
+def signature_opcodes(full_histograms, patterns) -> set[str]:
+    """Base opcodes (``UTCOMMA``) with an instruction whose full opcode (``UTCOMMA.4X``)
+    or base opcode matches one of ``patterns`` (re.match, as the SASS checks apply them)."""
+    import re
+
+    regexes = [re.compile(p) for p in patterns]
+    out = set()
+    for hist in full_histograms:
+        for opcode in hist or {}:
+            base = opcode.split(".")[0]
+            if any(r.match(opcode) or r.match(base) for r in regexes):
+                out.add(base)
+    return out
+
+
+def histogram_rows(hist_a: dict | None, hist_b: dict | None, signature: set[str] = frozenset(),
+                   top: int | None = None) -> list[tuple[str, int | None, int | None]]:
+    """(opcode, count on a, count on b): the ``signature`` opcodes first (all of them,
+    never cut), then the others, those that differ first by size of change, cut to
+    ``top``. A side with no histogram (the kernel is unsupported or missing there) gives
+    None for every count, shown as "-": it has no SASS, not zero of each opcode."""
+    ops = set(hist_a or {}) | set(hist_b or {})
+
+    def count(hist, op):
+        return None if hist is None else hist.get(op, 0)
+
+    def key(r):
+        x, y = r[1] or 0, r[2] or 0
+        return (x == y, -abs(x - y), -(x + y), r[0])
+
+    rows = [(op, count(hist_a, op), count(hist_b, op)) for op in ops]
+    first = sorted((r for r in rows if r[0] in signature), key=key)
+    rest = sorted((r for r in rows if r[0] not in signature), key=key)
+    return first + (rest if top is None else rest[:top])
+
+
+def opcode_mark(x: int | None, y: int | None) -> str:
+    """"new" / "gone" only when both sides have SASS to compare."""
+    if x is None or y is None or x == y:
+        return ""
+    return "new" if x == 0 else "gone" if y == 0 else ""
+
+
+TOP_OPCODES = 30   # other opcodes shown after the signature ones
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
 
 
 def run(args) -> int:
@@ -142,14 +210,17 @@ def run(args) -> int:
                 style = "red" if line.startswith("-") else "green" if line.startswith("+") else "dim"
                 console.print(line, style=style, markup=False)
         if d["histogram"]:
-            t = Table(title="SASS opcodes (base opcode)", title_justify="left")
+            sig = set(d["signature_opcodes"])
+            t = Table(title="SASS opcodes (base opcode)", title_justify="left",
+                      caption=f"* = in a descriptor's feature / MMA-kind signatures or the kernel's required SASS "
+                              f"(all listed); then the top {TOP_OPCODES} others by change; - = no SASS on that arch",
+                      caption_justify="left")
             t.add_column("opcode")
             t.add_column(a.name, justify="right")
             t.add_column(b.name, justify="right")
-            both = "a" in d["histogram"] and "b" in d["histogram"]   # "new"/"gone" only against a real other side
-            for op, x, y in histogram_rows(d["histogram"].get("a", {}), d["histogram"].get("b", {}))[:30]:
-                mark = "" if x == y or not both else (" [green]new[/]" if x == 0 else " [red]gone[/]" if y == 0 else "")
-                t.add_row(op + mark, str(x), str(y))
+            for op, x, y in histogram_rows(d["histogram"].get("a"), d["histogram"].get("b"), sig, TOP_OPCODES):
+                mark = {"new": " [green]new[/]", "gone": " [red]gone[/]", "": ""}[opcode_mark(x, y)]
+                t.add_row(("* " if op in sig else "") + op + mark, _count(x), _count(y))
             console.print(t)
         if d["resources"]:
             t = Table(title="resources", title_justify="left")

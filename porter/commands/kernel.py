@@ -30,24 +30,45 @@ def _console():
 
 
 def all_variants(arch) -> list:
+    """Every family's variants for ``arch``, plus an Unsupported entry for each kernel a
+    family offers only on other installed archs (attention's ``.pair`` specs exist where
+    the descriptor has CTA pairs), so every arch lists the same kernels."""
     from porter import kernels
+    from porter.plan import merge_listing, offered_elsewhere
 
     out = []
     for fam in sorted(kernels.FAMILIES):
-        out += list(kernels.family_module(fam).variants(arch))
+        own = list(kernels.family_module(fam).variants(arch))
+        out += merge_listing(own, offered_elsewhere(arch, own, fam))
     return out
 
 
+GLOB_CHARS = "*?["
+
+
+def match_kernels(every: list, pattern: str) -> list:
+    """The entries ``pattern`` selects. An exact spec name selects that kernel only (so
+    ``gemm.nvfp4`` is not also ``gemm.nvfp4.pair``, whose variant is ``gemm.nvfp4``); a glob
+    pattern (``*``, ``?``, ``[``) is matched against names, variants and families; otherwise a
+    variant or family name selects all of its kernels."""
+    import fnmatch
+
+    if any(c in pattern for c in GLOB_CHARS):
+        return [v for v in every if any(fnmatch.fnmatchcase(n, pattern) for n in (v.name, v.variant, v.family))]
+    exact = [v for v in every if v.name == pattern]
+    return exact or [v for v in every if pattern in (v.variant, v.family)]
+
+
 def find_kernel(name: str, arch) -> list:
-    """Every spec (or Unsupported) whose name or variant is ``name``; PorterError with close names."""
+    """The specs (or Unsupported) ``name`` selects (see match_kernels); PorterError with close names."""
     import difflib
 
     from porter.errors import PorterError
 
     every = all_variants(arch)
-    hits = [v for v in every if name in (v.name, v.variant)]
+    hits = match_kernels(every, name)
     if hits:
-        return sorted(hits, key=lambda v: v.name != name)   # the exact name first
+        return hits
     names = sorted({v.name for v in every} | {v.variant for v in every})
     close = difflib.get_close_matches(name, names, n=4, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(names) or 'none'}"
@@ -63,7 +84,9 @@ def run_list(args) -> int:
 
     arch = load_arch(args.arch)
     table = Table(title=f"kernel variants for {arch.name} ({arch.target})", title_justify="left")
-    for col in ("kernel", "variant", "status"):
+    # Two names per row: the kernel (spec) name is unique per arch and is what show/render
+    # take to select one kernel; the variant name groups a kernel's forms (single-CTA, .pair).
+    for col in ("kernel (spec name)", "variant (shared by its forms)", "status"):
         table.add_column(col, no_wrap=True)   # names are what people copy: never cut them
     table.add_column("features / missing")
     for v in all_variants(arch):

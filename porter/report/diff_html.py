@@ -14,7 +14,7 @@ pre.diff{font-size:11.5px;background:#fafafa;border:1px solid #ddd;padding:6px;o
 
 
 def render_diff_html(a, b, archdiff: dict, results: list) -> str:
-    from porter.commands.diff import histogram_rows
+    from porter.commands.diff import histogram_rows, opcode_mark
 
     feats = archdiff.get("features", {})
     p = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>porter diff {escape(a.name)} {escape(b.name)}</title>"
@@ -29,6 +29,16 @@ def render_diff_html(a, b, archdiff: dict, results: list) -> str:
             p.append(f"<tr><td>{escape(str(c.get('name', c.get('key', ''))))}</td><td>{escape(str(c.get('before')))}</td>"
                      f"<td>{escape(str(c.get('after')))}</td></tr>")
         p.append("</table>")
+    renamed = (archdiff.get("mma") or {}).get("kinds_renamed") or []
+    if renamed:   # "f8 -> f8f6f4": the same MMA under a new kind name, not a loss and a gain
+        p.append("<table><tr><th>MMA kind renamed</th><th>formats</th></tr>")
+        for r in renamed:
+            kept = ", ".join(r["formats_kept"]) + " kept"
+            gains = f"; gains {', '.join(r['formats_gained'])}" if r["formats_gained"] else ""
+            loses = f"; loses {', '.join(r['formats_lost'])}" if r["formats_lost"] else ""
+            p.append(f"<tr><td>{escape(r['before'])} → {escape(r['after'])}</td>"
+                     f"<td>{escape(kept + gains + loses)}</td></tr>")
+        p.append("</table>")
     for key, d in results:
         p.append(f"<h2>{escape(key)}</h2>")
         p += [f"<p class='muted'>{escape(n)}</p>" for n in d["notes"]]
@@ -42,9 +52,13 @@ def render_diff_html(a, b, archdiff: dict, results: list) -> str:
                     body.append(f"<span class='{cls}'>{escape(line)}</span>" if cls else escape(line) + "\n")
             p.append("<pre class='diff'>" + "".join(s if s.endswith("\n") or s.endswith("</span>") else s + "\n" for s in body) + "</pre>")
         if d["histogram"]:
-            p.append(f"<table><tr><th>SASS opcode</th><th>{escape(a.name)}</th><th>{escape(b.name)}</th></tr>")
-            for op, x, y in histogram_rows(d["histogram"].get("a", {}), d["histogram"].get("b", {}))[:40]:
-                p.append(f"<tr><td>{escape(op)}</td><td>{x}</td><td>{y}</td></tr>")
+            sig = set(d.get("signature_opcodes", ()))
+            p.append(f"<table><tr><th>SASS opcode (* tensor-core / feature signature)</th>"
+                     f"<th>{escape(a.name)}</th><th>{escape(b.name)}</th></tr>")
+            for op, x, y in histogram_rows(d["histogram"].get("a"), d["histogram"].get("b"), sig, 40):
+                mark = opcode_mark(x, y)
+                p.append(f"<tr><td>{'* ' if op in sig else ''}{escape(op)}{' ' + mark if mark else ''}</td>"
+                         f"<td>{'-' if x is None else x}</td><td>{'-' if y is None else y}</td></tr>")
             p.append("</table>")
         if d["resources"]:
             ra, rb = d["resources"].get("a", {}), d["resources"].get("b", {})
