@@ -255,11 +255,13 @@ def _gemm_specs(arch):
 
 @pytest.mark.parametrize("arch_name", ["hopper", "blackwell"])
 def test_gemm_plans_for_default_shapes(arch_name):
+    from porter.kernels import gemm
+
     arch = load_arch(arch_name)
     buf = types.SimpleNamespace(ptr=1 << 20)
     for spec in _gemm_specs(arch):
         variant = spec.variant.split(".")[1]
-        shapes = [dr._fit(s, dr._gemm_multiples(spec)) for s in dr.GEMM_VALIDATE_SHAPES] + list(dr.GEMM_BENCH_SHAPES)
+        shapes = [dr._fit(s, gemm.shape_multiples(spec)) for s in dr.GEMM_VALIDATE_SHAPES] + list(dr.GEMM_BENCH_SHAPES)
         for shape in shapes:
             if variant in ("bf16", "fp8"):
                 inp = _fake_inputs(variant, *shape)

@@ -226,11 +226,6 @@ def _fit(shape, multiples) -> tuple[int, ...]:
     return tuple(max(m, -(-v // m) * m) for v, m in zip(shape, multiples))
 
 
-def _gemm_multiples(spec) -> tuple[int, int, int]:
-    cfg = spec.config
-    return tuple(cfg.get("shape_multiple") or (cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]))[:3]
-
-
 def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf):
     """porter.runtime's launch plan for ``inp`` in device buffers (anything with ``ptr``):
     shapes, tiles, tensor maps and grid are all checked here, before any launch."""
@@ -284,10 +279,12 @@ class GemmRun:
 
 
 def validate_gemm(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
+    from porter.kernels import gemm
+
     variant, _ = _gemm_variant(spec)
     function = load_kernel(spec, arch)
     checks = []
-    for shape in shapes or [_fit(s, _gemm_multiples(spec)) for s in GEMM_VALIDATE_SHAPES]:
+    for shape in shapes or [_fit(s, gemm.shape_multiples(spec)) for s in GEMM_VALIDATE_SHAPES]:
         for r in range(seeds):
             seed = dh.seed_for(shape, r)
             run = GemmRun(spec, arch, dh.gemm_inputs(variant, *shape, seed))

@@ -173,9 +173,7 @@ def check_problem_shape(spec: KernelSpec, m: int, n: int, k: int) -> None:
     """
     cfg = spec.config
     tile_m, tile_n, tile_k = cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]
-    # A cluster that walks several tiles as one unit (config "shape_multiple") needs whole units.
-    multiples = cfg.get("shape_multiple") or (tile_m, tile_n, tile_k)
-    for axis, value, multiple in zip("MNK", (m, n, k), multiples):
+    for axis, value, multiple in zip("MNK", (m, n, k), shape_multiples(spec)):
         if value <= 0 or value % multiple:
             raise PorterError(
                 f"{spec.name}: {axis}={value} must be a positive multiple of {multiple} "
@@ -184,7 +182,9 @@ def check_problem_shape(spec: KernelSpec, m: int, n: int, k: int) -> None:
 
 
 def shape_multiples(spec: KernelSpec) -> tuple[int, int, int]:
-    """The (M, N, K) every problem shape must be a multiple of (see check_problem_shape)."""
+    """The (M, N, K) every problem shape must be a multiple of: the CTA tile, or whole
+    cluster units where the config says so ("shape_multiple": a cluster that walks
+    several tiles as one unit)."""
     cfg = spec.config
     return tuple(cfg.get("shape_multiple") or (cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]))
 
