@@ -205,12 +205,16 @@ def level_summary(kernels: list[dict], unsupported: list, device: dict, arch) ->
 def _other_levels(ctx) -> dict:
     """Levels the base arch's kernels reached on the base itself, when a report of a
     ``porter target BASE`` run sits beside this one (build/<base>/report.json)."""
-    if ctx.base is None:
+    if ctx.base is None or Path(ctx.out_dir).name != ctx.arch.name:
+        # Only in the build/<arch>/ layout: a custom --out folder's parent is the
+        # user's, and a report found beside it could belong to anything.
         return {}
     path = Path(ctx.out_dir).parent / ctx.base.name / "report.json"
     try:
         other = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return {}
+    if other.get("arch", {}).get("name") != ctx.base.name:
         return {}
     return {ctx.base.name: {k["variant"]: LEGACY_LABELS.get(k["level"], k["level"])
                             for k in other.get("kernels", [])}}
