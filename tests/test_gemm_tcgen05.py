@@ -70,6 +70,12 @@ def test_sass_shows_the_path(builds, case):
         assert sasslib.count_matching(hist, r"UTCBAR\.2CTA\.MULTICAST") == 2
     scaled = v in ("mxfp8", "nvfp4")
     assert (sasslib.count_matching(hist, r"UTCCP") > 0) == scaled
+    # Coalesced epilogue, one pass of the (not unrolled) chunk loop: 64 columns per chunk =
+    # 8 16-byte units per row written by each lane, read back as 8 steps of 4 rows x 128 B.
+    cfg = builds[case].spec.config
+    units = cfg["epilogue_chunk_columns"] // 8
+    assert hist.get("STS.128") == units and hist.get("LDS.128") == units, hist
+    assert hist.get("STG.E.128") == units and sasslib.count_matching(hist, r"STG") == units, hist
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -92,7 +98,11 @@ def test_config_fits_the_descriptor(arch, builds, case):
     assert cfg["tile_m"] == cfg["mma_m"] and cfg["tile_n"] == cfg["mma_n"]
     assert cfg["tile_k"] * {"bf16": 16, "fp8": 8, "mxfp8": 8, "nvfp4": 4}[v] == 128 * 8
     budget = cfg["smem_budget"]
-    assert budget["total"] == spec.smem_bytes == budget["align_slack"] + budget["stages"] * budget["per_stage"] + budget["barriers"]
+    assert budget["total"] == spec.smem_bytes == (budget["align_slack"] + budget["stages"] * budget["per_stage"]
+                                                  + budget["epilogue_staging"] + budget["barriers"])
+    # 4 epilogue warps x 32 rows x 128 B of bf16 staging.
+    assert budget["epilogue_staging"] == 4 * 32 * budget["epilogue_row"] == 16384
+    assert builds[case].resources["shared_bytes"] + spec.smem_bytes <= arch.smem_per_block_bytes
     assert builds[case].resources["registers"] <= cfg["registers_ceiling"] <= cfg["registers_budget"]
 
 
@@ -135,6 +145,14 @@ def test_mxfp8_sf_ids_step_through_the_word(arch):
     f = enc.decode_instr_desc(int(nv["idesc"][0], 16), "mxf4nvf4")
     assert (f["scale_type"], f["sfa_id"], f["sfb_id"]) == (0, 0, 0)   # ue4m3, 4X needs id 0
     assert nv["sfa_mma_column"] == [0, 4, 8, 12]                     # one 4-column chunk per MMA
+
+
+def test_stages_after_the_epilogue_staging(arch):
+    """The 16 KiB of epilogue staging costs a stage where the ring filled shared memory:
+    bf16/fp8 pair 7 -> 6, nvfp4 6 -> 5, nvfp4 pair 8 -> 7; the others keep theirs."""
+    got = {f"{v}{'.pair' if p else ''}": gemm.make_spec(arch, v, p).config["stages"] for v, p in CASES}
+    assert got == {"bf16": 4, "fp8": 4, "mxfp8": 6, "nvfp4": 5,
+                   "bf16.pair": 6, "fp8.pair": 6, "mxfp8.pair": 8, "nvfp4.pair": 7}
 
 
 def test_smaller_tmem_shrinks_the_tile(arch):
@@ -372,3 +390,121 @@ def test_barrier_protocol_model(arch, case):
     cfg = gemm.make_spec(arch, *case).config
     for seed in range(3):
         _simulate(cfg, num_m=3, num_n=2, k_tiles=cfg["stages"] + 2, seed=seed)
+
+
+# ---- the epilogue's index math, modelled on the CPU -------------------------------------
+#
+# The staging swizzle and read-back mapping are evaluated from the rendered kernel's own
+# device functions (epi_stage_offset, epi_read_row, epi_read_unit), so editing them in the
+# template changes what is checked here. One warp instruction of 16-byte shared accesses runs
+# in 4 phases of 8 lanes; a phase is conflict-free when its 8 x 16 B hit 32 distinct banks.
+
+def _epilogue_functions(src: str) -> dict:
+    consts: dict[str, int] = {}
+    for name, expr in re.findall(r"constexpr (?:int|uint32_t) (\w+) = ([^;]+);", src):
+        try:   # integer constexprs in order; ones built from Jinja-free C++ only
+            consts[name] = int(eval(re.sub(r"(\d)u\b", r"\1", expr).replace("/", "//"),  # noqa: S307
+                                    {"__builtins__": {}}, dict(consts)))
+        except (NameError, SyntaxError, TypeError):
+            pass
+    funcs = {}
+    for name, args, expr in re.findall(
+            r"PORTER_DEVICE uint32_t (epi_\w+)\(([^)]*)\) \{ return ([^;]+); \}", src):
+        params = [a.split()[-1] for a in args.split(",")]
+        # Unsigned C arithmetic on small non-negative values: Python's, with / -> //
+        # (<<, &, ^, %, * and + bind the same way in both languages).
+        py = re.sub(r"(\d)u\b", r"\1", expr).replace("/", "//")
+        funcs[name] = eval(f"lambda {', '.join(params)}: {py}", {"__builtins__": {}, **consts})  # noqa: S307
+    assert set(funcs) == {"epi_stage_offset", "epi_read_row", "epi_read_unit"}, sorted(funcs)
+    return {**funcs, **consts}
+
+
+def _banks(offsets):
+    return [(off // 4 + b) % 32 for off in offsets for b in range(4)]
+
+
+def _model_epilogue(cfg, src: str, n: int = 4096):
+    """Replays one tile of the epilogue for every warp (and both CTAs of a pair) and checks
+    each (row, 8-column unit) of C is stored exactly once with the value for that place, that
+    every 8-lane phase of the staging writes and reads is bank-conflict free, and that each
+    global store instruction of a warp covers whole, aligned 128-byte lines of C."""
+    f = _epilogue_functions(src)
+    off, read_row, read_unit = f["epi_stage_offset"], f["epi_read_row"], f["epi_read_unit"]
+    chunk_cols, cols, warp_bytes = f["EPI_CHUNK_COLS"], f["EPI_COLS"], f["EPI_WARP_BYTES"]
+    assert chunk_cols * 2 == f["EPI_ROW_BYTES"] == 128 and cfg["mma_n"] % chunk_cols == 0
+    # The kernel's C addressing, mirrored below: row0 + r, column chunk + 8u of the tile.
+    assert "const int row0 = tile_m * TILE_M + rank * CTA_ROWS + quarter * 32;" in src
+    assert "c_tile + static_cast<size_t>(r) * n + chunk + 8 * u) = q;" in src
+    assert "staging + epi_stage_offset(lane, part * (EPI_COLS / 8) + j)) = q;" in src
+    steps = 32 * f["EPI_ROW_BYTES"] // (32 * 16)
+    tile_m, tile_n, cta_rows = cfg["tile_m"], cfg["mma_n"], cfg["cta_rows"]
+    stored = {}                                     # (row, col) of C -> times stored
+    for rank in range(cfg["cta_group"]):
+        for quarter in range(4):
+            row0 = rank * cta_rows + quarter * 32    # tile (0, 0); other tiles only shift the base
+            for chunk in range(0, tile_n, chunk_cols):
+                staging = {}                        # byte offset -> (row, col) the unit holds
+                for part in range(chunk_cols // cols):
+                    for j in range(cols // 8):
+                        unit = part * (cols // 8) + j
+                        offs = [off(lane, unit) for lane in range(32)]
+                        for phase in range(4):
+                            banks = _banks(offs[8 * phase:8 * phase + 8])
+                            assert len(set(banks)) == 32, f"staging write unit {unit}: bank conflict {sorted(banks)}"
+                        for lane, o in enumerate(offs):
+                            assert o % 16 == 0 and 0 <= o < warp_bytes, f"staging offset {o} outside the warp's buffer"
+                            assert o not in staging, f"staging write of lane {lane} unit {unit} overwrites {staging[o]}"
+                            staging[o] = (row0 + lane, chunk + 8 * unit)   # lane = accumulator row
+                assert len(staging) == warp_bytes // 16
+                for step in range(steps):
+                    rows = [read_row(step, lane) for lane in range(32)]
+                    units = [read_unit(lane) for lane in range(32)]
+                    offs = [off(r, u) for r, u in zip(rows, units)]
+                    for phase in range(4):
+                        banks = _banks(offs[8 * phase:8 * phase + 8])
+                        assert len(set(banks)) == 32, f"staging read step {step}: bank conflict {sorted(banks)}"
+                    lines = {}
+                    for r, u, o in zip(rows, units, offs):
+                        place = (row0 + r, chunk + 8 * u)
+                        assert staging.get(o) == place, f"C{place} would get the value of {staging.get(o)}"
+                        stored[place] = stored.get(place, 0) + 1
+                        addr = (place[0] * n + place[1]) * 2            # bytes, C 128-byte aligned
+                        lines.setdefault(addr // 128, set()).add(addr % 128)
+                    assert len(lines) == 4 and all(v == set(range(0, 128, 16)) for v in lines.values()), \
+                        f"store step {step} touches lines {sorted((k, sorted(v)) for k, v in lines.items())}"
+    want = {(r, c) for r in range(tile_m) for c in range(0, tile_n, 8)}
+    assert set(stored) == want and set(stored.values()) == {1}, "C not stored exactly once per (row, unit)"
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_epilogue_index_model(builds, case):
+    _model_epilogue(builds[case].spec.config, builds[case].source)
+
+
+@pytest.mark.parametrize("old,new,match", [
+    # no swizzle: the 8 rows of a write phase put unit u on the same 4 banks
+    ("((unit ^ (row % 8u)) << 4)", "(unit << 4)", "staging write unit 0: bank conflict"),
+    # swizzle over 4 rows: rows r and r + 4 of a phase still collide
+    ("((unit ^ (row % 8u)) << 4)", "((unit ^ (row % 4u)) << 4)", "staging write unit 0: bank conflict"),
+    # swizzle over 16 rows: units spill into the next row and overwrite it
+    ("((unit ^ (row % 8u)) << 4)", "((unit ^ (row % 16u)) << 4)", "overwrites|outside"),
+    # read-back 8 rows apart: rows past the buffer, half the tile never stored
+    ("4u * step + lane / 8u", "8u * step + lane / 8u", "would get the value of None"),
+    # lanes interleaved across 4 rows: conflicts, half-used lines, units stored twice
+    ("4u * step + lane / 8u", "4u * step + lane % 4u", "staging read step 0: bank conflict"),
+], ids=["no-swizzle", "swizzle-mod4", "swizzle-mod16", "read-row-stride", "read-interleaved"])
+def test_epilogue_index_model_has_teeth(builds, old, new, match):
+    b = builds[("bf16", False)]
+    assert b.source.count(old) == 1
+    with pytest.raises(AssertionError, match=match):
+        _model_epilogue(b.spec.config, b.source.replace(old, new))
+
+
+def test_epilogue_model_sees_an_unmirrored_store(builds):
+    """The C address and the staging-write call are mirrored, not evaluated: a template edit
+    there must stop the model rather than pass unchecked."""
+    b = builds[("bf16", False)]
+    src = b.source.replace("chunk + 8 * u) = q;", "chunk + 8 * (u ^ 1)) = q;")
+    assert src != b.source
+    with pytest.raises(AssertionError):
+        _model_epilogue(b.spec.config, src)

@@ -5,7 +5,9 @@ Layout of the kernel (templates/gemm/tcgen05.cu.j2), 6 warps per CTA:
               (and, for block-scaled kinds, their scale-factor chunks)
   warp 1      TMEM allocator; one elected lane issues every tcgen05.cp / tcgen05.mma /
               tcgen05.commit (in a CTA pair: only in the even CTA)
-  warps 2..5  epilogue: tcgen05.ld of the accumulator lanes of warp % 4, scale, bf16, store
+  warps 2..5  epilogue: tcgen05.ld of the accumulator lanes of warp % 4, scale, bf16, stage
+              64 columns (128 B per row) in the warp's own swizzled shared-memory buffer,
+              read back row-contiguously and store whole 128-byte lines of C
 The accumulator is double-buffered in TMEM when the columns allow, so the epilogue of
 tile i overlaps the MMAs of tile i+1. A persistent grid walks the tiles
 (gemm::TileScheduler from templates/gemm.cu.j2).
@@ -22,8 +24,9 @@ Choices, each from a descriptor figure:
     double-buffered next to one scale-factor slot per stage, with B's share a TMA box
     (<= 256 rows) and at least MIN_STAGES stages in shared memory. Block-scaled kinds
     need N a multiple of 128 (scale chunks of 128 rows).
-  * STAGES: as many stages as ``smem_per_block_bytes`` holds after barriers and the
-    1 KiB alignment slack (capped at MAX_STAGES).
+  * STAGES: as many stages as ``smem_per_block_bytes`` holds after barriers, the
+    epilogue staging (4 warps x 32 rows x 128 B = 16 KiB) and the 1 KiB alignment slack
+    (capped at MAX_STAGES).
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ MIN_STAGES = 3
 MAX_STAGES = 8
 GROUP_M = 8
 EPILOGUE_COLUMNS = 32              # tcgen05.ld .32x32b.x32 per step
+# Columns staged per chunk: 64 bf16 = 128 B per row, so each read-back store instruction of
+# a warp (8 lanes x 16 B per row) writes 4 whole 128-byte lines of C.
+EPILOGUE_CHUNK_COLUMNS = 64
+EPILOGUE_ROW_BYTES = EPILOGUE_CHUNK_COLUMNS * 2
+EPILOGUE_STAGING_BYTES = EPILOGUE_WARPS * 32 * EPILOGUE_ROW_BYTES   # one 32-row chunk per warp
+READBACK_STEPS = 32 * EPILOGUE_ROW_BYTES // (32 * 16)                # 16-byte loads per lane per chunk
 ELEMENT_BITS = {"bf16": 16, "f16": 16, "e4m3": 8, "e5m2": 8, "e2m1": 4}
 # PTX spelling of the operand format in the TMA map comment.
 TMA_DTYPE = {16: "BFLOAT16", 8: "UINT8", 4: "UINT8 (two e2m1 per byte, even k in the low nibble)"}
@@ -95,11 +104,11 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme):
     n_values = sorted({n for s in shapes for n in s.n_values}, reverse=True)
     row_bytes = tile_k * elem_bits // 8
     a_bytes = (mma_m // cta_group) * row_bytes
-    budget = arch.smem_per_block_bytes - ALIGN_SLACK - BARRIER_BYTES
+    budget = arch.smem_per_block_bytes - ALIGN_SLACK - BARRIER_BYTES - EPILOGUE_STAGING_BYTES
     for acc_buffers in (2, 1):
         for n in n_values:
             b_rows = n // cta_group
-            if n % EPILOGUE_COLUMNS or b_rows % 8 or b_rows > TMA_BOX_MAX:
+            if n % EPILOGUE_CHUNK_COLUMNS or b_rows % 8 or b_rows > TMA_BOX_MAX:
                 continue
             sfa = sfb = None
             sf_bytes = sf_cols = 0
@@ -161,10 +170,16 @@ def _sass_rules(arch, kind: str, pair: bool, block_scaled: bool):
     required.append(SassRule(r"UTCBAR", "tcgen05.commit arrives on the stage / accumulator mbarriers"))
     if block_scaled:
         required.append(SassRule(r"UTCCP", "tcgen05.cp stages the scale factors into TMEM"))
+    # The coalesced epilogue: 16-byte staging writes and read-backs, 16-byte global stores.
+    required += [SassRule(r"STS\.128\b", "epilogue writes its bf16 row units into the staging buffer (16 B)"),
+                 SassRule(r"LDS\.128\b", "epilogue reads the staged chunk back row-contiguously (16 B)"),
+                 SassRule(r"STG\.E\.128\b", "epilogue stores whole 128-byte row segments of C, 16 B per lane")]
     forbidden = list(NO_SPILLS) + [
         SassRule(r"HMMA\b", "mma.sync fallback instead of tcgen05"),
         SassRule(r"QMMA\b", "mma.sync fp8 fallback instead of tcgen05"),
         SassRule(r"HGMMA\b", "Hopper wgmma (absent on tcgen05 targets)"),
+        # C is the only global store: anything narrower than 16 B per lane breaks the full lines.
+        SassRule(r"STG(?!\.E\.128\b)", "a global store narrower than 16 B (uncoalesced epilogue)"),
     ]
     if not pair:
         forbidden.append(SassRule(rf"{op}\S*\.2CTA", "a single-CTA kernel must issue cta_group::1"))
@@ -237,7 +252,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         sfa_cols = sfb_cols = [0] * mmas_per_stage
         sfa_chunk_cols = sfb_chunk_cols = []
 
-    smem_bytes = ALIGN_SLACK + stages * layout["stage_bytes"] + BARRIER_BYTES
+    smem_bytes = ALIGN_SLACK + stages * layout["stage_bytes"] + EPILOGUE_STAGING_BYTES + BARRIER_BYTES
     tile_m = mma_m                     # rows of C per CTA pair (or CTA)
     tx_bytes = layout["a_stage_bytes"] + layout["b_stage_bytes"] + layout["sfa_stage_bytes"] + layout["sfb_stage_bytes"]
     grid_ctas = arch.sm_count // cta_group * cta_group
@@ -266,6 +281,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
                   "epilogue": list(range(FIRST_EPILOGUE_WARP, FIRST_EPILOGUE_WARP + EPILOGUE_WARPS))},
         "epilogue_columns": EPILOGUE_COLUMNS,
+        "epilogue_chunk_columns": EPILOGUE_CHUNK_COLUMNS,
         "idesc": [f"0x{w:08X}" for w in idescs],
         "sfa_mma_column": sfa_cols, "sfb_mma_column": sfb_cols,
         "sfa_chunk_column": sfa_chunk_cols, "sfb_chunk_column": sfb_chunk_cols,
@@ -275,7 +291,8 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
             "per_block": arch.smem_per_block_bytes, "per_stage": layout["stage_bytes"],
             "a_stage": layout["a_stage_bytes"], "b_stage": layout["b_stage_bytes"],
             "sfa_stage": layout["sfa_stage_bytes"], "sfb_stage": layout["sfb_stage_bytes"],
-            "stages": stages, "barriers": BARRIER_BYTES, "align_slack": ALIGN_SLACK, "total": smem_bytes,
+            "stages": stages, "barriers": BARRIER_BYTES, "align_slack": ALIGN_SLACK,
+            "epilogue_staging": EPILOGUE_STAGING_BYTES, "epilogue_row": EPILOGUE_ROW_BYTES, "total": smem_bytes,
         },
         "tmem_budget": {
             "columns": arch.tmem.columns, "accumulator": n, "accumulators": acc_buffers,
@@ -285,9 +302,12 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         },
         # Everything a thread can keep live: 64K registers over 192 threads, capped.
         "registers_budget": min(arch.regs_per_sm // THREADS, arch.max_regs_per_thread),
-        # The largest live set is an epilogue thread's: one tcgen05.ld chunk (32 f32), its
-        # bf16 pairs (16) and ~24 for addresses, loop state and the scale.
-        "registers_ceiling": EPILOGUE_COLUMNS + EPILOGUE_COLUMNS // 2 + 24,
+        # The largest live set is an epilogue thread's: ptxas issues the second tcgen05.ld of
+        # a chunk while it converts the first (64 f32 live), their bf16 pairs (32), the 64-bit
+        # C addresses (16) and staging offsets (16) of the 8 read-back steps, which it hoists
+        # out of the chunk loop, and ~24 for loop state and the scale.
+        "registers_ceiling": EPILOGUE_CHUNK_COLUMNS + EPILOGUE_CHUNK_COLUMNS // 2 + 2 * READBACK_STEPS
+                             + 2 * READBACK_STEPS + 24,
         "params": gemm.kernel_params(variant),
     }
     config["sfa_stage_chunks"] = layout["sfa_chunks"]
