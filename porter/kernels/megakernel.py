@@ -276,7 +276,7 @@ def check_step(arch, model: str = NUMERICS_MODEL, pos: int = 40, seed: int = 0) 
                 cache_ok &= bool(np.all(np.abs(got - want) <= bound))
         # the token must be the reference's unless the top two logits are closer than the tolerance
         token_ok = token == int(np.argmax(ref_logits)) or (top2[1] - top2[0]) <= 2 * LOGITS_RTOL * scale
-        runs.append({"order": order, "logits_rel_err": err, "token": token, "cache_ok": cache_ok,
+        runs.append({"order": order, "label": f"{cfg.name} model, {order} SM order", "logits_rel_err": err, "token": token, "cache_ok": cache_ok,
                      "token_ok": bool(token_ok), "passed": bool(err <= LOGITS_RTOL and cache_ok and token_ok)})
     return {
         "model": cfg.name, "pos": pos, "seed": seed, "reference_token": int(np.argmax(ref_logits)),
