@@ -619,6 +619,11 @@ def _check_consistency(c: _Checker, d: dict) -> None:
     if tc["generation"] != "none" and not kinds:
         c.fail("tensor_core.kinds", f"generation '{tc['generation']}' lists no MMA kinds",
                "add the kinds this tensor core executes")
+    # The reverse of the per-shape check below: a CTA-pair claim is only usable through an
+    # MMA shape that spans the pair, so a claim without one is a claim nothing can exercise.
+    if cl["cta_pair"] and not any(shape["cta_group"] == 2 for spec in kinds.values() for shape in spec["shapes"]):
+        c.fail("cluster.cta_pair", "cta_pair: true but no MMA shape with cta_group 2",
+               "add the cta_group 2 shapes the pair executes to tensor_core.kinds, or set cta_pair: false")
     for kind, spec in kinds.items():
         for i, shape in enumerate(spec["shapes"]):
             if shape["cta_group"] == 2 and not cl["cta_pair"]:

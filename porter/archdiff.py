@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from porter.arch import FEATURES, Arch, MmaShape
+from porter.arch_schema import PEAK_DTYPES
 
 # (label, unit, getter) for the scalar figures compared; units are those of the Arch.
 _FIGURES = (
@@ -27,7 +28,7 @@ _FIGURES = (
     ("max_threads_per_sm", "threads", lambda a: a.max_threads_per_sm),
     ("max_blocks_per_sm", "blocks", lambda a: a.max_blocks_per_sm),
     ("l2_bytes", "bytes", lambda a: a.l2_bytes),
-    ("hbm_bytes", "bytes", lambda a: a.hbm_bytes),
+    ("hbm_bytes", "bytes", lambda a: a.hbm_bytes),   # device memory (HBM or GDDR); key kept from the YAML
     ("hbm_bandwidth_bytes_per_s", "bytes/s", lambda a: a.hbm_bandwidth_bytes_per_s),
     ("tmem_bytes", "bytes", lambda a: a.tmem.bytes),
     ("cluster_max_portable", "CTAs", lambda a: a.cluster.max_portable),
@@ -169,23 +170,50 @@ def kinds_without_probe(arch) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True)
 class PeakChange:
-    """Dense peak rate of one dtype on both archs (None where an arch has no peak)."""
+    """Dense peak rate of one dtype on both archs (None where an arch has no peak).
+
+    A missing figure means one of two things: the arch has no such format (the rate is
+    new or gone with it), or the descriptor has the format but gives no figure (no source
+    for it): ``format_before`` / ``format_after`` tell them apart.
+    """
 
     dtype: str
     before_tflops: float | None
     after_tflops: float | None
-    ridge_before: float | None  # FLOP per HBM byte
+    ridge_before: float | None  # FLOP per device-memory byte
     ridge_after: float | None
+    format_before: bool = True  # the arch's formats include one of the dtype's element formats
+    format_after: bool = True
 
     @property
     def ratio(self) -> float | None:
         return _ratio(self.before_tflops, self.after_tflops)
 
+    @property
+    def change(self) -> str:
+        """"x2.28"; "new" / "gone" when the format itself is gained / lost; "not given" when
+        a descriptor whose formats include the dtype has no figure for it."""
+        if self.ratio is not None:
+            return f"x{self.ratio:.2f}"
+        if self.before_tflops is None and self.after_tflops is None:
+            return "not given"
+        if self.after_tflops is None:
+            return "not given" if self.format_after else "gone"
+        if self.before_tflops is None:
+            return "not given" if self.format_before else "new"
+        return "-"   # a zero figure before: no ratio to give
+
     def to_dict(self) -> dict:
         return {"dtype": self.dtype, "before_tflops": self.before_tflops,
-                "after_tflops": self.after_tflops, "ratio": self.ratio,
+                "after_tflops": self.after_tflops, "ratio": self.ratio, "change": self.change,
+                "format_before": self.format_before, "format_after": self.format_after,
                 "ridge_flop_per_byte_before": self.ridge_before,
                 "ridge_flop_per_byte_after": self.ridge_after}
+
+
+def has_peak_format(arch: Arch, dtype: str) -> bool:
+    """Whether ``arch``'s formats include an element format ``dtype``'s peak rates."""
+    return bool(set(PEAK_DTYPES.get(dtype, (dtype,))) & set(arch.formats))
 
 
 @dataclass(frozen=True)
@@ -281,7 +309,8 @@ def diff_archs(a: Arch, b: Arch) -> ArchDiff:
     peaks = tuple(
         PeakChange(d, a.peak_tflops.get(d), b.peak_tflops.get(d),
                    a.ridge_flop_per_byte(d) if d in a.peak_tflops else None,
-                   b.ridge_flop_per_byte(d) if d in b.peak_tflops else None)
+                   b.ridge_flop_per_byte(d) if d in b.peak_tflops else None,
+                   has_peak_format(a, d), has_peak_format(b, d))
         for d in dtypes)
     sigs = tuple(Change(f, a.sass_signatures.get(f), b.sass_signatures.get(f))
                  for f in FEATURES

@@ -65,6 +65,11 @@ FEATURE_ROLE = {
     "setmaxnreg": "register reallocation between producer and consumer warps",
 }
 
+# Features that are a tensor-core path's machinery rather than a capability of the kernel:
+# a kernel missing only these (or the "wgmma|tcgen05" alternative) is blocked on a path
+# for the target's own generation, not on anything the target lacks.
+PATH_MACHINERY = {"wgmma", "tcgen05", "tmem"}
+
 _INCLUDE = re.compile(r"""\{%-?\s*include\s+["']([^"']+)["']""")
 # {% include "gemm/" ~ cfg.mainloop ~ ".cu.j2" %}: any template under that prefix may be used
 _DYNAMIC_INCLUDE = re.compile(r"""\{%-?\s*include\s+["']([^"']+)["']\s*~""")
@@ -399,6 +404,52 @@ def sources_used(specs, arch) -> tuple[set[str] | None, list[str]]:
     return (loaded if rendered else None), notes
 
 
+def family_generations(family: str) -> set[str]:
+    """Tensor-core generations the family's templates handle: templates/<family>/<generation>.cu.j2."""
+    from porter import paths
+    from porter.arch_schema import GENERATIONS
+
+    folder = paths.data_dir("templates") / family
+    if not family or not folder.is_dir():
+        return set()
+    return {p.name.removesuffix(".cu.j2") for p in folder.glob("*.cu.j2")} & set(GENERATIONS)
+
+
+def _is_path_alternative(missing: str) -> bool:
+    from porter.arch_schema import GENERATIONS
+
+    return "|" in missing and set(missing.split("|")) <= set(GENERATIONS)
+
+
+def needs_new_path(family: str, missing, generation: str) -> bool:
+    """Whether a kernel the target cannot build is blocked only on a template path for the
+    target's tensor-core generation: no template of its family handles that generation
+    (the family says so with a "wgmma|tcgen05" alternative, or its templates/<family>/
+    folder has none for it), and everything else it misses is another path's machinery.
+    A kernel that also needs a capability the target lacks (cta_pair) stays unsupported:
+    a new path would not build it either."""
+    if generation == "none":      # no tensor core: there is no path to write
+        return False
+    handled = family_generations(family)
+    alternative = any(_is_path_alternative(m) for m in missing)
+    if generation in handled or not (handled or alternative):
+        return False
+    return all(m in PATH_MACHINERY or _is_path_alternative(m) for m in missing)
+
+
+def _path_steps(items: list[PlanItem], blocked: dict[str, str], generation: str) -> list[PlanItem]:
+    """One "write a <generation> path" step per family with blocked kernels, its reasons
+    those of the kernels it unblocks."""
+    steps = []
+    for family in sorted({blocked[i.name] for i in items if i.name in blocked}):
+        because = sorted({w for i in items if blocked.get(i.name) == family for w in i.because})
+        name = f"{family}/{generation}.cu.j2"
+        steps.append(PlanItem(f"template:{name}", "template", name, because,
+                              f"write a {generation} path: templates/{name} (no template handles "
+                              f"tensor_core.generation '{generation}')", [family]))
+    return steps
+
+
 def _kernel_reasons(name: str, base_specs: dict, target_specs: dict, changed: dict, target_feats: set) -> list[str]:
     """Why one kernel changes: the changed features its target spec uses, plus those its
     base spec used that the target lacks (wgmma lost); for a kernel the target cannot
@@ -438,6 +489,10 @@ def porting_plan(base, target, families=None) -> Plan:
     target_specs = kernel_specs(target, families)[0]
     base_specs = kernel_specs(base, families)[0]
     unsupported_on_target = {s.name: s.missing for s in target_specs if not hasattr(s, "features")}
+    generation = target.tensor_core.generation
+    # Kernel -> family, for kernels that wait on a template path for the target's generation.
+    blocked = {s.name: s.family for s in target_specs
+               if s.name in unsupported_on_target and needs_new_path(s.family, s.missing, generation)}
     offered_on_target = {s.name for s in target_specs}
     by_name_target = {s.name: s for s in target_specs}
     by_name_base = {s.name: s for s in base_specs}
@@ -470,6 +525,9 @@ def porting_plan(base, target, families=None) -> Plan:
             action = unused or "re-render: feature branches and included primitives change"
         elif data["name"] not in offered_on_target:
             action = f"not offered on {target.name}: its family lists no such variant there"
+        elif data["name"] in blocked:
+            missing = ", ".join(unsupported_on_target[data["name"]]) or "a template path"
+            action = f"blocked: needs the {generation} path (unsupported on {target.name}, missing {missing})"
         elif data["name"] in unsupported_on_target:
             missing = ", ".join(unsupported_on_target[data["name"]]) or "a template path"
             action = f"unsupported on {target.name} (missing {missing}): nothing to rebuild"
@@ -482,6 +540,9 @@ def porting_plan(base, target, families=None) -> Plan:
                               [data.get("family", "")] if data["kind"] == "kernel" else []))
         for w in why:
             reach.setdefault(w, set()).add(node)
+    # The new templates come after every existing template and before the kernels they unblock.
+    first_kernel = next((n for n, i in enumerate(items) if i.kind == "kernel"), len(items))
+    items[first_kernel:first_kernel] = _path_steps(items, blocked, generation)
     summary = []
     for feat in lost + gained:
         label = changed[f"feature:{feat}"]

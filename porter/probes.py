@@ -15,7 +15,10 @@ feature and declares, in its leading comment block::
 
 ``check_arch(arch)`` compiles every probe for ``arch.target`` and compares with the
 descriptor: a claimed feature must compile and show the probe's SASS; a denied one
-must be rejected by the compiler *because of the target*. Per feature, the
+must be rejected by the compiler *because of the target*. Every claimed feature needs
+at least one probe of it that is confirmed on the target: a claim that no probe can
+confirm (none exists, or each one is rejected or not judged) is a contradiction,
+"claimed but unproven". Per feature, the
 descriptor's own ``sass_signatures`` must show up in at least one compiled probe
 that uses the feature (a conversion probe for fp8 shows F2FP, not the QGMMA the
 descriptor lists, so the signature is judged over all probes using fp8).
@@ -329,15 +332,25 @@ def _feature_results(arch, probes: list[Probe], results: list[ProbeResult]) -> l
     by_name = {r.probe: r for r in results}
     out = []
     for feature in FEATURES:
-        owners = [p.name for p in probes if p.feature == feature
-                  and not by_name[p.name].verdict.startswith(NOT_JUDGED)]
+        every_owner = [p.name for p in probes if p.feature == feature]
+        owners = [name for name in every_owner if not by_name[name].verdict.startswith(NOT_JUDGED)]
         users = [p.name for p in probes if feature in p.needs and by_name[p.name].compiled
                  and not by_name[p.name].verdict.startswith(NOT_JUDGED)]
         pats = list(arch.sass_signatures.get(feature, ()))
         seen_in = [u for u in users if by_name[u].signature_hits.get(feature)]
         claimed = arch.has(feature)
         bad = [o for o in owners if not by_name[o].ok]
-        if not owners:
+        if claimed and not any(by_name[o].verdict == "confirmed" for o in owners):
+            # A claim needs positive evidence on this target: with no probe, or only probes
+            # that cannot judge it here (they reach it through machinery the descriptor
+            # denies), nothing shows the feature compiles, so the claim is unproven.
+            if every_owner:
+                why = "; ".join(f"{o}: {by_name[o].verdict}" for o in every_owner)
+            else:
+                why = "no probe in kernels_src/probes declares it as its feature"
+            verdict = (f"contradicted: claimed but unproven: no probe for {feature} compiles and shows its "
+                       f"SASS on {arch.target} ({why})")
+        elif not owners:
             verdict = "no probe"
         elif bad:
             verdict = f"contradicted: probe {', '.join(bad)} disagrees with the descriptor"

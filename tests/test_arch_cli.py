@@ -88,6 +88,22 @@ def test_diff_table(capsys):
         assert needle in out, needle
 
 
+def test_diff_says_not_given_for_unsourced_peaks_and_device_memory(capsys):
+    rc, out, _ = run(capsys, "arch", "diff", "blackwell", "rtx-blackwell")
+    assert rc == 0
+
+    def peak_row(text: str, dtype: str) -> list[str]:   # dtype, before, after, ratio, ridges
+        line = next(line for line in text.splitlines() if line.startswith(f"│ {dtype} "))
+        return [cell.strip() for cell in line.split("│")[1:-1]]
+
+    assert peak_row(out, "bf16")[1:4] == ["2250", "not given", "not given"]
+    assert "device memory bandwidth" in out and "HBM" not in out
+    rc, out, _ = run(capsys, "arch", "diff", "blackwell", "hopper")
+    assert peak_row(out, "fp4")[1:4] == ["9000", "-", "gone"]
+    rc, out, _ = run(capsys, "arch", "show", "rtx-blackwell")
+    assert "device memory" in out and "32 GB at 1.79 TB/s" in out and "HBM" not in out
+
+
 def test_diff_names_a_kind_rename_and_unprobed_kinds(capsys):
     rc, out, _ = run(capsys, "arch", "diff", "hopper", "blackwell")
     assert rc == 0

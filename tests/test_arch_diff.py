@@ -91,3 +91,18 @@ def test_kinds_without_probe_come_from_the_probe_headers(h2b):
     # the same rule as `porter arch check` (tests/test_probes.py), without compiling
     assert h2b.kinds_unprobed_after == ("tf32", "i8", "mxf4")
     assert "f16" not in h2b.kinds_unprobed_before
+
+
+def test_peak_absent_for_a_kept_format_is_not_given_not_gone(h2b):
+    # rtx-blackwell has bf16/f16/e4m3/e2m3 formats but no sourced peak for them
+    b2rtx = diff_archs(load_arch("blackwell"), load_arch("rtx-blackwell"))
+    changes = {p.dtype: p.change for p in b2rtx.peaks}
+    assert changes == {"bf16": "not given", "f16": "not given", "fp8": "not given", "fp6": "not given",
+                       "fp4": f"x{1676 / 9000:.2f}"}
+    assert b2rtx.to_dict()["peaks"][0]["change"] == "not given"
+    # the other way the figure is not given on the before side; a real loss of the format stays "gone"
+    back = {p.dtype: p.change for p in diff_archs(load_arch("rtx-blackwell"), load_arch("blackwell")).peaks}
+    assert back["bf16"] == "not given"
+    b2h = {p.dtype: p.change for p in diff_archs(load_arch("blackwell"), load_arch("hopper")).peaks}
+    assert b2h["fp6"] == "gone" and b2h["fp4"] == "gone" and b2h["bf16"] == f"x{989 / 2250:.2f}"
+    assert {p.dtype: p.change for p in h2b.peaks}["fp4"] == "new"

@@ -307,6 +307,12 @@ def test_cta_group_2_without_cta_pair(tmp_path):
     assert "a cta_group 2 shape needs CTA pairs" in error_of(p)
 
 
+def test_cta_pair_without_cta_group_2_shape(tmp_path):
+    p = mutated(tmp_path, HOPPER, "cta_pair: false", "cta_pair: true")
+    msg = error_of(p)
+    assert f"{p}:{line_of(p, 'cta_pair: true')}: cluster.cta_pair: cta_pair: true but no MMA shape with cta_group 2" in msg
+
+
 def test_format_without_consuming_kind(tmp_path):
     p = mutated(tmp_path, HOPPER, "elements: [bf16, f16, tf32, e4m3, e5m2, s8, u8]",
                 "elements: [bf16, f16, tf32, e4m3, e5m2, e2m1, s8, u8]")

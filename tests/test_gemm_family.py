@@ -48,13 +48,15 @@ def test_hopper_variants(hopper):
     by_name = {v.name: v for v in gemm.variants(hopper)}
     assert len(by_name) == 8
     assert isinstance(by_name["gemm.bf16"], KernelSpec) and isinstance(by_name["gemm.fp8"], KernelSpec)
+    # Block scales and CTA pairs exist only on the tcgen05 path, so its features are named
+    # too: the wgmma path cannot build them whatever else hopper claims.
     expected_missing = {
-        "gemm.mxfp8": ("block_scale_mx",),
-        "gemm.nvfp4": ("fp4", "block_scale_nvfp4"),
-        "gemm.bf16.pair": ("cta_pair",),
-        "gemm.fp8.pair": ("cta_pair",),
-        "gemm.mxfp8.pair": ("block_scale_mx", "cta_pair"),
-        "gemm.nvfp4.pair": ("fp4", "block_scale_nvfp4", "cta_pair"),
+        "gemm.mxfp8": ("block_scale_mx", "tcgen05", "tmem"),
+        "gemm.nvfp4": ("fp4", "block_scale_nvfp4", "tcgen05", "tmem"),
+        "gemm.bf16.pair": ("cta_pair", "tcgen05", "tmem"),
+        "gemm.fp8.pair": ("cta_pair", "tcgen05", "tmem"),
+        "gemm.mxfp8.pair": ("block_scale_mx", "cta_pair", "tcgen05", "tmem"),
+        "gemm.nvfp4.pair": ("fp4", "block_scale_nvfp4", "cta_pair", "tcgen05", "tmem"),
     }
     for name, missing in expected_missing.items():
         item = by_name[name]
@@ -62,6 +64,43 @@ def test_hopper_variants(hopper):
         assert item.missing == missing and item.family == "gemm"
         assert item.variant == name.removesuffix(".pair")
         assert all(f in item.reason for f in missing)
+
+
+def test_hopper_copy_claiming_cta_pair_still_lists_pairs_as_unsupported(hopper, tmp_path, capsys):
+    # A (false) cta_pair claim on a wgmma arch must not route .pair to the wgmma path,
+    # which has no pair MMA: the pair forms still need tcgen05 and tmem.
+    from porter.arch import arch_from_text
+    from porter.cli import main
+    from porter import paths
+
+    text = (paths.data_dir("arch") / "hopper.yaml").read_text()
+    anchor = "        - {m: 64, n_min: 8, n_max: 256, n_step: 8, cta_group: 1}\n    tf32:"
+    assert text.count(anchor) == 1 and text.count("cta_pair: false") == 1
+    text = text.replace("cta_pair: false", "cta_pair: true").replace(anchor, anchor.replace(
+        "\n    tf32:", "\n        - {m: 128, n_min: 16, n_max: 256, n_step: 16, cta_group: 2}\n    tf32:"))
+    arch = arch_from_text(text, "hopper-pair.yaml")
+    assert arch.has("cta_pair") and not arch.has("tcgen05")
+    by_name = {v.name: v for v in gemm.variants(arch)}   # never raises for a consistent descriptor
+    assert by_name["gemm.bf16.pair"].missing == ("tcgen05", "tmem")
+    assert isinstance(by_name["gemm.bf16"], KernelSpec)
+    path = tmp_path / "hopper-pair.yaml"
+    path.write_text(text)
+    assert main(["kernel", "list", "--arch", str(path)]) == 0
+    assert "gemm.bf16.pair" in capsys.readouterr().out
+
+
+def test_rtx_blackwell_names_the_alternative_only_where_either_path_would_do():
+    rtx = load_arch("rtx-blackwell")
+    by_name = {v.name: v for v in gemm.variants(rtx)}
+    assert all(isinstance(v, Unsupported) for v in by_name.values())
+    assert by_name["gemm.bf16"].missing == ("tcgen05|wgmma",)
+    assert by_name["gemm.fp8"].missing == ("tcgen05|wgmma",)
+    # rtx-blackwell claims block scales; only the tcgen05 path builds them
+    assert by_name["gemm.mxfp8"].missing == ("tcgen05", "tmem")
+    assert by_name["gemm.nvfp4"].missing == ("tcgen05", "tmem")
+    assert by_name["gemm.bf16.pair"].missing == ("cta_pair", "tcgen05", "tmem")
+    assert not any("|" in m for v in by_name.values() if v.name.endswith(".pair") or "mx" in v.name
+                   for m in v.missing)
 
 
 def test_blackwell_lacks_nothing(blackwell):

@@ -150,3 +150,54 @@ def test_templates_the_target_no_longer_renders_are_labelled(real_h2b):
     assert prims["wgmma"].startswith("no longer used on blackwell")
     kinds = [i.kind for i in real_h2b.items]
     assert kinds == sorted(kinds, key=["primitive", "template", "kernel"].index)
+
+
+@pytest.fixture(scope="module")
+def real_b2rtx():
+    from porter import kernels
+
+    if not {"gemm", "attention"} <= set(kernels.FAMILIES):
+        pytest.skip("the gemm and attention families are not registered in this checkout")
+    return porting_plan(load_arch("blackwell"), load_arch("rtx-blackwell"))
+
+
+def test_a_target_generation_without_a_template_path_is_a_step_per_family(real_b2rtx):
+    steps = [i for i in real_b2rtx.items if i.action.startswith("write a ")]
+    assert [(i.kind, i.name) for i in steps] == [("template", "attention/mma_sync.cu.j2"),
+                                                 ("template", "gemm/mma_sync.cu.j2")]
+    assert steps[1].action == ("write a mma_sync path: templates/gemm/mma_sync.cu.j2 "
+                               "(no template handles tensor_core.generation 'mma_sync')")
+    assert steps[1].because == ["tcgen05 lost", "tmem lost"]
+    kinds = [i.kind for i in real_b2rtx.items]
+    assert kinds == sorted(kinds, key=["primitive", "template", "kernel"].index)
+    assert "write a mma_sync path" in real_b2rtx.text()
+    json.dumps(real_b2rtx.to_dict())
+
+
+def test_kernels_waiting_on_the_path_are_blocked_not_nothing_to_rebuild(real_b2rtx):
+    actions = {i.name: i.action for i in real_b2rtx.items if i.kind == "kernel"}
+    for name in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "attention.hd64", "attention.hd128.causal"):
+        assert actions[name].startswith("blocked: needs the mma_sync path"), (name, actions[name])
+    # a pair form also needs cta_pair, which rtx-blackwell lacks: a new path would not build it
+    assert actions["gemm.bf16.pair"].endswith("nothing to rebuild")
+    assert "cta_pair" in actions["gemm.bf16.pair"]
+
+
+def test_needs_new_path_follows_the_templates_and_the_missing_features():
+    from porter.plan import family_generations, needs_new_path
+
+    assert family_generations("gemm") == {"wgmma", "tcgen05"}
+    assert family_generations("no-such-family") == set()
+    assert needs_new_path("gemm", ("tcgen05|wgmma",), "mma_sync")
+    assert needs_new_path("gemm", ("tcgen05", "tmem"), "mma_sync")
+    assert not needs_new_path("gemm", ("cta_pair", "tcgen05", "tmem"), "mma_sync")
+    # hopper has a wgmma template: block-scaled GEMM there lacks the capability, not a path
+    assert not needs_new_path("gemm", ("block_scale_mx", "tcgen05", "tmem"), "wgmma")
+    assert not needs_new_path("gemm", ("tcgen05|wgmma",), "none")
+    # a family without a template folder is blocked only when it says so itself
+    assert needs_new_path("no-such-family", ("wgmma|tcgen05",), "mma_sync")
+    assert not needs_new_path("no-such-family", ("tcgen05", "tmem"), "mma_sync")
+
+
+def test_hopper_to_blackwell_has_no_path_step(real_h2b):
+    assert not any(i.action.startswith(("write a ", "blocked")) for i in real_h2b.items)

@@ -199,11 +199,63 @@ def test_probe_through_a_denied_prerequisite_does_not_judge_the_feature(tmp_path
     error = "tcgen05_mxf8f6f4.cu:40: ptxas error: Instruction 'tcgen05.alloc' not supported on .target 'sm_90a'"
     result = judge(probe, claims, compiled=False, sass_text="", error=error)
     assert result.verdict.startswith(NOT_JUDGED) and result.ok and "tcgen05" in result.verdict
+    # ...but a claim needs a probe that confirms it, and none does here: unproven.
     feature = next(f for f in _feature_results(claims, [probe], [result]) if f.feature == "block_scale_mx")
-    assert feature.verdict == "no probe"
+    assert feature.verdict.startswith("contradicted: claimed but unproven: no probe for block_scale_mx")
+    assert "tcgen05_mxf8f6f4: not judged" in feature.verdict and not feature.ok
     # Rejected for its own sake (no denied prerequisite involved) is still a contradiction.
     alone = judge(probe, type(claims)(), compiled=False, sass_text="", error="x.cu:1: error: expected a ';'")
     assert alone.verdict.startswith("contradicted")
+
+
+def hopper_claiming_cta_pair(tmp_path: Path) -> Path:
+    """A Hopper copy that claims CTA pairs, with the cta_group 2 shape the schema asks for."""
+    return edited(tmp_path, HOPPER_TEXT, [
+        ("cta_pair: false", "cta_pair: true"),
+        ("        - {m: 64, n_min: 8, n_max: 256, n_step: 8, cta_group: 1}\n    tf32:",
+         "        - {m: 64, n_min: 8, n_max: 256, n_step: 8, cta_group: 1}\n"
+         "        - {m: 128, n_min: 16, n_max: 256, n_step: 16, cta_group: 2}\n    tf32:")], "fake_pair.yaml")
+
+
+def test_claim_whose_only_probe_is_not_judged_is_unproven(tmp_path, hopper_check, capsys):
+    # The only cta_pair probe issues tcgen05, which sm_90a rejects and the descriptor
+    # denies, so it cannot judge the claim; nothing else proves it: a contradiction.
+    check = check_arch(load_arch(hopper_claiming_cta_pair(tmp_path)))
+    assert by_probe(check)["tcgen05_cta_pair"].verdict.startswith("not judged")
+    verdict = by_feature(check)["cta_pair"].verdict
+    assert verdict.startswith("contradicted: claimed but unproven: no probe for cta_pair compiles and shows "
+                              "its SASS on sm_90a (tcgen05_cta_pair: not judged")
+    assert not check.ok and any(c.startswith("feature cta_pair: contradicted") for c in check.contradictions)
+    assert main(["arch", "check", str(tmp_path / "fake_pair.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert "claimed but unproven" in out and "descriptor DISAGREES with the compiler" in out
+    assert "no probe for cta_pair" not in out.splitlines()[-1]
+
+
+def test_claim_without_any_probe_is_unproven():
+    from porter.probes import _feature_results
+
+    arch = load_arch("hopper")
+    verdicts = {f.feature: f.verdict for f in _feature_results(arch, [], [])}
+    assert verdicts["tma"] == ("contradicted: claimed but unproven: no probe for tma compiles and shows its SASS "
+                               "on sm_90a (no probe in kernels_src/probes declares it as its feature)")
+    assert verdicts["tcgen05"] == "no probe"   # a denial without a probe stays a gap, not a contradiction
+
+
+@pytest.fixture(scope="module")
+def rtx_check():
+    return check_arch(load_arch("rtx-blackwell"))
+
+
+def test_every_shipped_claim_has_a_confirming_probe(hopper_check, blackwell_check, rtx_check):
+    for check in (hopper_check, blackwell_check, rtx_check):
+        assert check.ok, check.contradictions
+        results = by_probe(check)
+        for feature in check.features:
+            if feature.claimed:
+                confirming = [p for p in feature.probes if results[p].verdict == "confirmed"]
+                assert confirming, f"{check.arch}: {feature.feature} has no confirming probe"
+                assert all(results[p].compiled and not results[p].sass_missing for p in confirming)
 
 
 def test_local_include_is_inlined_and_a_missing_one_is_named(tmp_path):

@@ -121,7 +121,8 @@ def cmd_show(args) -> int:
     t.add_row("threads", f"{a.max_threads_per_block} per block, {a.max_threads_per_sm} per SM; "
               f"{a.max_blocks_per_sm} blocks per SM")
     t.add_row("L2", _bytes(a.l2_bytes) + uncertain("memory.l2_mib"))
-    t.add_row("HBM", f"{a.hbm_bytes / 1e9:g} GB at {a.hbm_bandwidth_bytes_per_s / 1e12:g} TB/s")
+    # "device memory", not "HBM": the hbm_* keys also hold GDDR parts (rtx-blackwell).
+    t.add_row("device memory", f"{a.hbm_bytes / 1e9:g} GB at {a.hbm_bandwidth_bytes_per_s / 1e12:g} TB/s")
     tc = a.tensor_core
     t.add_row("tensor core", f"{tc.generation}: {tc.instruction}, issued by a {tc.issue}, "
               f"accumulators in {tc.accumulator}")
@@ -196,6 +197,11 @@ def _fmt_unit(v, unit: str) -> str:
     return _fmt(v) + (f" {unit}" if unit and v is not None else "")
 
 
+# Display names of figures whose Arch attribute (from the YAML's hbm_* keys) says HBM:
+# the figure is device memory, HBM or GDDR alike.
+_FIGURE_LABELS = {"hbm_bytes": "device memory", "hbm_bandwidth_bytes_per_s": "device memory bandwidth"}
+
+
 def render_diff(d: ArchDiff) -> None:
     from rich.table import Table
 
@@ -260,12 +266,18 @@ def render_diff(d: ArchDiff) -> None:
         o.add_row(f"block scale {c.key}", _fmt(c.after), _fmt(c.before))
     con.print(o)
 
-    p = Table(title="dense peak rates (TFLOP/s) and ridge points (FLOP per HBM byte)", title_justify="left")
+    p = Table(title="dense peak rates (TFLOP/s) and ridge points (FLOP per device-memory byte)",
+              title_justify="left")
     for col in ("dtype", d.before, d.after, "ratio", f"ridge {d.before}", f"ridge {d.after}"):
         p.add_column(col)
+
+    def rate(tflops, has_format: bool) -> str:
+        # An absent figure for a format the arch has is unsourced, not absent hardware.
+        return "not given" if tflops is None and has_format else _fmt(tflops)
+
     for pc in d.peaks:
-        p.add_row(pc.dtype, _fmt(pc.before_tflops), _fmt(pc.after_tflops),
-                  f"x{pc.ratio:.2f}" if pc.ratio is not None else ("new" if pc.before_tflops is None else "gone"),
+        p.add_row(pc.dtype, rate(pc.before_tflops, pc.format_before), rate(pc.after_tflops, pc.format_after),
+                  pc.change,
                   f"{pc.ridge_before:.0f}" if pc.ridge_before is not None else "-",
                   f"{pc.ridge_after:.0f}" if pc.ridge_after is not None else "-")
     con.print(p)
@@ -275,8 +287,8 @@ def render_diff(d: ArchDiff) -> None:
         for col in ("figure", d.before, d.after, "ratio"):
             g.add_column(col)
         for c in d.figures:
-            unit = "GB" if c.key == "hbm_bytes" else c.unit  # HBM is sold in decimal GB
-            g.add_row(c.key, _fmt_unit(c.before, unit), _fmt_unit(c.after, unit),
+            unit = "GB" if c.key == "hbm_bytes" else c.unit  # device memory is sold in decimal GB
+            g.add_row(_FIGURE_LABELS.get(c.key, c.key), _fmt_unit(c.before, unit), _fmt_unit(c.after, unit),
                       f"x{c.ratio:.2f}" if c.ratio is not None else "")
         con.print(g)
 

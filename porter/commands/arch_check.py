@@ -2,7 +2,8 @@
 
 Prints one row per probe (what the descriptor says, what the compiler says, the SASS
 seen, the verdict), the per-feature verdicts, and a one-line summary. Exit code 1 when
-the compiler disagrees with the descriptor anywhere, 0 otherwise; bad input is a
+the compiler disagrees with the descriptor anywhere, including a claimed feature that no
+probe confirms on the target ("claimed but unproven"), 0 otherwise; bad input is a
 PorterError (exit 2) like every other command.
 """
 
@@ -20,8 +21,9 @@ def register(arch_subparsers) -> None:
     p = arch_subparsers.add_parser(
         "check", help="prove a descriptor's feature claims with probe compiles and SASS",
         description="Compile every probe in kernels_src/probes/ for the descriptor's target and "
-                    "compare: claimed features must compile and show their SASS, denied ones must be "
-                    "rejected by the compiler. Exit 1 on any disagreement.")
+                    "compare: claimed features must compile and show their SASS (a claim no probe confirms "
+                    "on the target is unproven), denied ones must be rejected by the compiler. "
+                    "Exit 1 on any disagreement.")
     p.add_argument("arch", metavar="NAME|FILE", help="a bare name (blackwell) or a path to a .yaml file")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--jobs", type=jobs_arg, default=None, help="parallel disassemblies (default 0: one per CPU)")

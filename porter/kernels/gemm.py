@@ -34,6 +34,11 @@ TEMPLATE = "gemm.cu.j2"
 
 # Tensor-core generations with a GEMM path, in order of preference.
 PATHS = ("tcgen05", "wgmma")
+# The descriptor features each path's make_spec needs (gemm_tcgen05 refuses an arch
+# without TMEM; gemm_wgmma is the wgmma path).
+PATH_FEATURES = {"tcgen05": ("tcgen05", "tmem"), "wgmma": ("wgmma",)}
+# CTA-pair MMA (cta_group::2) exists only on the tcgen05 path: wgmma has no pair form.
+PAIR_PATHS = ("tcgen05",)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class GemmVariant:
     scale_block_k: int = 0         # K elements per block scale
     scale_format: str = ""         # "ue8m0" | "ue4m3"
     extra_params: tuple[tuple[str, str], ...] = ()  # kernel params between tma_b and c
+    paths: tuple[str, ...] = PATHS  # generations with a path that can run it (block scales: tcgen05 only)
 
     @property
     def variant(self) -> str:
@@ -63,9 +69,11 @@ VARIANTS: dict[str, GemmVariant] = {v.name: v for v in (
     GemmVariant("bf16", "bf16", "bf16", (), per_tensor_scales=False),
     GemmVariant("fp8", "e4m3", "e4m3", ("fp8",), per_tensor_scales=True),
     GemmVariant("mxfp8", "e4m3", "e4m3", ("fp8", "block_scale_mx"), per_tensor_scales=False,
-                block_scale="mx", scale_block_k=32, scale_format="ue8m0", extra_params=_SCALE_MAPS),
+                block_scale="mx", scale_block_k=32, scale_format="ue8m0", extra_params=_SCALE_MAPS,
+                paths=("tcgen05",)),
     GemmVariant("nvfp4", "e2m1", "e2m1", ("fp4", "block_scale_nvfp4"), per_tensor_scales=True,
-                block_scale="nvfp4", scale_block_k=16, scale_format="ue4m3", extra_params=_SCALE_MAPS),
+                block_scale="nvfp4", scale_block_k=16, scale_format="ue4m3", extra_params=_SCALE_MAPS,
+                paths=("tcgen05",)),
 )}
 
 # The CTA-pair configuration of every variant: one MMA spans a 2-CTA cluster.
@@ -94,24 +102,43 @@ def entry_name(variant: GemmVariant, pair: bool, generation: str) -> str:
     return f"porter_gemm_{variant.name}{'_pair' if pair else ''}_{generation}"
 
 
-def _path_module(arch):
-    """The path module for the arch's tensor-core feature, or None."""
-    if arch.has("tcgen05"):
+def variant_paths(variant: GemmVariant, pair: bool) -> tuple[str, ...]:
+    """The generations whose path can build ``variant`` (in its CTA-pair form with ``pair``)."""
+    return tuple(p for p in variant.paths if not pair or p in PAIR_PATHS)
+
+
+def _usable_path(arch, paths: tuple[str, ...]) -> str:
+    """The first of ``paths`` whose features the arch has ("" when none)."""
+    return next((p for p in paths if all(arch.has(f) for f in PATH_FEATURES[p])), "")
+
+
+def _path_module(arch, paths: tuple[str, ...] = PATHS):
+    """The path module for the first of ``paths`` the arch can run, or None."""
+    path = _usable_path(arch, paths)
+    if path == "tcgen05":
         from porter.kernels import gemm_tcgen05
         return gemm_tcgen05
-    if arch.has("wgmma"):
+    if path == "wgmma":
         from porter.kernels import gemm_wgmma
         return gemm_wgmma
     return None
 
 
 def missing_features(arch, variant: GemmVariant, pair: bool) -> tuple[str, ...]:
+    """The descriptor features ``variant`` lacks on ``arch``: its own, then its path's.
+
+    Where either generation's path would do, the path is one alternative "tcgen05|wgmma"
+    (as attention says); where only one path can build it (block scales, CTA pairs:
+    tcgen05), that path's features are named one by one.
+    """
     needed = variant.features + (PAIR_FEATURES if pair else ())
     missing = tuple(f for f in needed if not arch.has(f))
-    if not any(arch.has(p) for p in PATHS):
-        # Either generation would do: "wgmma|tcgen05" (as attention says), not both.
-        missing = ("|".join(PATHS),) + missing
-    return missing
+    paths = variant_paths(variant, pair)
+    if _usable_path(arch, paths):
+        return missing
+    if len(paths) > 1:
+        return ("|".join(paths),) + missing
+    return missing + tuple(f for f in PATH_FEATURES[paths[0]] if not arch.has(f) and f not in missing)
 
 
 def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsupported:
@@ -121,13 +148,16 @@ def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsup
     variant = VARIANTS[variant_name]
     name = spec_name(variant, pair)
     missing = missing_features(arch, variant, pair)
+    paths = variant_paths(variant, pair)
     if missing:
-        if missing[0] == "|".join(PATHS):
-            reason = f"{arch.name} has no tensor-core generation porter has a GEMM path for ({', '.join(PATHS)})"
+        if missing[0] == "|".join(paths) and len(paths) > 1:
+            reason = f"{arch.name} has no tensor-core generation porter has a GEMM path for ({', '.join(paths)})"
+        elif len(paths) == 1:
+            reason = f"{arch.name} lacks {', '.join(missing)} (only the {paths[0]} GEMM path builds {name})"
         else:
             reason = f"{arch.name} lacks {', '.join(missing)}"
         return Unsupported(FAMILY, name, variant.variant, missing, reason)
-    return _path_module(arch).make_spec(arch, variant, pair)
+    return _path_module(arch, paths).make_spec(arch, variant, pair)
 
 
 def variants(arch) -> list[KernelSpec | Unsupported]:
