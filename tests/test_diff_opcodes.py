@@ -96,3 +96,12 @@ def test_html_page_lists_signatures_dashes_and_kind_renames(archs, gemm_diffs):
     assert "f8 → f8f6f4" in page and "e4m3, e5m2 kept; gains e2m3, e3m2, e2m1" in page
     assert "<td>* HGMMA gone</td>" in page and "<td>* UTCHMMA new</td>" in page
     assert "<tr><td>* UTCOMMA</td><td>-</td>" in page
+
+
+def test_resources_level_says_it_is_the_build_level(gemm_diffs):
+    """diff runs no numerics model: its level row must not read as the report's level."""
+    from porter.commands.diff import BUILD_LEVEL
+
+    res = gemm_diffs["gemm.bf16"]["resources"]
+    assert BUILD_LEVEL == "build level (this command runs no numerics)"
+    assert res["a"][BUILD_LEVEL] == res["b"][BUILD_LEVEL] == "sass-checked" and "level" not in res["b"]

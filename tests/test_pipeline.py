@@ -176,17 +176,48 @@ def test_failing_kernel_fails_its_stage_and_exit_code_is_1(setup, tmp_path, caps
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     broken = next(k for k in report["kernels"] if k["name"] == "fake.broken")
     assert broken["level"] == "compiled" and broken["checks_failed"]
+    # The hopper fake.broken compiles for the target but fails its SASS check there: the
+    # Before section says both, as the before stage's summary does.
+    before = next(b for b in report["before"] if b["name"] == "fake.broken")
+    assert before["compiled"] and before["checks_failed"]
+    md = (tmp_path / "o" / "report.md").read_text()
+    line = next(l for l in md.splitlines() if l.startswith("- fake.broken: "))
+    assert line.startswith("- fake.broken: compiles, but fails: ") and "HGMMA" in line
 
 
-def test_device_on_without_a_gpu_fails_the_device_stage(setup, tmp_path):
-    from porter.pipeline.device import find_device
+def _no_blackwell_gpu():
     from porter.arch import load_arch
+    from porter.pipeline.device import find_device
 
     if find_device(load_arch("blackwell"))[0] is not None:
         pytest.skip("a Blackwell GPU is present")
+
+
+def test_device_on_without_a_gpu_exits_3_like_validate_and_keeps_the_rest(setup, tmp_path, capsys):
+    from porter.cli import main
+
+    _no_blackwell_gpu()
+    out = tmp_path / "o"
+    code = main(["target", "blackwell", "--runbook", setup["runbook"], "--out", str(out), "-j", "1",
+                 "--device", "on"])
+    captured = capsys.readouterr()
+    assert code == 3                                   # porter validate/bench --device on: 3
+    err = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("porter: error: no CUDA device") and "--device on" in err[0]
+    # The other stages ran and the report was written; nothing suggests the command that just failed.
+    report = json.loads((out / "report.json").read_text())
+    assert {k["name"] for k in report["kernels"]} == {"fake.axpy", "fake.fp4"}
+    assert report["device"]["required_but_absent"] is True
+    assert not any("--device on" in step for step in report["summary"]["next_steps"])
+    assert "--device on`" not in captured.out and "--device on`" not in (out / "report.md").read_text()
+    assert "this machine has none" in captured.out
+
+
+def test_device_on_without_a_gpu_is_a_no_device_failure(setup, tmp_path):
+    _no_blackwell_gpu()
     run = run_target(_opts(setup, out=tmp_path / "o", jobs=1, device="on"))
-    assert run.exit_code == 1 and [s.id for s in run.failed] == ["device"]
-    assert "no GPU" in run.failed[0].summary
+    assert run.exit_code == 3 and [s.id for s in run.failed] == ["device"]
+    assert run.no_device is run.failed[0] and run.failed[0].summary.startswith("no CUDA device")
 
 
 def test_probe_stage_without_porter_probes_fails_clearly(setup, tmp_path, monkeypatch):
@@ -208,6 +239,56 @@ def test_bad_input_exits_2(tmp_path, capsys):
     assert main(["target", "blackwel", "--out", str(tmp_path / "o"), "-q"]) == 2
     err = capsys.readouterr().err
     assert "did you mean 'blackwell'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_variant_the_registry_knows_is_listed_with_its_reason(setup, tmp_path, monkeypatch):
+    """A form the family creates only where the arch has cta_pair is absent from the
+    family's hopper listing: the run lists it as unsupported, as `porter kernel list` does."""
+    from porter.arch import load_arch
+    from porter.commands.kernel import all_variants
+
+    monkeypatch.setattr(fam, "PAIRS", True)
+    run = run_target(RunOptions("hopper", base="blackwell", runbook=setup["runbook"], out=tmp_path / "h",
+                                jobs=1, device="off"))
+    assert run.exit_code == 0, [(s.id, s.summary) for s in run.failed]
+    report = json.loads((tmp_path / "h" / "report.json").read_text())
+    listed = {k["name"] for k in report["kernels"]} | {u["name"] for u in report["unsupported"]}
+    assert listed == {v.name for v in all_variants(load_arch("hopper"))} == {"fake.axpy", "fake.fp4", "fake.axpy.pair"}
+    pair = next(u for u in report["unsupported"] if u["name"] == "fake.axpy.pair")
+    assert "cta_pair" in pair["missing"]
+    assert "2 unsupported" in next(s.summary for s in run.stages if s.id == "kernels")
+    assert "fake.axpy.pair: needs" in (tmp_path / "h" / "report.md").read_text()
+
+
+def test_exact_kernel_name_builds_that_kernel_only(setup, tmp_path, monkeypatch):
+    """--kernel as validate and diff take it (match_kernels): an exact name is one kernel,
+    even where another form shares its variant; a glob still selects both."""
+    monkeypatch.setattr(fam, "PAIRS", True)
+    out = tmp_path / "o"
+    run = run_target(_opts(setup, out=out, jobs=1, device="off", kernel="fake.axpy"))
+    kernels = next(s for s in run.stages if s.id == "kernels")
+    assert [k["name"] for k in kernels.data["kernels"]] == ["fake.axpy"]
+    run = run_target(_opts(setup, out=out, jobs=1, device="off", kernel="fake.axpy*"))
+    kernels = next(s for s in run.stages if s.id == "kernels")
+    assert sorted(k["name"] for k in kernels.data["kernels"]) == ["fake.axpy", "fake.axpy.pair"]
+
+
+def test_probe_counts_are_arch_checks():
+    """The probes stage counts verdicts as `porter arch check` does: a not-judged probe is
+    not counted as agreeing."""
+    from porter.commands.arch_check import summary_line
+    from porter.pipeline.stages import probe_counts
+    from porter.probes import NOT_JUDGED, ArchCheck, ProbeResult
+
+    def probe(name, verdict):
+        return ProbeResult(probe=name, feature="f", needs=[], target="sm_x", claimed=True, denied_prereqs=[],
+                           compiled=True, sass_found={}, sass_missing=[], signature_hits={}, verdict=verdict)
+
+    check = ArchCheck("x", "sm_x", [probe("a", "confirmed"), probe("b", "confirmed"), probe("c", "denied-confirmed"),
+                                    probe("d", f"{NOT_JUDGED}: it also uses tmem")], [], [], 0.0)
+    text = probe_counts(check.to_dict(), NOT_JUDGED)
+    assert text == "4 probes: 2 confirmed, 1 denied-confirmed, 1 not judged"
+    assert "4 probes, 2 confirmed, 1 denied-confirmed, 1 not judged" in summary_line(check)
 
 
 def test_kernel_filter_builds_only_matching_variants(setup, tmp_path):

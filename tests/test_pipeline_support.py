@@ -16,6 +16,7 @@ import numpy as np
 
 FAMILY = "fake"
 BROKEN = False      # tests flip this to add a variant whose SASS check must fail
+PAIRS = False       # tests flip this to add a form the family creates only where the arch has cta_pair
 TOKEN = "0"         # written into the source: a new token forces a real NVRTC compile
 
 TEMPLATE = """\
@@ -82,6 +83,11 @@ def variants(arch):
                               sass_forbidden=NO_SPILLS, threads=256, template="fake.cu.j2"))
     else:
         out.append(Unsupported("fake", "fake.fp4", "fake.fp4", ("fp4",), "no fp4 on this arch"))
+    if PAIRS and arch.has("cta_pair"):   # like attention's .pair specs: absent, not Unsupported, elsewhere
+        out.append(KernelSpec(family="fake", name="fake.axpy.pair", variant="fake.axpy", entry="fake_axpy_pair",
+                              config={"block": 128}, features=("tmem", "cta_pair"),
+                              sass_required=(SassRule(r"FFMA", "the multiply-add of axpy"),),
+                              sass_forbidden=NO_SPILLS, threads=128, template="fake.cu.j2"))
     if BROKEN:
         out.append(KernelSpec(family="fake", name="fake.broken", variant="fake.broken", entry="fake_broken",
                               config={"block": 32}, features=(),

@@ -127,6 +127,52 @@ def test_markdown_and_html_share_one_summary(report_dir):
     assert [line.text for line in summary_lines(no_summary)] == [f"device: not run: {report['device']['detail']}"]
 
 
+def test_html_run_line_says_what_markdown_says(report_dir):
+    report = json.loads((report_dir / "report.json").read_text())
+    run = report["run"]
+    words = (f"{run['units_cached']} reused from an earlier run, {run['nvrtc_calls']} fresh NVRTC compiles "
+             "(compiles found in porter's compile cache are not counted)")
+    assert words in (report_dir / "report.md").read_text()
+    assert words in (report_dir / "report.html").read_text()
+
+
+def test_before_that_compiles_but_fails_a_check_says_both(report_dir):
+    """A base kernel that compiles for the target but does not fit it is never just "compiles"."""
+    from html import escape
+
+    from porter.report.build import before_text
+    from porter.report.html import render_html
+    from porter.report.markdown import render_markdown
+
+    report = json.loads((report_dir / "report.json").read_text())
+    unfit = {"name": "fake.axpy", "variant": "fake.axpy", "compiled": True, "error": "232448 B of 101376 B",
+             "checks_failed": [{"name": "shared memory", "detail": "232448 B of 101376 B per block"}]}
+    report["before"] = [unfit]
+    assert validate(report) == []
+    text = "compiles, but fails: shared memory: 232448 B of 101376 B per block"
+    assert before_text(unfit) == text
+    assert f"- fake.axpy: {text}" in render_markdown(report)
+    assert escape(text) in render_html(report)
+    assert before_text(dict(unfit, checks_failed=[], error="")) == "compiles"
+    assert before_text(dict(unfit, compiled=False, error="ptxas error")) == "fails: ptxas error"
+
+
+def test_setmaxnreg_register_bar_says_it_is_the_launch_count():
+    from types import SimpleNamespace
+
+    from porter.report.build import resource_bars
+
+    arch = SimpleNamespace(max_regs_per_thread=255, smem_per_block_bytes=232448, max_threads_per_block=1024,
+                           tmem=SimpleNamespace(columns=0))
+    spec = {"features": ["wgmma", "setmaxnreg"], "config": {"producer_regs": 40, "consumer_regs": 232},
+            "smem_bytes": 1000, "threads": 384}
+    bars = resource_bars({"resources": {"registers": 168, "shared_bytes": 24}, "spec": spec}, arch)
+    regs = next(b for b in bars if b["name"] == "registers / thread")
+    assert regs["used"] == 168 and regs["note"] == "at launch (producer 40 / consumer 232 via setmaxnreg)"
+    plain = resource_bars({"resources": {"registers": 90}, "spec": dict(spec, features=["wgmma"])}, arch)
+    assert "note" not in plain[0]
+
+
 def test_numerics_cases_read_ratio_or_error_layouts():
     ratio = numerics_cases({"results": [{"shape": [128, 128, 64], "seed": 1, "worst_ratio": 0.2, "passed": True}]})
     assert ratio == [{"label": "128x128x64 s1", "error": 0.2, "tolerance": 1.0, "passed": True,

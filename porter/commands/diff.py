@@ -49,6 +49,11 @@ def pair_kernels(a, b, pattern=None):
     return pairs
 
 
+# The resources row for a kernel's level, labelled with what the level can be here: at
+# most sass-checked (see `porter target` / report.md for numerics-model and above).
+BUILD_LEVEL = "build level (this command runs no numerics)"
+
+
 def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
     """Everything ``porter diff`` shows for one pair (either side may be missing or Unsupported)."""
     from porter.kernels import family_module
@@ -87,7 +92,9 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
             res["dynamic_smem_bytes"] = spec.smem_bytes
             res["tmem_columns"] = spec.tmem_columns
             res["threads"] = spec.threads
-            res["level"] = kb.level.label
+            # The build's level (render, compile, SASS and limit checks): diff runs no numerics
+            # model and no device, so it must not read as the level `porter target` reports.
+            res[BUILD_LEVEL] = kb.level.label
             if kb.compile_error:
                 res["compile_error"] = kb.compile_error
             out["resources"][key] = res

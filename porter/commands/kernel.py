@@ -100,6 +100,7 @@ def run_list(args) -> int:
 
 def run_show(args) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from porter.arch import load_arch
     from porter.kernels.base import Unsupported
@@ -118,18 +119,21 @@ def run_show(args) -> int:
         cfg.add_column("key")
         cfg.add_column("value")
         for k, v in spec.config.items():
-            cfg.add_row(str(k), str(v))
+            cfg.add_row(str(k), Text(config_text(v)))   # Text: a "[...]" in a value is not markup
         console.print(cfg)
+        built, where = last_build(spec, arch)
         budget = Table(title="resource budget", title_justify="left")
         for col in ("resource", "uses", "limit"):
             budget.add_column(col)
         csize = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
         budget.add_row("threads / block", str(spec.threads), str(arch.max_threads_per_block))
-        budget.add_row("dynamic smem / block", f"{spec.smem_bytes} B", f"{arch.smem_per_block_bytes} B")
+        budget.add_row("shared memory / block", Text(smem_text(spec, built, where, arch)),
+                       f"{arch.smem_per_block_bytes} B")
         budget.add_row("TMEM columns", str(spec.tmem_columns), str(arch.tmem.columns))
         budget.add_row("cluster", "x".join(map(str, spec.cluster)),
                        f"{arch.cluster.max_portable} CTAs portable" if arch.has("clusters") else "no clusters")
-        budget.add_row("registers / thread", _registers_used(spec, arch), str(arch.max_regs_per_thread))
+        budget.add_row("registers / thread", Text(registers_text(spec, built, where, arch)),
+                       str(arch.max_regs_per_thread))
         console.print(budget)
         if csize > 1 and not arch.has("clusters"):
             console.print("[red]cluster launch needs the clusters feature[/]")
@@ -137,17 +141,76 @@ def run_show(args) -> int:
     return 0
 
 
-def _registers_used(spec, arch) -> str:
-    """From the last `porter target` build of this kernel (build/<arch>/kernels/<name>/), if any."""
+def _scalar(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_scalar(x)}" for k, x in v.items())
+    return str(v)
+
+
+def config_text(value) -> str:
+    """A config value for people: kernel parameters as ``type name`` one per line, a list
+    of records (tensor maps) one record per line as ``key value, ...``, other lists
+    comma-separated; never a Python repr."""
+    if isinstance(value, (list, tuple)) and value:
+        if all(isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in value):
+            return "\n".join(f"{t} {n}" for n, t in value)          # (name, C type) pairs: params
+        if all(isinstance(x, dict) for x in value):
+            return "\n".join(_scalar(x) for x in value)
+        if all(isinstance(x, str) for x in value) and any(len(x) > 40 for x in value):
+            return "\n".join(value)                                  # long descriptions: one per line
+        return ", ".join(_scalar(x) for x in value)
+    return _scalar(value)
+
+
+def last_build(spec, arch) -> tuple[dict | None, str]:
+    """(resources of the last `porter target` build of this very spec, its file) from
+    build/<arch>/kernels/<name>/resources.json; None when there is no build, or the build
+    was of another configuration (its spec differs: its figures would not be this kernel's)."""
     import json
     from pathlib import Path
 
+    from porter.pipeline.work import jsonable
+
     path = Path("build") / arch.name / "kernels" / spec.name / "resources.json"
     try:
-        regs = json.loads(path.read_text())["resources"]["registers"]
+        stored = json.loads(path.read_text())
+        resources = stored["resources"]
     except (OSError, ValueError, KeyError, TypeError):
-        return "known after a build (porter target)"
-    return f"{regs} (from {path})"
+        return None, str(path)
+    if not isinstance(resources, dict) or stored.get("spec") != jsonable(spec.to_dict()):
+        return None, f"{path} (of another configuration)"
+    return resources, str(path)
+
+
+def smem_text(spec, built, where: str, arch) -> str:
+    """Dynamic bytes come from the spec; static bytes (the kernel's __shared__ variables)
+    only from a compile, and the limit applies to the sum, which the report prints."""
+    dynamic = f"dynamic {spec.smem_bytes} B"
+    static = (built or {}).get("shared_bytes")
+    if not isinstance(static, int):
+        return f"{dynamic} + static (known after a build: porter target {arch.name})"
+    return f"{dynamic} + static {static} B (from the last build, {where}) = {spec.smem_bytes + static} B"
+
+
+def registers_text(spec, built, where: str, arch) -> str:
+    """The launch register count (the last build's, else the family's plan), and for a
+    kernel that moves registers between warp roles with setmaxnreg, what each role runs
+    with: the launch count alone understates the consumers' budget."""
+    cfg = spec.config
+    regs = (built or {}).get("registers")
+    split = ""
+    if "setmaxnreg" in spec.features and {"producer_regs", "consumer_regs"} <= set(cfg):
+        split = f"producer {cfg['producer_regs']} / consumer {cfg['consumer_regs']} via setmaxnreg"
+    if regs is not None:
+        notes = [n for n in (split, f"from the last build, {where}") if n]
+    elif cfg.get("registers_at_launch") is not None:
+        regs = cfg["registers_at_launch"]
+        notes = [n for n in (split, f"planned; the compiled count is known after porter target {arch.name}") if n]
+    else:
+        return f"known after a build (porter target {arch.name})" + (f"; {split}" if split else "")
+    return f"{regs} at launch ({'; '.join(notes)})"
 
 
 def run_render(args) -> int:

@@ -16,10 +16,13 @@ def register(sub) -> None:
     p.add_argument("--from", dest="base", metavar="BASE", help="the arch the port starts from (default: the runbook's base, else the most different one)")
     p.add_argument("--runbook", help="runbook name or path (default: ARCH-bringup, else generic-bringup)")
     p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
-                   help="device validation: auto = when a GPU of ARCH is present; on = required")
+                   help="device validation: auto = when a GPU of ARCH is present; on = required "
+                        "(exit 3 without one, after the other stages ran)")
     p.add_argument("--jobs", "-j", type=jobs_arg, default=0, help="parallel compile workers (default 0: one per CPU)")
     p.add_argument("--out", help="folder the artifacts and report.{md,json,html} are written into, as they are (default build/ARCH)")
-    p.add_argument("--kernel", metavar="PATTERN", help="only kernels whose name, variant or family matches (fnmatch)")
+    p.add_argument("--kernel", metavar="PATTERN",
+                   help="only these kernels: an exact kernel name selects that kernel only; a variant or family "
+                        "name all of its kernels; a glob (*, ?, [) matches names, variants and families")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress, summary only")
     p.set_defaults(func=run)
 
@@ -55,9 +58,15 @@ def run(args) -> int:
               file=sys.stderr)
         return 130
     print_summary(console, result)
-    if result.failed:
-        names = ", ".join(f"'{s.id}'" for s in result.failed)
-        print(f"porter: stage {names} failed: {result.failed[0].summary}", file=sys.stderr)
+    no_device = result.no_device
+    others = [s for s in result.failed if s is not no_device]
+    if no_device is not None:
+        # As `porter validate/bench --device on` say it (exit 3); the other stages ran.
+        print(f"porter: error: {no_device.data['why']} (--device on); the other stages' results are in "
+              f"{result.out_dir}/", file=sys.stderr)
+    if others:
+        names = ", ".join(f"'{s.id}'" for s in others)
+        print(f"porter: stage {names} failed: {others[0].summary}", file=sys.stderr)
     return result.exit_code
 
 
@@ -125,6 +134,11 @@ def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[s
     # Device validation takes the kernels that passed their SASS checks: suggest it once there are some.
     if dev is not None and dev.status != "passed" and highest >= Level.SASS_CHECKED:
         where = ", ".join(result.products) or f"{result.arch} GPUs"
-        lines.append(f"next: on a machine with one of {where}, run `porter target {result.arch_arg or result.arch} "
-                     "--device on` to reach device-validated and benchmarked")
+        if getattr(dev, "data", {}).get("no_device"):
+            # This run was `--device on` and found no GPU: never suggest the command that just failed.
+            lines.append(f"next: device validation needs one of {where}; this machine has none "
+                         f"({dev.data.get('why', 'no matching GPU')})")
+        else:
+            lines.append(f"next: on a machine with one of {where}, run `porter target {result.arch_arg or result.arch} "
+                         "--device on` to reach device-validated and benchmarked")
     return lines

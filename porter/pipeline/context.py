@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
 from dataclasses import dataclass, field
@@ -58,23 +57,49 @@ class Context:
     units_cached: int = 0
     _pool: object = None
     _variants: dict = field(default_factory=dict)
+    _selected: set | None = None
     stage_keys: dict = field(default_factory=dict)   # kernels stage id -> its input key
 
     # -- kernels ------------------------------------------------------------------
 
     def wants(self, spec) -> bool:
+        """--kernel selects as ``porter kernel show``, ``validate`` and ``diff`` do
+        (porter.commands.kernel.match_kernels): an exact kernel name selects that kernel
+        only (``gemm.fp8`` is not also ``gemm.fp8.pair``), a glob matches names, variants
+        and families, else a variant or family name selects all of its kernels."""
         if not self.kernel_pattern:
             return True
-        return any(fnmatch.fnmatchcase(n, self.kernel_pattern) or n == self.kernel_pattern
-                   for n in (spec.name, spec.variant, spec.family))
+        return spec.name in self.selected_names()
 
-    def variants(self, family: str, arch) -> list:
-        """The family's variants for ``arch`` that match --kernel (memoized per run)."""
+    def selected_names(self) -> set[str]:
+        """Kernel names --kernel selects, decided once over the target's complete listing
+        (every kernel name the registry knows, the base's included), so the exact-name
+        rule applies to the base's kernels too."""
+        if self._selected is None:
+            from porter.commands.kernel import match_kernels
+            from porter.plan import kernel_specs
+
+            every = kernel_specs(self.arch, complete=True)[0]
+            if self.base is not None:   # a base kernel the completion could not name still counts
+                known = {v.name for v in every}
+                every += [v for v in kernel_specs(self.base)[0] if v.name not in known]
+            self._selected = {v.name for v in match_kernels(every, self.kernel_pattern)}
+        return self._selected
+
+    def variants(self, family: str, arch, complete: bool = False) -> list:
+        """The family's variants for ``arch`` that match --kernel (memoized per run). With
+        ``complete``, also an Unsupported entry for each kernel the family builds only on
+        other installed archs (porter.plan.offered_elsewhere, as ``porter kernel list``
+        lists them), so no variant the registry knows drops out of the report."""
         from porter.kernels import family_module
+        from porter.plan import merge_listing, offered_elsewhere
 
-        key = (family, arch.digest)
+        key = (family, arch.digest, complete)
         if key not in self._variants:
-            self._variants[key] = [v for v in family_module(family).variants(arch) if self.wants(v)]
+            own = list(family_module(family).variants(arch))
+            if complete:
+                own = merge_listing(own, offered_elsewhere(arch, own, family))
+            self._variants[key] = [v for v in own if self.wants(v)]
         return self._variants[key]
 
     def stage_families(self, stage) -> list[str]:

@@ -25,7 +25,7 @@ CODE_FILES = {
     "plan": ("plan.py", "pipeline/stages.py"),
     "primitives": ("pipeline/stages.py", "toolchain.py", "plan.py"),
     "stages": ("pipeline/stages.py", "pipeline/context.py", "pipeline/work.py", "kernels/build.py",
-               "kernels/base.py", "levels.py"),
+               "kernels/base.py", "levels.py", "plan.py", "commands/kernel.py"),
 }
 
 

@@ -18,7 +18,7 @@ class RunOptions:
     out: Path | None = None          # default build/<arch>
     jobs: int = 0                    # 0: one per CPU
     device: str = "auto"             # auto | on | off
-    kernel: str | None = None        # fnmatch pattern on kernel names / variants / families
+    kernel: str | None = None        # kernel name, variant, family or glob (porter.commands.kernel.match_kernels)
 
 
 @dataclass
@@ -40,7 +40,16 @@ class RunResult:
         return [s for s in self.stages if s.status == FAILED]
 
     @property
+    def no_device(self) -> StageResult | None:
+        """The device stage that failed because --device on found no GPU of the arch."""
+        return next((s for s in self.failed if s.data.get("no_device")), None)
+
+    @property
     def exit_code(self) -> int:
+        """0 passed, 1 a stage failed, 3 no matching GPU with --device on (as ``porter
+        validate`` and ``bench``): the run asked for a GPU, so that answer comes first."""
+        if self.no_device is not None:
+            return 3
         return 1 if self.failed else 0
 
 
@@ -80,16 +89,15 @@ def check_kernel_pattern(pattern: str, archs) -> None:
     import fnmatch
 
     from porter import kernels
+    from porter.plan import kernel_specs
 
-    names: set[str] = set()
-    for fam in sorted(kernels.FAMILIES):
-        names.add(fam)
-        for arch in archs:
-            try:
-                found = kernels.family_module(fam).variants(arch)
-            except Exception:   # a broken family is reported by its kernels stage, not here
-                continue
-            names.update(n for v in found for n in (v.name, v.variant))
+    names: set[str] = set(kernels.FAMILIES)
+    for arch in archs:
+        # complete: every kernel `porter kernel list` names (a .pair form the arch lacks is
+        # listed there as unsupported, so naming it is not a typo); a broken family is
+        # reported by its kernels stage, not here (kernel_specs leaves it out).
+        found = kernel_specs(arch, complete=True)[0]
+        names.update(n for v in found for n in (v.name, v.variant))
     if any(fnmatch.fnmatchcase(n, pattern) or n == pattern for n in names):
         return
     close = difflib.get_close_matches(pattern, sorted(names), n=4, cutoff=0.5)

@@ -122,11 +122,26 @@ def run_probes(ctx, stage):
     else:
         ctx.units_cached += 1
     bad = data.get("contradictions", [])
-    n = len(data.get("probes", []))
+    counts = probe_counts(data, getattr(probes, "NOT_JUDGED", "not judged"))
     if bad:
-        return _result(stage, FAILED, f"{len(bad)} contradiction(s) of the descriptor in {n} probes: {bad[0]}", data)
-    return _result(stage, PASSED, f"{n} probes agree with the descriptor"
-                   + (f" ({len(data['features'])} features judged)" if data.get("features") else ""), data)
+        return _result(stage, FAILED, f"{counts}; {len(bad)} contradiction(s) of the descriptor: {bad[0]}", data)
+    return _result(stage, PASSED, f"{counts}, 0 contradictions: the descriptor agrees with the compiler", data)
+
+
+def probe_counts(data: dict, not_judged: str) -> str:
+    """'23 probes: 15 confirmed, 2 denied-confirmed, 6 not judged', counted from the probe
+    verdicts as `porter arch check` counts them (porter.commands.arch_check.summary_line),
+    so the report and that command give the same numbers; a not-judged probe proves
+    nothing either way, so it is never counted as agreeing."""
+    verdicts = [str(p.get("verdict", "")) for p in data.get("probes", [])]
+    parts = [f"{sum(v == 'confirmed' for v in verdicts)} confirmed",
+             f"{sum(v == 'denied-confirmed' for v in verdicts)} denied-confirmed"]
+    unjudged = sum(v.startswith(not_judged) for v in verdicts)
+    if unjudged:
+        parts.append(f"{unjudged} not judged")
+    text = f"{_n(len(verdicts), 'probe')}: {', '.join(parts)}"
+    unprobed = [f.get("feature") for f in data.get("features", []) if f.get("verdict") == "no probe"]
+    return text + (f"; no probe for {', '.join(unprobed)}" if unprobed else "")
 
 
 @timed
@@ -166,8 +181,9 @@ def _build_key(spec, source: str, arch) -> str:
                         keys.code_version("build"), spec.to_dict()])
 
 
-def _render_units(ctx, families, render_arch, build_arch, prefix: str):
-    """Render each family's variants for ``render_arch`` as build units for ``build_arch``."""
+def _render_units(ctx, families, render_arch, build_arch, prefix: str, complete: bool = False):
+    """Render each family's variants for ``render_arch`` as build units for ``build_arch``;
+    ``complete`` lists the kernels a family offers only elsewhere as unsupported too."""
     from porter.kernels import family_module
     from porter.kernels.base import Unsupported
 
@@ -175,7 +191,7 @@ def _render_units(ctx, families, render_arch, build_arch, prefix: str):
     for fam in families:
         module = family_module(fam)
         try:
-            variants = ctx.variants(fam, render_arch)
+            variants = ctx.variants(fam, render_arch, complete)
         except Exception as exc:
             failed.append({"name": f"{fam}.*", "family": fam, "level": 0, "checks": [
                 {"name": "variants", "passed": False, "detail": f"{type(exc).__name__}: {exc}"}]})
@@ -238,8 +254,10 @@ def _slim(r: dict) -> dict:
 
 def _kernels_key(ctx, stage, fams, *archs) -> str:
     """Everything a kernels or baseline stage reads: families' code, templates, primitives,
-    descriptors, toolchain, the pipeline's own code and the --kernel filter."""
+    descriptors (every installed one: the complete listing reads them all), toolchain, the
+    pipeline's own code and the --kernel filter."""
     return keys.digest([stage.to_dict(), fams, keys.family_files_digest(fams), keys.render_sources_digest(),
+                        keys.data_digest("arch", "*.yaml"),
                         [a.digest for a in archs], keys.toolchain_fingerprint(),
                         keys.code_version("build"), keys.code_version("stages"), ctx.kernel_pattern])
 
@@ -354,7 +372,9 @@ def run_kernels(ctx, stage):
 
 
 def _kernels(ctx, stage, fams):
-    units, unsupported, failed = _render_units(ctx, fams, ctx.arch, ctx.arch, "kernels")
+    # complete: the same listing as `porter kernel list` (a CTA-pair form a family creates
+    # only where the descriptor has cta_pair is listed as unsupported, with its reason).
+    units, unsupported, failed = _render_units(ctx, fams, ctx.arch, ctx.arch, "kernels", complete=True)
     done = ctx.run_units(stage, units)
     rows = sorted([_slim(r) for r in done.values()], key=lambda r: r["name"]) + failed
     data = {"families": fams, "kernels": rows, "unsupported": unsupported}
@@ -432,9 +452,17 @@ def run_device(ctx, stage):
     if ctx.device == "off":
         return _result(stage, NOT_RUN, "device validation off (--device off)")
     dev, why = find_device(ctx.arch)
+    if dev is None and ctx.device == "on":
+        # The reason `porter validate/bench --device on` give ("no CUDA device: ..."), and
+        # the mark that turns the run's exit code into theirs (3): the GPU was required.
+        from porter.pipeline.device import list_devices
+        from porter.validation.device_runs import match_device
+
+        reason = match_device(ctx.arch, *list_devices())[1]
+        return _result(stage, FAILED, f"{reason} (--device on): device validation and benchmarks not run",
+                       {"device": None, "why": reason, "no_device": True})
     if dev is None:
-        status = FAILED if ctx.device == "on" else NOT_RUN
-        return _result(stage, status, f"no GPU: device validation and benchmarks not run ({why})",
+        return _result(stage, NOT_RUN, f"no GPU: device validation and benchmarks not run ({why})",
                        {"device": None, "why": why})
     try:
         from porter.validation import device_harness

@@ -17,6 +17,19 @@ _ERROR_KEYS = {"max_abs_err": "max abs error", "max_abs_error": "max abs error",
 _TOL_KEYS = ("allowed_err", "tolerance", "tol", "atol", "threshold", "bound", "logits_rtol")
 
 
+def before_text(b: dict) -> str:
+    """One base kernel compiled for the target, in words: "compiles", "compiles, but
+    fails: shared memory: ..." (it compiled but does not fit), or "fails: <compile error>"."""
+    if not b["compiled"]:
+        return f"fails: {b['error']}"
+    failed = b.get("checks_failed")
+    if failed is None and b.get("error"):      # a report from before checks_failed was kept
+        return f"compiles, but fails: {b['error']}"
+    if failed:
+        return "compiles, but fails: " + "; ".join(f"{c['name']}: {c['detail']}" for c in failed)
+    return "compiles"
+
+
 def why_unsupported(u: dict) -> str:
     """'needs fp4, tcgen05' (+ the family's reason), or the reason alone when no feature is named."""
     needs = f"needs {', '.join(u['missing'])}" if u.get("missing") else ""
@@ -77,8 +90,15 @@ def resource_bars(row: dict, arch) -> list[dict]:
     res, spec = row.get("resources") or {}, row.get("spec") or {}
     bars = []
     if res:
-        bars.append({"name": "registers / thread", "used": res.get("registers", 0),
-                     "limit": arch.max_regs_per_thread, "unit": "regs"})
+        # A setmaxnreg kernel launches with one count and moves registers between warp
+        # roles after: the bar is the launch count, and its name says what the roles get.
+        cfg = spec.get("config") or {}
+        bar = {"name": "registers / thread", "used": res.get("registers", 0),
+               "limit": arch.max_regs_per_thread, "unit": "regs"}
+        if "setmaxnreg" in (spec.get("features") or ()) and {"producer_regs", "consumer_regs"} <= set(cfg):
+            bar["note"] = (f"at launch (producer {cfg['producer_regs']} / consumer {cfg['consumer_regs']} "
+                           "via setmaxnreg)")
+        bars.append(bar)
     if spec:
         smem = (res.get("shared_bytes", 0) if res else 0) + spec.get("smem_bytes", 0)
         bars.append({"name": "shared memory / block", "used": smem, "limit": arch.smem_per_block_bytes, "unit": "B"})
@@ -127,10 +147,14 @@ def build_report(ctx) -> dict:
     before = []
     for stage in by_kind.get("baseline", []):
         for row in stage.data.get("kernels", []):
+            # A base kernel can compile for the target and still not fit it (shared memory
+            # sized for the base): its failed checks travel with it, so "compiles" is never
+            # said without them.
+            failed = [{"name": c["name"], "detail": str(c["detail"])} for c in row.get("checks", []) if not c["passed"]]
             before.append({"name": row["name"], "variant": row.get("variant", row["name"]),
                            "compiled": row["level"] >= Level.COMPILED,
-                           "error": row.get("compile_error") or next(
-                               (c["detail"] for c in row.get("checks", []) if not c["passed"]), "")})
+                           "error": row.get("compile_error") or next((c["detail"] for c in failed), ""),
+                           "checks_failed": failed})
     dev_stage = next(iter(by_kind.get("device", [])), None)
     plan = next((r.data.get("plan") for r in by_kind.get("plan", []) if r.data.get("plan")), None)
     run = ctx.run_info
@@ -144,7 +168,9 @@ def build_report(ctx) -> dict:
             stages.append({"id": sid, "kind": st.kind, "title": st.title, "day": st.day, "needs": list(st.needs),
                            "status": "passed", "summary": "this report", "seconds": 0.0})
     device = {"ran": bool(dev_stage and dev_stage.status == "passed"),
-              "detail": dev_stage.summary if dev_stage else "no device stage in the runbook"}
+              "detail": dev_stage.summary if dev_stage else "no device stage in the runbook",
+              # --device on found no GPU of the arch: the run already was the device run
+              "required_but_absent": bool(dev_stage and dev_stage.data.get("no_device"))}
     return {
         "schema_version": SCHEMA_VERSION,
         "schema_minor": SCHEMA_MINOR,
@@ -195,8 +221,13 @@ def level_summary(kernels: list[dict], unsupported: list, device: dict, arch) ->
                      "(see 'checks failed'), then rerun: unchanged work is taken from the cache")
     if not device["ran"] and reached and max(reached) >= Level.SASS_CHECKED:
         products = ", ".join(getattr(arch, "products", ())) or f"{arch.target} GPUs"
-        steps.append(f"on a machine with one of {products}, run `porter target {arch_argument(arch)} --device on` "
-                     "to reach device-validated and benchmarked")
+        if device.get("required_but_absent"):
+            # This run was `--device on` and found no GPU: never suggest the command that just failed.
+            steps.append(f"device validation needs one of {products}; the machine this report was made on "
+                         "has none (see the device stage)")
+        else:
+            steps.append(f"on a machine with one of {products}, run `porter target {arch_argument(arch)} --device on` "
+                         "to reach device-validated and benchmarked")
     return {"highest_level": highest, "levels": {k: v for k, v in counts.items() if v},
             "kernels": len(kernels), "unsupported": len(unsupported),
             "device_ran": bool(device["ran"]), "next_steps": steps}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from porter.report import svg
-from porter.report.build import why_unsupported
+from porter.report.build import before_text, why_unsupported
 from porter.report.summary import LEVEL, PLAIN, STRONG, summary_lines
 
 _CSS = """
@@ -32,7 +32,8 @@ def render_html(r: dict) -> str:
          f"<h1>Bring-up report: {escape(arch['name'])} <code>{escape(arch['target'])}</code></h1>",
          f"<div class='muted'>runbook <code>{escape(r['runbook'])}</code> · base arch "
          f"{escape(base['name']) if base else 'none'} · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
-         f"{r['run']['units_cached']} cached, {r['run']['nvrtc_calls']} NVRTC compiles</div>",
+         f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
+         "(compiles found in porter's compile cache are not counted)</div>",
          *_summary(r),
          "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
          "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]
@@ -43,7 +44,9 @@ def render_html(r: dict) -> str:
     p += _levels_table(r)
     p += ["<h2>Resources against limits</h2><div class='cards'>"]
     for k in r["kernels"]:
-        p.append(f"<div class='card'><h3>{escape(k['name'])}</h3>{svg.resource_bars(k['resources'])}</div>")
+        notes = "".join(f"<div class='muted'>{escape(b['name'])}: {escape(b['note'])}</div>"
+                        for b in k["resources"] if b.get("note"))
+        p.append(f"<div class='card'><h3>{escape(k['name'])}</h3>{svg.resource_bars(k['resources'])}{notes}</div>")
     p.append("</div>")
     num = [k for k in r["kernels"] if k["numerics"]]
     p.append("<h2>Numerics: error against tolerance per shape</h2>")
@@ -97,7 +100,9 @@ def _levels_table(r: dict) -> list[str]:
     here = {}
     for k in r["kernels"]:
         here.setdefault(k["variant"], []).append(k)
-    uns = {u["variant"]: u for u in r["unsupported"]}
+    uns: dict[str, list] = {}   # a variant's unsupported forms (its .pair kernel on an arch without pairs)
+    for u in r["unsupported"]:
+        uns.setdefault(u["variant"], []).append(u)
     variants = sorted(set(here) | set(before) | set(uns) | set(other))
     head = f"<th>{escape(arch['name'])} ({escape(arch['target'])})</th>"
     if base:
@@ -107,22 +112,24 @@ def _levels_table(r: dict) -> list[str]:
     for v in variants:
         cells = []
         if v in here:
-            cells.append("<td>" + "<br>".join(f"{_level(k['level'])} <span class='muted'>{escape(k['name'])}</span>"
-                                               for k in here[v]) + "</td>")
+            forms = [f"{_level(k['level'])} <span class='muted'>{escape(k['name'])}</span>" for k in here[v]]
+            forms += [f"<span class='muted'>{escape(u['name'])}: unsupported: {escape(why_unsupported(u))}</span>"
+                      for u in uns.get(v, [])]
+            cells.append("<td>" + "<br>".join(forms) + "</td>")
             failed = "<br>".join(f"{escape(k['name'])}: {escape(c['name'])}: {escape(c['detail'])}"
                                  for k in here[v] for c in k["checks_failed"]) or "-"
         elif v in uns:
-            u = uns[v]
-            why = why_unsupported(u)
-            cells.append(f"<td class='muted'>unsupported: {escape(why)}</td>")
+            cells.append("<td class='muted'>" + "<br>".join(
+                f"{escape(u['name'])}: unsupported: {escape(why_unsupported(u))}" for u in uns[v]) + "</td>")
             failed = "-"
         else:
             cells.append("<td class='muted'>-</td>")
             failed = "-"
         if base:
             b = before.get(v)
+            text = before_text(b) if b is not None else ""
             cells.append("<td class='muted'>-</td>" if b is None else
-                         ("<td>compiles</td>" if b["compiled"] else f"<td class='s-failed'>{escape(b['error'])}</td>"))
+                         ("<td>compiles</td>" if text == "compiles" else f"<td class='s-failed'>{escape(text)}</td>"))
             cells.append(f"<td>{_level(other[v])}</td>" if v in other else "<td class='muted'>no report</td>")
         out.append(f"<tr><td>{escape(v)}</td>{''.join(cells)}<td>{failed}</td></tr>")
     out.append("</table>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from porter.report.build import why_unsupported
+from porter.report.build import before_text, why_unsupported
 from porter.report.summary import PLAIN, summary_lines
 
 
@@ -31,14 +31,15 @@ def render_markdown(r: dict) -> str:
               "|---|---|---|---|"]
     for k in r["kernels"]:
         failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
-        res = ", ".join(f"{b['name']} {b['used']}/{b['limit']}" for b in k["resources"])
+        res = ", ".join(f"{b['name']} {b['used']}/{b['limit']}" + (f" {b['note']}" if b.get("note") else "")
+                        for b in k["resources"])
         lines.append(f"| {k['name']} | {k['level']} | {_cell(failed)} | {_cell(res)} |")
     if r["unsupported"]:
         lines += ["", "## Unsupported on this arch", ""]
         lines += [f"- {u['name']}: {why_unsupported(u)}" for u in r["unsupported"]]
     if r["before"]:
         lines += ["", f"## Before: {base} kernels compiled for {r['arch']['target']}", ""]
-        lines += [f"- {b['name']}: " + ("compiles" if b["compiled"] else f"fails: {b['error']}") for b in r["before"]]
+        lines += [f"- {b['name']}: {before_text(b)}" for b in r["before"]]
     num = [k for k in r["kernels"] if k["numerics"]]
     if num:
         lines += ["", "## Numerics (CPU model against the fp64 reference)", "",

@@ -22,7 +22,7 @@ _CASE = {"type": "object", "required": ["label", "error", "tolerance", "passed"]
                         "tolerance": {"type": ["number", "null"]}, "passed": {"type": ["boolean", "null"]},
                         "measure": _STR}}
 _BAR = {"type": "object", "required": ["name", "used", "limit", "unit"],
-        "properties": {"name": _STR, "used": _NUM, "limit": _NUM, "unit": _STR}}
+        "properties": {"name": _STR, "used": _NUM, "limit": _NUM, "unit": _STR, "note": _STR}}   # note: optional
 LEVELS = [lvl.label for lvl in Level]     # lowest to highest (porter.levels)
 STATUSES = ["passed", "failed", "skipped", "not-run"]
 
@@ -42,7 +42,8 @@ REPORT_SCHEMA = {
                  "properties": {"name": _STR, "target": _STR}},
         "runbook": _STR,
         "device": {"type": "object", "required": ["ran", "detail"],
-                   "properties": {"ran": _BOOL, "detail": _STR}},
+                   # required_but_absent (optional): --device on found no GPU of the arch
+                   "properties": {"ran": _BOOL, "detail": _STR, "required_but_absent": _BOOL}},
         # Optional (added within schema 1): the answer a person reads first.
         "summary": {"type": "object",
                     "required": ["highest_level", "levels", "kernels", "unsupported", "device_ran", "next_steps"],
@@ -71,7 +72,9 @@ REPORT_SCHEMA = {
                 "bench": {"type": ["object", "null"]}}}},
         "before": {"type": "array", "items": {
             "type": "object", "required": ["name", "compiled", "error"],
-            "properties": {"name": _STR, "compiled": _BOOL, "error": _STR}}},
+            # checks_failed (optional): a kernel that compiles can still fail the target's limits
+            "properties": {"name": _STR, "compiled": _BOOL, "error": _STR,
+                           "checks_failed": {"type": "array", "items": _CHECK}}}},
         "unsupported": {"type": "array", "items": {
             "type": "object", "required": ["name", "variant", "family", "missing"],
             "properties": {"name": _STR, "variant": _STR, "family": _STR,
