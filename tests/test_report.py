@@ -194,3 +194,28 @@ def test_headless_chromium_renders_the_report(report_dir, tmp_path):
     subprocess.run(cmd, capture_output=True, timeout=60)
     assert png.exists() and png.stat().st_size > 20_000   # a blank page is a few KB
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_schedule_of_a_persistent_kernel_is_reported(report_dir):
+    """A megakernel's numerics carry its plan on the arch (queues, instructions per SM,
+    predicted step vs memory floor); report.json keeps it and md/html show it."""
+    from porter.report.build import schedule_fields
+    from porter.report.html import render_html
+    from porter.report.markdown import render_markdown
+
+    plan = {"model": "llama-3.2-1b", "pos": 511, "queues": 148, "instructions": 21758,
+            "per_sm": {"min": 130, "mean": 147.0, "max": 164, "std": 9.0},
+            "predicted_latency_us": 413.2, "memory_floor_us": 321.0, "floor_ratio": 0.777}
+    assert schedule_fields({"runs": [], "model_plan": plan})["per_sm"] == {"min": 130, "mean": 147.0, "max": 164}
+    assert schedule_fields({"runs": []}) is None and schedule_fields(None) is None
+
+    report = json.loads((report_dir / "report.json").read_text())
+    assert all(k.get("schedule") is None for k in report["kernels"])   # the fake family has no plan
+    report["kernels"][0]["schedule"] = schedule_fields({"model_plan": plan})
+    assert validate(report) == []
+    md = render_markdown(report)
+    assert "## Schedules (predicted from the descriptor, not measured)" in md
+    assert "| llama-3.2-1b, pos 511 | 148 | 21758 (130 / 147 / 164) | 413 µs | 321 µs | 78% |" in md
+    assert "21758 (130 / 147 / 164)" in render_html(report)
+    del report["kernels"][0]["schedule"]["queues"]
+    assert any("schedule: missing 'queues'" in e for e in validate(report))

@@ -110,6 +110,19 @@ def resource_bars(row: dict, arch) -> list[dict]:
     return bars
 
 
+def schedule_fields(raw) -> dict | None:
+    """A persistent kernel's schedule on this arch (the megakernel's plan of its own model):
+    queues, instructions per SM, predicted step latency against the memory floor."""
+    plan = raw.get("model_plan") if isinstance(raw, dict) else None
+    if not plan:
+        return None
+    return {"model": plan["model"], "pos": plan["pos"], "queues": plan["queues"],
+            "instructions": plan["instructions"],
+            "per_sm": {k: plan["per_sm"][k] for k in ("min", "mean", "max")},
+            "predicted_latency_us": plan["predicted_latency_us"],
+            "memory_floor_us": plan["memory_floor_us"], "floor_ratio": plan["floor_ratio"]}
+
+
 def build_report(ctx) -> dict:
     from porter import __version__
 
@@ -143,6 +156,7 @@ def build_report(ctx) -> dict:
                 "resources": resource_bars(row, arch),
                 "numerics": None if num is None or num["numerics"] is None else
                 {"passed": num["passed"], "cases": numerics_cases(num["numerics"])},
+                "schedule": schedule_fields(num["numerics"]) if num else None,
                 "device": dev, "bench": bench})
     before = []
     for stage in by_kind.get("baseline", []):

@@ -59,6 +59,20 @@ def render_html(r: dict) -> str:
             p.append(f"<div class='card'><h3>{escape(k['name'])} · {'passed' if k['numerics']['passed'] else 'FAILED'}"
                      f" <span class='muted'>({escape(measure)})</span></h3>{svg.numerics_bars(k['numerics']['cases'])}</div>")
         p.append("</div>")
+    sched = [k for k in r["kernels"] if k.get("schedule")]
+    if sched:
+        p.append("<h2>Schedules <span class='muted'>(predicted from the descriptor, not measured)</span></h2>"
+                 "<table><tr><th>kernel</th><th>model, position</th><th>queues (SMs)</th>"
+                 "<th>instructions (per SM min / mean / max)</th><th>predicted step</th>"
+                 "<th>memory floor</th><th>floor / predicted</th></tr>")
+        for k in sched:
+            q = k["schedule"]
+            p.append(f"<tr><td>{escape(k['name'])}</td><td>{escape(str(q['model']))}, pos {q['pos']}</td>"
+                     f"<td>{q['queues']}</td><td>{q['instructions']} ({q['per_sm']['min']} / "
+                     f"{q['per_sm']['mean']:.0f} / {q['per_sm']['max']})</td>"
+                     f"<td>{q['predicted_latency_us']:.0f} µs</td><td>{q['memory_floor_us']:.0f} µs</td>"
+                     f"<td>{q['floor_ratio']:.0%}</td></tr>")
+        p.append("</table>")
     p.append("<h2>Measured against the roofline</h2>")
     measured = [k for k in r["kernels"] if k.get("bench")]
     if not measured:

@@ -55,6 +55,16 @@ def render_markdown(r: dict) -> str:
                              f"{allowed} | {worst['measure']} |")
             else:
                 lines.append(f"| {k['name']} | {result} | - | - | - | - |")
+    sched = [k for k in r["kernels"] if k.get("schedule")]
+    if sched:
+        lines += ["", "## Schedules (predicted from the descriptor, not measured)", "",
+                  "| kernel | model, position | queues (SMs) | instructions: total (per SM min / mean / max) "
+                  "| predicted step | memory floor | floor / predicted |", "|---|---|---|---|---|---|---|"]
+        for k in sched:
+            p = k["schedule"]
+            lines.append(f"| {k['name']} | {p['model']}, pos {p['pos']} | {p['queues']} | {p['instructions']} "
+                         f"({p['per_sm']['min']} / {p['per_sm']['mean']:.0f} / {p['per_sm']['max']}) "
+                         f"| {p['predicted_latency_us']:.0f} µs | {p['memory_floor_us']:.0f} µs | {p['floor_ratio']:.0%} |")
     if r["plan"]:
         lines += ["", "## Porting plan", ""] + [f"- {s}" for s in r["plan"].get("summary", [])]
     return "\n".join(lines) + "\n"

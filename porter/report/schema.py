@@ -68,6 +68,10 @@ REPORT_SCHEMA = {
                 "numerics": {"type": ["object", "null"], "required": ["passed", "cases"],
                              "properties": {"passed": {"type": ["boolean", "null"]},
                                             "cases": {"type": "array", "items": _CASE}}},
+                # schedule (optional): a persistent kernel's plan on this arch (megakernel)
+                "schedule": {"type": ["object", "null"],
+                             "required": ["model", "queues", "instructions", "per_sm",
+                                          "predicted_latency_us", "memory_floor_us", "floor_ratio"]},
                 "device": {"type": ["object", "null"]},
                 "bench": {"type": ["object", "null"]}}}},
         "before": {"type": "array", "items": {
