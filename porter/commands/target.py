@@ -100,6 +100,14 @@ def print_summary(console, result) -> None:
     for u in unsupported:
         table.add_row(u["name"], "unsupported", why_unsupported(u))
     console.print(table)
+    for k in kernels:
+        q = k.get("schedule")
+        if q:  # a persistent kernel's plan on this arch (predicted, see report.md "Schedules")
+            console.print(f"{k['name']} schedule: {q['model']} at pos {q['pos']} on {q['queues']} queues, "
+                          f"{q['instructions']} instructions ({q['per_sm']['min']}-{q['per_sm']['max']} per SM); "
+                          f"predicted {q['predicted_latency_us']:.0f} us per step vs a "
+                          f"{q['memory_floor_us']:.0f} us memory floor, i.e. {q['floor_ratio']:.0%} of the descriptor's bandwidth (a model, not a measurement)",
+                          highlight=False, markup=False)
     dev = next((s for s in result.stages if s.kind == "device"), None)
     if dev is not None:
         console.print(f"device: {dev.summary}", highlight=False)
