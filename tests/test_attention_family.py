@@ -16,10 +16,6 @@ from porter.kernels.base import KernelSpec, Unsupported
 EXPECTED_NAMES = ["attention.hd64", "attention.hd64.causal", "attention.hd128", "attention.hd128.causal"]
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    return load_arch("hopper")
-
 
 class _NoTensorCore:
     """A descriptor stand-in with no tensor-core feature at all."""

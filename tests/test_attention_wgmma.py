@@ -17,10 +17,6 @@ from porter.sass import count_matching
 from porter.toolchain import compile_cuda
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    return load_arch("hopper")
-
 
 @pytest.fixture(scope="module")
 def builds(hopper):

@@ -16,14 +16,6 @@ from porter.validation import device_runs as dr
 from porter.validation import quantize, reference_gemm
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    return load_arch("hopper")
-
-
-@pytest.fixture(scope="module")
-def blackwell():
-    return load_arch("blackwell")
 
 
 # ---- poison and judging --------------------------------------------------------------------

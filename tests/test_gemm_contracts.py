@@ -25,17 +25,7 @@ from porter.kernels import gemm, gemm_wgmma
 from porter.kernels.base import Unsupported
 from porter.runtime.gemm import operand_maps
 
-
-def _constants(src: str) -> dict[str, int]:
-    """Integer constexprs of the rendered kernel, evaluated in order."""
-    values: dict[str, int] = {}
-    for name, expr in re.findall(r"constexpr (?:int|uint32_t|uint64_t) (\w+) = ([^;]+);", src):
-        expr = re.sub(r"(\d)(?:ull|u)\b", r"\1", expr)
-        try:
-            values[name] = int(eval(expr, {"__builtins__": {}}, dict(values)))  # noqa: S307 - our own source
-        except (NameError, SyntaxError):
-            pass
-    return values
+from test_gemm_wgmma import source_constants
 
 
 def _specs():
@@ -62,7 +52,7 @@ def _host_maps(spec):
 @pytest.mark.parametrize("arch,spec", SPECS, ids=IDS)
 def test_full_barrier_expects_what_the_host_maps_deliver(arch, spec):
     src = gemm.render(spec, arch)
-    const = _constants(src)
+    const = source_constants(src)
     maps = _host_maps(spec)
     cfg = spec.config
     if cfg["mainloop"] == "wgmma":
@@ -156,7 +146,7 @@ def test_expect_tx_check_has_teeth():
 
     arch = load_arch("hopper")
     spec = gemm.make_spec(arch, "bf16")
-    const = _constants(gemm.render(spec, arch))
+    const = source_constants(gemm.render(spec, arch))
     bad = dict(spec.config)
     bad["tensor_maps"] = [dict(t) for t in spec.config["tensor_maps"]]
     bad["tensor_maps"][1]["box"] = [bad["tile_k"], bad["tile_n"]]   # whole B tile per CTA

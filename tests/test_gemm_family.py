@@ -10,14 +10,6 @@ from porter.kernels import family_module, gemm
 from porter.kernels.base import KernelSpec, Unsupported
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    return load_arch("hopper")
-
-
-@pytest.fixture(scope="module")
-def blackwell():
-    return load_arch("blackwell")
 
 
 class NoTensorCoreArch:

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from porter.arch import arch_from_text, load_arch
+from porter.arch import arch_from_text
 from porter import paths
 from porter.errors import CompileError, PorterError
 from porter.kernels import encodings_wgmma as enc
@@ -22,10 +22,6 @@ from porter.kernels.build import build_kernel, sass_checks
 from porter.levels import Level
 from porter.toolchain import compile_cuda
 
-
-@pytest.fixture(scope="module")
-def hopper():
-    return load_arch("hopper")
 
 
 def _spec(hopper, name):
