@@ -406,6 +406,10 @@ def resolve_arch_path(name_or_path: str | Path) -> Path:
         if path.is_dir():
             raise _err(f"{path}: is a folder; give the descriptor's .yaml file inside it "
                        f"(or a bare name: {', '.join(list_archs()) or 'none installed'})")
+        if path.exists() and not path.is_file():
+            # /dev/null, a FIFO, a socket: reading one would return nothing or block.
+            raise _err(f"{path}: not a regular file (a device, pipe or socket); "
+                       "give the descriptor's .yaml file")
         if not path.is_file():
             raise _err(f"{path}: arch descriptor file not found; check the path "
                               f"(or give a bare name: {', '.join(list_archs()) or 'none installed'})")

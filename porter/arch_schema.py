@@ -48,8 +48,30 @@ PEAK_DTYPES = {
 _MAX_FILE_BYTES = 1 << 20
 # The C safe loader when libyaml is there (about 7x faster), else the pure-Python one;
 # both are safe loaders: tags like !!python/object are errors, never executed.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _SafeLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
+    """The safe loader, plus YAML 1.2 numbers: PyYAML follows YAML 1.1, where ``2.25e3``
+    and ``1e3`` (no dot, or no exponent sign) are text, so ``bf16: 2.25e3`` would read as
+    a string; here they are floats, as every other YAML reader and a person take them."""
+
+
+_SafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+_SAFE_LOADER = _SafeLoader
 _REF = re.compile(r"\[([A-Z][A-Z0-9_]*)")
+# A number at the start of a text value, scientific notation included, for the hint
+# "write 'key: 2.25e3'" (cutting it at the exponent would suggest a value 1000x off).
+_LEADING_NUMBER = re.compile(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)")
+# Nodes a descriptor may expand to once its aliases are followed: the shipped ones hold
+# about a thousand; a "billion laughs" file holds a few dozen nodes that expand to
+# billions, so expansion is counted (in linear time) and refused before anything walks it.
+_MAX_EXPANDED_NODES = 20_000
+# Error messages quote at most this many characters of the text they name.
+_MAX_MESSAGE_CHARS = 600
 
 
 @dataclass(frozen=True)
@@ -159,8 +181,21 @@ _TOP_OPTIONAL = ("summary", "uncertain")
 
 
 def one_line(text: str) -> str:
-    """``text`` with newlines and other control characters escaped: errors stay one line."""
+    """``text`` with newlines and other control characters escaped: errors stay one line
+    (and short: a message quoting a huge value is cut, so building it stays cheap)."""
+    if len(text) > _MAX_MESSAGE_CHARS:
+        text = text[:_MAX_MESSAGE_CHARS - 3] + "..."
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def bad_text_char(text: str) -> str | None:
+    """The first character of ``text`` a terminal or a Markdown/HTML report would not show
+    literally (control characters such as ESC or NUL, newlines, tabs, bidi overrides and
+    other format characters), escaped for a message; None when the text is clean."""
+    for ch in text:
+        if not ch.isprintable():
+            return ascii(ch)[1:-1]
+    return None
 
 
 def _err(message: str) -> PorterError:
@@ -173,9 +208,51 @@ def _nearest(word: str, options) -> str:
     return f"did you mean '{close[0]}'?" if close else "valid keys: " + ", ".join(map(str, options))
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+class _Enough(Exception):
+    """Raised inside ``_show`` once it has written as much as it will show."""
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A short ``repr`` of ``value`` built in bounded time and memory: containers are
+    walked only until ``limit`` characters are written, so a deeply aliased list (which
+    would expand to gigabytes) or a self-referencing one costs no more than a number."""
+    parts: list[str] = []
+    room = [limit + 1]
+
+    def emit(text: str) -> None:
+        parts.append(text[:room[0]])
+        room[0] -= len(text)
+        if room[0] <= 0:
+            raise _Enough
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            emit("{")
+            for i, (k, item) in enumerate(v.items()):
+                emit(", " if i else "")
+                walk(k)
+                emit(": ")
+                walk(item)
+            emit("}")
+        elif isinstance(v, (list, tuple)):
+            emit("[")
+            for i, item in enumerate(v):
+                emit(", " if i else "")
+                walk(item)
+            emit("]")
+        elif isinstance(v, str):
+            emit(repr(v[:limit + 1]) if len(v) <= limit else repr(v[:limit + 1])[:-1])
+        elif isinstance(v, (bool, int, float)) or v is None:
+            emit(repr(v) if not isinstance(v, int) or abs(v) < 10**40 else f"<a {v.bit_length()}-bit integer>")
+        else:
+            emit(f"<{type(v).__name__}>")
+
+    try:
+        walk(value)
+    except _Enough:
+        pass
+    text = "".join(parts)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class _Checker:
@@ -201,7 +278,10 @@ class _Checker:
 
     def mapping(self, value: Any, dotted: str, what: str) -> dict:
         if not isinstance(value, dict):
-            self.fail(dotted, f"expected a mapping of {what}, got {type(value).__name__} {_show(value)}",
+            # The whole file parsed as one value (a text file, a log): name its type only,
+            # never echo the file's contents into a terminal.
+            shown = "" if not dotted else " " + _show(value)
+            self.fail(dotted, f"expected a mapping of {what}, got {type(value).__name__}{shown}",
                       f"write '{dotted.rsplit('.', 1)[-1]}:' followed by indented 'key: value' lines")
         for key in value:
             if not isinstance(key, str):
@@ -230,7 +310,7 @@ class _Checker:
         if kind in ("int", "number"):
             unit = f" in {field.unit}" if field.unit else ""
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-                number = re.match(r"\s*([-+]?\d+(?:\.\d+)?)", raw) if isinstance(raw, str) else None
+                number = _LEADING_NUMBER.match(raw) if isinstance(raw, str) else None
                 hint = f"write '{key}: {number.group(1)}'" if number else f"write a bare number{unit}"
                 self.fail(dotted, f"expected a number{unit} (the unit is part of the key name), "
                           f"got {type(raw).__name__} {_show(raw)}", hint)
@@ -261,6 +341,7 @@ class _Checker:
             if not isinstance(raw, str) or not raw.strip():
                 self.fail(dotted, f"expected text, got {type(raw).__name__} {_show(raw)}",
                           f"write '{key}: <text>'")
+            self.plain_text(raw, dotted)
             if kind == "target" and not re.fullmatch(r"sm_\d{2,3}[af]?", raw):
                 self.fail(dotted, f"expected a target like sm_90a or sm_100a, got {_show(raw)}",
                           "write sm_<major><minor> with an optional a/f suffix")
@@ -282,6 +363,7 @@ class _Checker:
                 if not isinstance(item, str) or not item.strip():
                     self.fail(f"{dotted}[{i}]", f"expected text, got {type(item).__name__} {_show(item)}",
                               "write a name")
+                self.plain_text(item, f"{dotted}[{i}]")
                 if field.choices and item not in field.choices:
                     self.fail(f"{dotted}[{i}]", f"unknown name {_show(item)}; known: "
                               f"{', '.join(field.choices)}", _nearest(item, field.choices))
@@ -294,6 +376,7 @@ class _Checker:
     def source(self, raw: Any, dotted: str, figure_keys, sources: dict) -> Any:
         """A section's ``source``: text citing ``[KEY]``s, or a per-figure mapping."""
         if isinstance(raw, str):
+            self.plain_text(raw, dotted)
             self.cites(raw, dotted, sources)
             return raw
         if isinstance(raw, dict):
@@ -309,10 +392,19 @@ class _Checker:
                 if not isinstance(text, str):
                     self.fail(f"{dotted}.{key}", f"expected text, got {type(text).__name__}",
                               "write the source as text citing [KEY]")
+                self.plain_text(text, f"{dotted}.{key}")
                 self.cites(text, f"{dotted}.{key}", sources)
             return dict(raw)
         self.fail(dotted, f"expected text or a mapping, got {type(raw).__name__} {_show(raw)}",
                   "write source: \"[DS] datasheet ...\"")
+
+    def plain_text(self, text: str, dotted: str) -> None:
+        """Descriptor text is data shown in terminals and reports: a control character (an
+        ESC sequence, NUL, a newline, a bidi override) would reach them raw, so it is refused."""
+        bad = bad_text_char(text)
+        if bad is not None:
+            self.fail(dotted, f"text holds the control character {bad}",
+                      "remove it: descriptor text is one line of printable characters")
 
     def cites(self, text: str, dotted: str, sources: dict) -> None:
         refs = _REF.findall(text)
@@ -369,6 +461,47 @@ def _index_lines(node: yaml.Node, prefix: str, out: dict[str, int], seen: set[in
             _index_lines(item, path, out, seen, fail)
 
 
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_: set[int], budget: int) -> int:
+    """Nodes ``node`` stands for once every alias is followed, counted in time linear in
+    the number of distinct nodes (aliases share nodes, so each size is computed once);
+    stops as soon as the count passes ``budget``; -1 for an alias to itself."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        return -1
+    open_.add(key)
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = node.value
+    else:
+        children = []
+    for child in children:
+        size = _expanded_size(child, sizes, open_, budget)
+        if size < 0:
+            return -1
+        total += size
+        if total > budget:
+            break
+    open_.discard(key)
+    sizes[key] = total
+    return total
+
+
+def _check_aliases(node: yaml.Node, file: str) -> None:
+    """Refuse alias expansion past a small budget, and aliases to themselves, before any
+    code walks the data: both turn a few KB of YAML into unbounded work."""
+    size = _expanded_size(node, {}, set(), _MAX_EXPANDED_NODES)
+    if size < 0:
+        raise _err(f"{file}: YAML alias refers to itself (a recursive structure); "
+                   "a descriptor is plain mappings, lists and values")
+    if size > _MAX_EXPANDED_NODES:
+        raise _err(f"{file}: YAML aliases expand to more than {_MAX_EXPANDED_NODES} values "
+                   "(an alias bomb?); write the values out, a descriptor needs no aliases")
+
+
 def parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
     """Safe-load ``text``; return the data and a dotted-key -> line index."""
     if len(text) > _MAX_FILE_BYTES:
@@ -380,6 +513,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
         node = loader.get_single_node()
         lines: dict[str, int] = {}
         if node is not None:
+            _check_aliases(node, file)
             def dup(dotted: str, line: int, msg: str) -> None:
                 raise _err(f"{file}:{line}: {dotted}: {msg}")
             _index_lines(node, "", lines, set(), dup)
@@ -439,6 +573,7 @@ def check_descriptor(data: Any, lines: dict[str, int], file: str) -> dict[str, A
         if not isinstance(text, str) or not text.strip():
             c.fail(f"sources.{key}", f"expected a description, got {_show(text)}",
                    "say what the source is (document, repository path, measurement)")
+        c.plain_text(text, f"sources.{key}")
     out["sources"] = dict(sources)
 
     for name_, fields in SECTIONS.items():
@@ -516,8 +651,68 @@ def _regex_list(c: _Checker, raw: Any, dotted: str) -> list[str]:
         except re.error as exc:
             c.fail(f"{dotted}[{i}]", f"pattern {_show(item)} is not a valid regular expression ({exc})",
                    "escape special characters or write a plain opcode prefix")
+        problem = regex_hazard(item)
+        if problem:
+            c.fail(f"{dotted}[{i}]", f"pattern {_show(item)} {problem}",
+                   "signatures use a linear-time subset: literals, classes, '.', anchors, "
+                   "groups, '|', and ?, *, + or {m,n} on single characters; at most "
+                   f"{_MAX_OPEN_REPEATS} unbounded repeats")
         out.append(item)
     return out
+
+
+# A SASS signature is matched against every instruction of every kernel, so a pattern
+# must not backtrack without bound: Python's re has no time limit, and '^(.|.)*ZZZ$'
+# takes 2^n steps on an n-character line. Signatures stay within a subset whose work is
+# polynomial of low degree in the (short) instruction length: a quantifier applies to a
+# single-character matcher or to a group of them with no alternation or repeat inside,
+# no backreferences or lookarounds, and few unbounded repeats in all.
+_MAX_OPEN_REPEATS = 3
+
+
+def regex_hazard(pattern: str) -> str | None:
+    """Why ``pattern`` falls outside the linear-time signature subset, or None."""
+    try:
+        from re import _parser as sre  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_parse as sre  # type: ignore[no-redef]
+    try:
+        parsed = sre.parse(pattern)
+    except Exception:  # re.compile already accepted it; a parser change must not crash
+        return "cannot be analysed"
+    single = {"LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY"}
+    open_repeats = 0
+
+    def walk(items, in_repeat: bool) -> str | None:
+        nonlocal open_repeats
+        for op, av in items:
+            name = getattr(op, "name", str(op))
+            if name in single or name == "AT":
+                continue
+            if name == "SUBPATTERN":
+                problem = walk(av[-1], in_repeat)
+            elif name == "ATOMIC_GROUP":
+                problem = walk(av, in_repeat)
+            elif name == "BRANCH":
+                if in_repeat:
+                    return "repeats an alternation (exponential backtracking)"
+                problem = next((p for alt in av[1] if (p := walk(alt, in_repeat))), None)
+            elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                if in_repeat:
+                    return "nests a repeat inside a repeat (exponential backtracking)"
+                low, high, body = av
+                if high == sre.MAXREPEAT or high > 64:
+                    open_repeats += 1
+                    if open_repeats > _MAX_OPEN_REPEATS:
+                        return f"has more than {_MAX_OPEN_REPEATS} unbounded repeats"
+                problem = walk(body, True)
+            else:
+                return f"uses {name.lower().replace('_', ' ')}, which signatures do not allow"
+            if problem:
+                return problem
+        return None
+
+    return walk(parsed, False)
 
 
 def _check_block_scales(c: _Checker, raw: Any, sources: dict) -> dict:

@@ -1,0 +1,184 @@
+"""Hostile descriptors (issue #11, items 1-7 and 10): each ends in one bounded, literal
+PorterError line naming the key, never a hang, a crash, a traceback or raw terminal codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from porter import paths
+from porter.arch import arch_from_text, load_arch
+from porter.arch_schema import _show, regex_hazard
+from porter.cli import main
+from porter.errors import PorterError
+
+ARCH_DIR = paths.data_dir("arch")
+HOPPER = (ARCH_DIR / "hopper.yaml").read_text()
+BLACKWELL = (ARCH_DIR / "blackwell.yaml").read_text()
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str, old: str, new: str, name: str = "bad.yaml") -> Path:
+    assert text.count(old) >= 1, old
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(PorterError) as info:
+        load_arch(path)
+    msg = str(info.value)
+    assert "\n" not in msg and len(msg) < 1000
+    return msg
+
+
+def alias_bomb(levels: int = 9, fan: int = 9) -> str:
+    """A YAML list of a few hundred bytes that expands to fan**levels values."""
+    parts = ["&a0 [" + ",".join(["1"] * fan) + "]"]
+    parts += [f"&a{i} [" + ",".join([f"*a{i - 1}"] * fan) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(parts) + "]"
+
+
+# -- item 1: alias bombs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anchor", ["schema: 1", "name: hopper", "summary: \""])
+def test_alias_bomb_is_refused_fast_in_a_fresh_process(tmp_path, anchor):
+    new = {"schema: 1": "schema: ", "name: hopper": "name: ", "summary: \"": "summary: "}[anchor]
+    text = HOPPER.replace(anchor, new + alias_bomb() + ("\nx_: \"" if anchor.startswith("summary") else ""), 1)
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    assert path.stat().st_size < 10_000
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "porter", "arch", "show", str(path)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert time.monotonic() - start < 30
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "alias" in proc.stderr
+
+
+def test_recursive_alias_is_refused(tmp_path):
+    msg = error_of(write(tmp_path, HOPPER, "schema: 1", "schema: &r [*r]"))
+    assert "refers to itself" in msg
+
+
+def test_modest_aliases_still_load(tmp_path):
+    # An alias used once is fine: only expansion past the budget is refused.
+    text = HOPPER.replace("products: [H200 SXM]", "products: &p [H200 SXM]", 1)
+    lines = text.splitlines(keepends=True)
+    notes = next(i for i, line in enumerate(lines) if line.startswith("  notes: "))
+    lines[notes] = "  notes: *p\n"
+    with pytest.raises(PorterError, match="tensor_core.notes: expected text, got list"):
+        load_arch(write(tmp_path, "".join(lines), "x", "x"))
+    lines[notes] = "  notes: &n \"plain notes\"\n"
+    text = "".join(lines).replace("summary: \"", "summary: \"", 1)
+    assert load_arch(write(tmp_path, text, "x", "x")).products == ("H200 SXM",)
+
+
+def test_show_is_bounded_for_huge_and_cyclic_values():
+    value: list = [1] * 10
+    for _ in range(40):
+        value = [value] * 10  # 10**41 leaves if expanded
+    start = time.monotonic()
+    text = _show(value)
+    cyclic: list = []
+    cyclic.append(cyclic)
+    assert len(_show(cyclic)) <= 60 and len(text) <= 60
+    assert len(_show("x" * 10**6)) <= 60 and _show({"a": "b"}) == "{'a': 'b'}"
+    assert time.monotonic() - start < 1
+
+
+# -- item 3: catastrophic regexes --------------------------------------------------------
+
+
+def test_backtracking_signature_is_refused_at_load(tmp_path):
+    path = write(tmp_path, HOPPER, 'tma: ["UTMALDG", "UTMASTG"]', "tma: ['^(.|.)*ZZZ$']")
+    msg = error_of(path)
+    assert "sass_signatures.tma[0]" in msg and "backtracking" in msg
+
+
+@pytest.mark.parametrize("pattern", [r"^(.|.)*ZZZ$", r"(a+)+$", r"(\S*)*X", r"(a)\1",
+                                     r".*.*.*.*.*ZZZ", r"(?=U)UTC", r"(ab|cd)+e"])
+def test_regex_hazards_are_named(pattern):
+    assert regex_hazard(pattern)
+
+
+@pytest.mark.parametrize("pattern", ["HGMMA", r"^UTC[A-Z]MMA\S*\.2CTA", r"^QMMA\.SF\.16832",
+                                     r"^UTCOMMA\S*\.4X", r"(\.2CTA)?X", "UTMALDG|UTMASTG"])
+def test_shipped_style_patterns_are_allowed(pattern):
+    assert regex_hazard(pattern) is None
+
+
+def test_every_shipped_signature_is_in_the_subset():
+    for path in ARCH_DIR.glob("*.yaml"):
+        arch = load_arch(path)
+        for patterns in (*arch.sass_signatures.values(), *arch.tensor_core.kind_sass.values()):
+            for pattern in patterns:
+                assert regex_hazard(pattern) is None, (path.name, pattern)
+
+
+# -- item 4: scientific notation --------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["2.25e3", "2.25E3", "2250e0", "22.5e+2", "225000e-2"])
+def test_scientific_notation_is_a_number(tmp_path, spelling):
+    arch = load_arch(write(tmp_path, BLACKWELL, "bf16: 2250", f"bf16: {spelling}"))
+    assert arch.peak_tflops["bf16"] == 2250.0
+
+
+def test_quoted_scientific_number_hint_keeps_the_exponent(tmp_path):
+    msg = error_of(write(tmp_path, BLACKWELL, "bf16: 2250", 'bf16: "2.25e3 TFLOP/s"'))
+    assert "write 'bf16: 2.25e3'" in msg
+
+
+# -- item 7: control characters ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("char", ["\\e[31m", "\\0", "\\u202e", "\\n# heading\\n", "\\t", "\\x07"])
+def test_control_characters_in_text_are_refused(tmp_path, char):
+    path = write(tmp_path, HOPPER, 'summary: "', f'summary: "{char}')
+    msg = error_of(path)
+    assert "summary" in msg and "control character" in msg
+    assert all(ch.isprintable() for ch in msg)
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ("products: [H200 SXM]", 'products: [H100, "H200\\e[2J"]', "identity.products[1]"),
+    ("instruction: wgmma.mma_async", 'instruction: "wgmma\\u202e"', "tensor_core.instruction"),
+    ("[DS]", '[DS] \\e]8;;http://evil\\e\\\\', "source"),
+])
+def test_control_characters_are_refused_in_every_text_field(tmp_path, old, new, key):
+    msg = error_of(write(tmp_path, HOPPER, old, new))
+    assert key in msg and "control character" in msg
+
+
+def test_sources_descriptions_are_checked(tmp_path):
+    text = HOPPER.replace("sources:\n", 'sources:\n  ZZ: "bad\\e[0m"\n', 1)
+    msg = error_of(write(tmp_path, text, "x", "x"))
+    assert "sources.ZZ" in msg
+
+
+# -- item 10: files that are not descriptors ---------------------------------------------
+
+
+def test_text_file_contents_are_not_echoed(tmp_path):
+    path = tmp_path / "notes.yaml"
+    path.write_text("SECRET-TOKEN-1234 is not a descriptor\n")
+    msg = error_of(path)
+    assert "SECRET" not in msg and "mapping" in msg
+
+
+def test_dev_null_and_fifo_are_not_file_not_found(tmp_path, capsys):
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    for target in ("/dev/null", str(fifo)):
+        rc = main(["arch", "show", target])
+        err = capsys.readouterr().err
+        assert rc == 2 and "not found" not in err and "not a regular file" in err, err
