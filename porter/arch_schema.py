@@ -27,8 +27,8 @@ SCHEMA_VERSION = 1
 
 # Feature names a descriptor can claim; ``Arch.has`` derives each from content.
 FEATURES = (
-    "wgmma", "tcgen05", "tmem", "cta_pair", "clusters", "dsmem", "tma", "mbarrier",
-    "fp8", "fp6", "fp4", "block_scale_mx", "block_scale_nvfp4", "setmaxnreg",
+    "mma_sync", "wgmma", "tcgen05", "tmem", "cta_pair", "clusters", "dsmem", "tma", "mbarrier",
+    "cp_async", "fp8", "fp6", "fp4", "block_scale_mx", "block_scale_nvfp4", "setmaxnreg",
 )
 
 # Element formats a tensor core may consume (A/B operands).
@@ -150,6 +150,9 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "tma": _BOOL,
         "tma_multicast": _BOOL,
         "mbarrier": _BOOL,
+        # cp.async (sm_80+): per-thread asynchronous global -> shared copies (LDGSTS).
+        # Optional so that descriptors written before it load; absent means not claimed.
+        "cp_async": Field("bool", required=False, default=False),
     },
     "formats": {
         "elements": Field("strlist", choices=ELEMENT_FORMATS),
@@ -871,6 +874,9 @@ def derive_features(d: dict) -> frozenset[str]:
     formats = set(d["formats"]["elements"])
     tmem_bytes = tmem["lanes"] * tmem["columns"] * tmem["cell_bits"] // 8
     have = {
+        # The arch's own tensor core is the warp-level mma.sync (sm_80, sm_120a). Later
+        # generations keep mma.sync in PTX beside wgmma / tcgen05, but it is not their path.
+        "mma_sync": tc["generation"] == "mma_sync",
         "wgmma": tc["generation"] == "wgmma",
         "tcgen05": tc["generation"] == "tcgen05",
         "tmem": tmem_bytes > 0,
@@ -879,6 +885,7 @@ def derive_features(d: dict) -> frozenset[str]:
         "dsmem": cl["distributed_smem"],
         "tma": ac["tma"],
         "mbarrier": ac["mbarrier"],
+        "cp_async": ac.get("cp_async", False),
         "fp8": bool(formats & {"e4m3", "e5m2"}),
         "fp6": bool(formats & {"e2m3", "e3m2"}),
         "fp4": "e2m1" in formats,

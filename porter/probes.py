@@ -52,6 +52,9 @@ _TEXT_KEYS = ("proves", "note", "seen", "denied")
 NOT_JUDGED = "not judged"   # a probe whose prerequisites the arch denies proves nothing either way
 # Tensor-core generations and their accumulator storage: the routes a probe takes to a capability.
 _MMA_MACHINERY = {"wgmma", "tcgen05", "tmem"}
+# Tensor-core generations the PTX ISA keeps on later targets beside their own MMA:
+# warp-level mma.sync (sm_80+) still compiles on sm_90a, sm_100a and sm_120a.
+_RETAINED_GENERATIONS = {"mma_sync"}
 _KNOWN_KEYS = ("probe", "feature", "also-needs", "kind", "generation", *_LIST_KEYS, *_TEXT_KEYS)
 # A rejection counts as "the target lacks the feature" only when the compiler says so;
 # a probe with a typo must not pass as a confirmed denial.
@@ -258,8 +261,11 @@ def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, second
     denied_prereqs = [f for f in probe.also_needs if not arch.has(f)]
     own_generation = arch.tensor_core.generation
     # Another generation's MMA probe (a probe of the generation feature itself, like
-    # wgmma_bf16, still judges that claim).
-    foreign = probe.generation not in ("", own_generation, probe.feature)
+    # wgmma_bf16, still judges that claim; but PTX keeps mma.sync on every target after
+    # sm_80, so an mma.sync probe that compiles on a wgmma or tcgen05 arch says nothing
+    # about that arch's own tensor core).
+    foreign = probe.generation not in ("", own_generation) and (
+        probe.generation != probe.feature or (compiled and probe.generation in _RETAINED_GENERATIONS))
     found: dict[str, list[str]] = {}
     missing: list[str] = []
     hits: dict[str, list[str]] = {}
@@ -351,7 +357,8 @@ def _feature_results(arch, probes: list[Probe], results: list[ProbeResult]) -> l
             verdict = (f"contradicted: claimed but unproven: no probe for {feature} compiles and shows its "
                        f"SASS on {arch.target} ({why})")
         elif not owners:
-            verdict = "no probe"
+            # Probes that exist but cannot judge it here are not "no probe".
+            verdict = f"{NOT_JUDGED} on {arch.target}" if every_owner else "no probe"
         elif bad:
             verdict = f"contradicted: probe {', '.join(bad)} disagrees with the descriptor"
         elif claimed and pats and not seen_in:

@@ -64,7 +64,7 @@ def test_hopper_figures_and_features():
     assert a.regs_per_sm == 65536 and a.max_regs_per_thread == 255 and a.max_threads_per_block == 1024
     assert a.l2_bytes == 50 * 2**20
     assert a.hbm_bytes == 141 * 10**9 and a.hbm_bandwidth_bytes_per_s == pytest.approx(4.8e12)
-    assert a.features == {"wgmma", "clusters", "dsmem", "tma", "mbarrier", "fp8", "setmaxnreg"}
+    assert a.features == {"wgmma", "clusters", "dsmem", "tma", "mbarrier", "cp_async", "fp8", "setmaxnreg"}
     for f in ("tcgen05", "tmem", "cta_pair", "fp6", "fp4", "block_scale_mx", "block_scale_nvfp4"):
         assert not a.has(f)
     tc = a.tensor_core
@@ -93,7 +93,7 @@ def test_blackwell_figures_and_features():
     assert (a.target, a.min_ptx, a.min_cuda) == ("sm_100a", "8.6", "12.8")
     assert a.compute_capability == (10, 0)
     assert a.sm_count == 148
-    assert a.features == set(FEATURES) - {"wgmma"}
+    assert a.features == set(FEATURES) - {"wgmma", "mma_sync"}
     assert not a.has("wgmma")
     tc = a.tensor_core
     assert (tc.generation, tc.instruction, tc.issue, tc.accumulator) == ("tcgen05", "tcgen05.mma", "thread", "tmem")

@@ -23,8 +23,8 @@ from porter.toolchain import compile_cuda
 
 NAME = "rtx-blackwell"
 TEXT = (paths.data_dir("arch") / f"{NAME}.yaml").read_text()
-CLAIMED = {"clusters", "dsmem", "tma", "mbarrier", "fp8", "fp6", "fp4", "block_scale_mx",
-           "block_scale_nvfp4", "setmaxnreg"}
+CLAIMED = {"mma_sync", "clusters", "dsmem", "tma", "mbarrier", "cp_async", "fp8", "fp6", "fp4",
+           "block_scale_mx", "block_scale_nvfp4", "setmaxnreg"}
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_arch_check_passes(check):
     features = {f.feature: f for f in check.features}
     assert features["block_scale_nvfp4"].signature_seen_in == ["mma_sync_mxf4nvf4"]
     assert features["fp8"].verdict == "confirmed"
-    assert set(check.kinds_without_probe) == {"f16", "tf32", "i8"}
+    assert set(check.kinds_without_probe) == {"tf32", "i8"}  # f16: mma_sync_bf16
 
 
 def test_cli_arch_check(check, capsys):
