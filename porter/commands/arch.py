@@ -50,6 +50,14 @@ def _console():
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120, highlight=False)
 
 
+def _lit(text) -> str:
+    """Descriptor text as Rich shows it literally: '[bold]' or '[/]' in a summary is data,
+    not markup (an unbalanced '[/]' would otherwise end the command in a MarkupError)."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 def _json(data) -> None:
     print(json.dumps(data, indent=2, sort_keys=False))
 
@@ -78,9 +86,9 @@ def cmd_list(args) -> int:
         table.add_column(col)
     for r in rows:
         if r["error"]:
-            table.add_row(r["name"], "-", "-", "-", f"[red]invalid: {r['error']}[/red]")
+            table.add_row(r["name"], "-", "-", "-", f"[red]invalid: {_lit(r['error'])}[/red]")
         else:
-            table.add_row(r["name"], r["target"], ", ".join(r["products"]), r["tensor_core"],
+            table.add_row(r["name"], r["target"], _lit(", ".join(r["products"])), r["tensor_core"],
                           ", ".join(r["features"]))
     _console().print(table)
     return 1 if any(r["error"] for r in rows) else 0
@@ -106,13 +114,13 @@ def cmd_show(args) -> int:
     con = _console()
     uncertain = lambda key: " [yellow](uncertain)[/yellow]" if key in a.uncertain else ""  # noqa: E731
 
-    t = Table(title=f"{a.name}: {a.summary}", show_header=False, title_justify="left")
+    t = Table(title=f"{a.name}: {_lit(a.summary)}", show_header=False, title_justify="left")
     t.add_column("key", style="bold")
     t.add_column("value")
-    t.add_row("file", str(a.path))
+    t.add_row("file", _lit(a.path))
     t.add_row("target", f"{a.target} (compute capability {'.'.join(map(str, a.compute_capability))}), "
               f"PTX >= {a.min_ptx}, CUDA >= {a.min_cuda}")
-    t.add_row("products", ", ".join(a.products))
+    t.add_row("products", _lit(", ".join(a.products)))
     t.add_row("features", ", ".join(f for f in FEATURES if a.has(f)))
     t.add_row("not present", ", ".join(f for f in FEATURES if not a.has(f)) or "-")
     t.add_row("SMs", str(a.sm_count))
@@ -124,7 +132,7 @@ def cmd_show(args) -> int:
     # "device memory", not "HBM": the hbm_* keys also hold GDDR parts (rtx-blackwell).
     t.add_row("device memory", f"{a.hbm_bytes / 1e9:g} GB at {a.hbm_bandwidth_bytes_per_s / 1e12:g} TB/s")
     tc = a.tensor_core
-    t.add_row("tensor core", f"{tc.generation}: {tc.instruction}, issued by a {tc.issue}, "
+    t.add_row("tensor core", f"{tc.generation}: {_lit(tc.instruction)}, issued by a {tc.issue}, "
               f"accumulators in {tc.accumulator}")
     t.add_row("Tensor Memory", f"{a.tmem.lanes} lanes x {a.tmem.columns} columns x {a.tmem.cell_bits} bit "
               f"= {_bytes(a.tmem.bytes)}" if a.tmem.present else "none")
@@ -151,7 +159,7 @@ def cmd_show(args) -> int:
         label = kind + (" (block-scaled)" if kind in tc.block_scaled_kinds else "")
         label += " [yellow](no probe)[/yellow]" if kind in unprobed else ""
         k.add_row(label, ", ".join(tc.kind_formats[kind]), str(shapes[0].k),
-                  "\n".join(str(s) for s in shapes), ", ".join(tc.kind_sass[kind]) or "-")
+                  "\n".join(str(s) for s in shapes), _lit(", ".join(tc.kind_sass[kind]) or "-"))
     con.print(k)
 
     p = Table(title="dense peak rates", title_justify="left")
@@ -165,10 +173,10 @@ def cmd_show(args) -> int:
     s.add_column("feature")
     s.add_column("patterns")
     for feature, pats in a.sass_signatures.items():
-        s.add_row(feature, ", ".join(pats) + uncertain(f"sass_signatures.{feature}"))
+        s.add_row(feature, _lit(", ".join(pats)) + uncertain(f"sass_signatures.{feature}"))
     con.print(s)
     if a.uncertain:
-        con.print(f"[yellow]uncertain figures:[/yellow] {', '.join(sorted(a.uncertain))}")
+        con.print(f"[yellow]uncertain figures:[/yellow] {_lit(', '.join(sorted(a.uncertain)))}")
     return 0
 
 
@@ -176,6 +184,7 @@ def cmd_show(args) -> int:
 
 
 def _fmt(v) -> str:
+    """A figure or descriptor text for a Rich table cell, shown literally (never as markup)."""
     if v is None:
         return "-"
     if isinstance(v, bool):
@@ -183,8 +192,8 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, (tuple, list)):
-        return ", ".join(map(str, v)) or "-"
-    return str(v)
+        return _lit(", ".join(map(str, v))) or "-"
+    return _lit(v)
 
 
 def _fmt_unit(v, unit: str) -> str:

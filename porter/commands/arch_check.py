@@ -90,12 +90,15 @@ def render(check: ArchCheck) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from rich.markup import escape as lit  # compiler and descriptor text is data, not markup
+
     con = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160, highlight=False)
     t = Table(title=f"feature probes: {check.arch} ({check.target})", title_justify="left")
     for col in ("probe", "feature", "descriptor says", "compiler says", "SASS evidence", "verdict"):
         t.add_column(col, overflow="fold")
     for r in check.probes:
-        t.add_row(r.probe, r.feature, _descriptor_says(r), _compiler_says(r), _evidence(r), _style(r.verdict))
+        t.add_row(lit(r.probe), r.feature, lit(_descriptor_says(r)), lit(_compiler_says(r)), lit(_evidence(r)),
+                  _style(r.verdict))
     con.print(t, markup=True)
 
     f = Table(title="features (the descriptor's SASS signature must appear in a probe using the feature)",
@@ -103,14 +106,15 @@ def render(check: ArchCheck) -> None:
     for col in ("feature", "descriptor", "probes", "signature", "signature seen in", "verdict"):
         f.add_column(col, overflow="fold")
     for fr in check.features:
-        f.add_row(fr.feature, "claims" if fr.claimed else "denies", ", ".join(fr.probes) or "-",
-                  ", ".join(fr.signature) or "-", ", ".join(fr.signature_seen_in) or "-", _style(fr.verdict))
+        f.add_row(fr.feature, "claims" if fr.claimed else "denies", lit(", ".join(fr.probes) or "-"),
+                  lit(", ".join(fr.signature) or "-"), lit(", ".join(fr.signature_seen_in) or "-"),
+                  _style(fr.verdict))
     con.print(f)
     if check.kinds_without_probe:
         con.print(f"[yellow]MMA kinds the descriptor lists without a probe:[/yellow] "
-                  f"{', '.join(check.kinds_without_probe)}")
+                  f"{lit(', '.join(check.kinds_without_probe))}")
     for line in check.contradictions:
-        con.print(f"[red]contradiction[/red] {line}", markup=True)
+        con.print(f"[red]contradiction[/red] {lit(line)}", markup=True)
     con.print(summary_line(check), markup=False, soft_wrap=True)
 
 

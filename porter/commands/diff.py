@@ -191,6 +191,8 @@ def run(args) -> int:
         from porter.toolchain import require_toolchain
 
         require_toolchain()
+    from rich.markup import escape as lit  # notes and labels quote descriptor text: data, not markup
+
     console = Console(highlight=False)
     try:
         from porter.archdiff import diff_archs
@@ -203,16 +205,17 @@ def run(args) -> int:
 
         lost, gained = feature_diff(a, b)
         archdiff = {"features": {"lost": lost, "gained": gained}}
-        console.print(f"features lost: {', '.join(lost) or 'none'}; gained: {', '.join(gained) or 'none'}")
+        console.print(f"features lost: {', '.join(lost) or 'none'}; gained: {', '.join(gained) or 'none'}",
+                      markup=False)
     results = []
     for key, sa, sb in pairs:
         d = kernel_diff(a, b, sa, sb, build=not args.no_build)
         results.append((key, d))
-        console.rule(f"[bold]{key}")
+        console.rule(f"[bold]{lit(key)}")
         for note in d["notes"]:
-            console.print(f"[yellow]{note}[/]")
+            console.print(f"[yellow]{lit(note)}[/]")
         for h in d["hunks"]:
-            console.print(f"[cyan]{h.header}[/]  [bold magenta]\\[feature: {', '.join(h.labels)}][/]")
+            console.print(f"[cyan]{lit(h.header)}[/]  [bold magenta]\\[feature: {lit(', '.join(h.labels))}][/]")
             for line in h.lines:
                 style = "red" if line.startswith("-") else "green" if line.startswith("+") else "dim"
                 console.print(line, style=style, markup=False)
@@ -243,5 +246,5 @@ def run(args) -> int:
         from porter.report.diff_html import render_diff_html
 
         atomic_write(args.html, render_diff_html(a, b, archdiff, results))
-        console.print(f"wrote {args.html}")
+        console.print(f"wrote {args.html}", markup=False)
     return 0

@@ -78,6 +78,8 @@ def find_kernel(name: str, arch) -> list:
 def run_list(args) -> int:
     from rich.table import Table
 
+    from rich.text import Text  # reasons are data: a "[...]" in one is not markup
+
     from porter.arch import load_arch
     from porter.kernels.base import Unsupported
     from porter.report.build import why_unsupported
@@ -91,7 +93,7 @@ def run_list(args) -> int:
     table.add_column("features / missing")
     for v in all_variants(arch):
         if isinstance(v, Unsupported):
-            table.add_row(v.name, v.variant, "[red]unsupported[/]", why_unsupported(v.to_dict()))
+            table.add_row(v.name, v.variant, "[red]unsupported[/]", Text(why_unsupported(v.to_dict())))
         else:
             table.add_row(v.name, v.variant, "[green]supported[/]", ", ".join(v.features))
     _console().print(table)
@@ -110,8 +112,8 @@ def run_show(args) -> int:
     console = _console()
     for spec in find_kernel(args.kernel, arch):
         if isinstance(spec, Unsupported):
-            console.print(f"[bold]{spec.name}[/] on {arch.name}: unsupported, {why_unsupported(spec.to_dict())}",
-                          highlight=False)
+            console.print(Text.assemble((spec.name, "bold"), f" on {arch.name}: unsupported, "
+                                        f"{why_unsupported(spec.to_dict())}"), highlight=False)
             continue
         console.print(f"[bold]{spec.name}[/] ({spec.variant}) on {arch.name} {arch.target}: entry {spec.entry}, "
                       f"template {spec.template or '-'}", highlight=False)

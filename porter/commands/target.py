@@ -94,11 +94,13 @@ def print_summary(console, result) -> None:
                 kernels += [{"name": k["name"], "level": Level(k["level"]).label,
                              "checks_failed": [c for c in k.get("checks", []) if not c["passed"]]}
                             for k in s.data.get("kernels", [])]
+    from rich.markup import escape as lit  # check details quote descriptor text: show it literally
+
     for k in kernels:
         failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
-        table.add_row(k["name"], k["level"], failed)
+        table.add_row(lit(k["name"]), k["level"], lit(failed))
     for u in unsupported:
-        table.add_row(u["name"], "unsupported", why_unsupported(u))
+        table.add_row(lit(u["name"]), "unsupported", lit(why_unsupported(u)))
     console.print(table)
     for k in kernels:
         q = k.get("schedule")
@@ -110,14 +112,14 @@ def print_summary(console, result) -> None:
                           highlight=False, markup=False)
     dev = next((s for s in result.stages if s.kind == "device"), None)
     if dev is not None:
-        console.print(f"device: {dev.summary}", highlight=False)
+        console.print(f"device: {dev.summary}", highlight=False, markup=False)
     for line in verdict_lines(result, kernels, unsupported, dev):
         console.print(line, highlight=False, markup=False)
     # "fresh": compiles found in porter's compile cache (shared by every run) are not counted.
     console.print(f"{len(result.stages)} stages, {len(result.failed)} failed; {result.units_run} units run, "
                   f"{result.units_cached} reused from an earlier run, {result.nvrtc_calls} fresh NVRTC compiles; "
                   f"{result.seconds:.1f} s; "
-                  f"artifacts in {result.out_dir}/", highlight=False)
+                  f"artifacts in {result.out_dir}/", highlight=False, markup=False)
 
 
 def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape as _lit  # stage titles and summaries quote descriptor text: data
+
 _STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow", "not-run": "cyan"}
 
 
@@ -23,7 +25,7 @@ class RichDisplay:
 
     def stage_started(self, stage, total: int) -> None:
         if stage.id not in self.tasks:
-            self.tasks[stage.id] = self.progress.add_task(f"[bold]{stage.id}[/] {stage.title}", total=max(total, 1))
+            self.tasks[stage.id] = self.progress.add_task(f"[bold]{_lit(stage.id)}[/] {_lit(stage.title)}", total=max(total, 1))
 
     def unit_done(self, stage, name: str, cached: bool) -> None:
         if stage.id in self.tasks:
@@ -34,5 +36,5 @@ class RichDisplay:
             self.progress.remove_task(self.tasks.pop(result.id))
         style = _STYLE.get(result.status, "")
         cached = f", {result.units_cached} cached" if getattr(result, "units_cached", 0) else ""
-        self.console.print(f"[{style}]{result.status:8s}[/] [bold]{result.id}[/] "
-                           f"({result.seconds:.1f}s{cached}) {result.summary}", highlight=False, soft_wrap=True)
+        self.console.print(f"[{style}]{result.status:8s}[/] [bold]{_lit(result.id)}[/] "
+                           f"({result.seconds:.1f}s{cached}) {_lit(result.summary)}", highlight=False, soft_wrap=True)

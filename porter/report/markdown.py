@@ -6,13 +6,20 @@ from porter.report.build import before_text, why_unsupported
 from porter.report.summary import PLAIN, summary_lines
 
 
+def _md(text) -> str:
+    """Text from a descriptor or a compiler log as literal Markdown: HTML is escaped (a
+    '<script>' in a summary is text, not markup) and it stays on one line."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
 def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _md(text).replace("|", "\\|")
 
 
 def _line(line) -> str:
     """One summary line as a bullet: marked parts (emphasis, the level) in bold."""
-    return "- " + "".join(text if mark == PLAIN else f"**{text}**" for mark, text in line.parts)
+    return "- " + "".join(_md(text) if mark == PLAIN else f"**{_md(text)}**" for mark, text in line.parts)
 
 
 def render_markdown(r: dict) -> str:
@@ -36,10 +43,10 @@ def render_markdown(r: dict) -> str:
         lines.append(f"| {k['name']} | {k['level']} | {_cell(failed)} | {_cell(res)} |")
     if r["unsupported"]:
         lines += ["", "## Unsupported on this arch", ""]
-        lines += [f"- {u['name']}: {why_unsupported(u)}" for u in r["unsupported"]]
+        lines += [f"- {u['name']}: {_md(why_unsupported(u))}" for u in r["unsupported"]]
     if r["before"]:
         lines += ["", f"## Before: {base} kernels compiled for {r['arch']['target']}", ""]
-        lines += [f"- {b['name']}: {before_text(b)}" for b in r["before"]]
+        lines += [f"- {b['name']}: {_md(before_text(b))}" for b in r["before"]]
     num = [k for k in r["kernels"] if k["numerics"]]
     if num:
         lines += ["", "## Numerics (CPU model against the fp64 reference)", "",
@@ -66,5 +73,5 @@ def render_markdown(r: dict) -> str:
                          f"({p['per_sm']['min']} / {p['per_sm']['mean']:.0f} / {p['per_sm']['max']}) "
                          f"| {p['predicted_latency_us']:.0f} µs | {p['memory_floor_us']:.0f} µs | {p['floor_ratio']:.0%} |")
     if r["plan"]:
-        lines += ["", "## Porting plan", ""] + [f"- {s}" for s in r["plan"].get("summary", [])]
+        lines += ["", "## Porting plan", ""] + [f"- {_md(s)}" for s in r["plan"].get("summary", [])]
     return "\n".join(lines) + "\n"
