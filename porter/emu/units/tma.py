@@ -1,0 +1,294 @@
+"""TMA: porter's emulated tensor maps, the tiled ``cp.async.bulk.tensor`` load, the
+shared-memory swizzle, and the rules of the non-tensor ``cp.async.bulk``.
+
+Sources: PTX ISA 5.5 "Tensors" (5.5.3 tiled mode: 5.5.3.1 bounding box, 5.5.3.2
+traversal stride, 5.5.3.3 out-of-boundary access; 5.5.7 swizzling modes; 5.5.8
+tensor-map), 9.7.10.28.4.1 ``cp.async.bulk`` and 9.7.10.28.5.3 ``cp.async.bulk.tensor``;
+the CUDA driver API's ``cuTensorMapEncodeTiled`` parameter rules.
+
+The 128-byte map is porter's own emulated layout, not the driver's (which is
+undocumented): the emulated host serialises the ``cuTensorMapEncodeTiled`` arguments
+behind a magic tag and a CRC, and only this module reads them. A real driver map, or
+any other 128 bytes a kernel passes where a map belongs, fails ``decode``.
+
+API
+---
+``encode(params, address) -> bytes`` (128)
+    ``params`` is duck-typed like ``porter.runtime.tensormap.TensorMapParams``: data_type
+    (a CUtensorMapDataType name without prefix), dims (innermost first), strides (bytes,
+    of dims[1:]), box, element_strides (() = all 1), swizzle ("NONE", "32B", "64B",
+    "128B"), oob_fill ("NONE" or "NAN_REQUEST_ZERO_FMA"), l2_promotion (kept, unused).
+    The driver's documented rules are checked here (EmuError naming the rule).
+``decode(raw) -> TensorMap``
+``load_tile(tmap, coords, read_global, dst_address, where="", require_atom_alignment=True) -> uint8``
+    The bytes as they land in shared memory from ``dst_address`` on (len = the box's
+    bytes = the complete-tx count). Box elements are laid out innermost dimension first,
+    box rows consecutive; element i of the box along dimension d (d >= 1) is tensor
+    coordinate ``coords[d] + i * element_strides[d]`` and ceil(box[d] / element_strides[d])
+    of them are loaded (dimension 0's traversal stride is ignored without interleave).
+    Elements outside the tensor are 0, or a quiet NaN of the element type under the NaN
+    fill mode. ``read_global(addr, n)`` is called only for in-tensor spans.
+``swizzle(address, mode) -> int`` and ``swizzle_array(addresses, width) -> ndarray``
+    The swizzle permutation on shared-memory byte addresses (5.5.7's tables): for width
+    W = 32/64/128, 16-byte chunk bits [4, 4+B) ^= the 128-byte line bits [7, 7+B), B =
+    log2(W/16): 128B [4:6]^[7:9], 64B [4:5]^[7:8], 32B [4]^[7].
+``check_bulk(src, dst, size, where="")`` and ``bulk_copy(src, dst, size, read_global)``
+    ``cp.async.bulk``: size a multiple of 16, both addresses 16-byte aligned.
+
+Destination alignment: the ISA asks 16 bytes of a bounding box address; the CUDA
+programming guide's TMA rules ask 128 bytes of the shared-memory destination, which is
+checked. With a swizzle the ISA's patterns are drawn from a 1024/512/256-byte aligned
+start and other starts shift the pattern by a "base offset"; porter keeps swizzled
+tiles on the pattern boundary, so ``require_atom_alignment`` (default) raises on any
+other start. A box whose inner row is narrower than the swizzle width is Unsupported
+(the ISA does not say how such rows are packed).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from itertools import product
+from typing import Callable
+
+import numpy as np
+
+from porter.emu.errors import EmuError, Unsupported
+
+MAGIC = b"porter-emu-tmap\x01"          # 16 bytes
+MAP_BYTES = 128
+# CUtensorMapDataType names, in the driver enum's order, with element bytes.
+DATA_TYPES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "INT64": 8,
+              "FLOAT16": 2, "FLOAT32": 4, "FLOAT64": 8, "BFLOAT16": 2, "FLOAT32_FTZ": 4,
+              "TFLOAT32": 4, "TFLOAT32_FTZ": 4}
+_TYPE_CODES = {name: i for i, name in enumerate(DATA_TYPES)}
+# Quiet NaN bit patterns used for the NaN fill mode ("a special NaN called OOB-NaN";
+# the ISA does not give its bits).
+_NAN_BITS = {"FLOAT16": (0x7E00, "<u2"), "BFLOAT16": (0x7FC0, "<u2"), "FLOAT32": (0x7FC00000, "<u4"),
+             "FLOAT32_FTZ": (0x7FC00000, "<u4"), "TFLOAT32": (0x7FC00000, "<u4"),
+             "TFLOAT32_FTZ": (0x7FC00000, "<u4"), "FLOAT64": (0x7FF8000000000000, "<u8")}
+SWIZZLES = ("NONE", "32B", "64B", "128B")
+SWIZZLE_WIDTH = {"NONE": 0, "32B": 32, "64B": 64, "128B": 128}
+# The start address of each swizzle pattern's repetition (5.5.7).
+SWIZZLE_ATOM = {32: 256, 64: 512, 128: 1024}
+OOB_FILLS = ("NONE", "NAN_REQUEST_ZERO_FMA")
+L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
+MAX_RANK, MAX_BOX = 5, 256
+SMEM_ALIGN = 128
+BULK_ALIGN = 16
+
+# Little-endian body after the magic: address, type, rank, swizzle, oob fill, l2
+# promotion, 3 pad bytes, dims[5] u64, strides[4] u64, box[5] u16, element strides[5]
+# u8, 5 pad bytes; then a CRC-32 of everything before it.
+_BODY = struct.Struct("<Q5B3x5Q4Q5H5B5x")
+assert len(MAGIC) + _BODY.size + 4 == MAP_BYTES
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    address: int
+    data_type: str
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    swizzle: str
+    oob_fill: str
+    l2_promotion: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def element_bytes(self) -> int:
+        return DATA_TYPES[self.data_type]
+
+    @property
+    def box_elements(self) -> tuple[int, ...]:
+        """Elements loaded per dimension: box[0], then ceil(box[d] / element_strides[d])."""
+        return (self.box[0],) + tuple(-(-b // e) for b, e in zip(self.box[1:], self.element_strides[1:]))
+
+    @property
+    def box_bytes(self) -> int:
+        return int(np.prod(self.box_elements)) * self.element_bytes
+
+
+def _validate(m: TensorMap, where: str) -> TensorMap:
+    """The cuTensorMapEncodeTiled rules (driver API docs) porter's maps must meet."""
+    w = _at(where)
+    if m.data_type not in DATA_TYPES:
+        raise EmuError(f"{w}tensor map data type {m.data_type!r} unknown; use one of {', '.join(DATA_TYPES)}")
+    if not 1 <= m.rank <= MAX_RANK:
+        raise EmuError(f"{w}tensor map rank {m.rank} must be 1..{MAX_RANK}")
+    if len(m.strides) != m.rank - 1 or len(m.box) != m.rank or len(m.element_strides) != m.rank:
+        raise EmuError(f"{w}tensor map of rank {m.rank} needs {m.rank - 1} strides and {m.rank} box sizes and "
+                       f"element strides, got {len(m.strides)}, {len(m.box)}, {len(m.element_strides)}")
+    if m.address % 16:
+        raise EmuError(f"{w}tensor map global address {m.address:#x} is not 16-byte aligned")
+    for i, d in enumerate(m.dims):
+        if not 0 < d <= 1 << 32:
+            raise EmuError(f"{w}tensor map dim {i} = {d} must be in 1..2^32")
+    for i, s in enumerate(m.strides):
+        if s % 16 or not 0 < s < 1 << 40:
+            raise EmuError(f"{w}tensor map stride of dim {i + 1} = {s} B must be a positive multiple of 16 below 2^40")
+    for i, b in enumerate(m.box):
+        if not 0 < b <= MAX_BOX:
+            raise EmuError(f"{w}tensor map box size {b} in dim {i} must be in 1..{MAX_BOX}")
+    for i, e in enumerate(m.element_strides):
+        if not 1 <= e <= 8:
+            raise EmuError(f"{w}tensor map element stride {e} in dim {i} must be in 1..8")
+    row = m.box[0] * m.element_bytes
+    if row % 16:
+        raise EmuError(f"{w}tensor map inner box row is {row} B; the bounding box must be a multiple of 16 B")
+    if m.swizzle not in SWIZZLES:
+        raise EmuError(f"{w}tensor map swizzle {m.swizzle!r} unknown; use one of {', '.join(SWIZZLES)}")
+    width = SWIZZLE_WIDTH[m.swizzle]
+    if width and row > width:
+        raise EmuError(f"{w}tensor map inner box row is {row} B, more than the {m.swizzle} swizzle span")
+    if m.oob_fill not in OOB_FILLS:
+        raise EmuError(f"{w}tensor map OOB fill {m.oob_fill!r} unknown; use one of {', '.join(OOB_FILLS)}")
+    if m.oob_fill != "NONE" and m.data_type not in _NAN_BITS:
+        raise EmuError(f"{w}tensor map NaN OOB fill needs a floating-point data type, not {m.data_type}")
+    if m.l2_promotion not in L2_PROMOTIONS:
+        raise EmuError(f"{w}tensor map L2 promotion {m.l2_promotion!r} unknown; use one of {', '.join(L2_PROMOTIONS)}")
+    return m
+
+
+def encode(params, address: int) -> bytes:
+    """Serialise cuTensorMapEncodeTiled's parameters into porter's emulated 128-byte map."""
+    name = getattr(params, "name", "")
+    rank = len(params.dims)
+    m = _validate(TensorMap(address=int(address), data_type=params.data_type,
+                            dims=tuple(int(d) for d in params.dims),
+                            strides=tuple(int(s) for s in params.strides),
+                            box=tuple(int(b) for b in params.box),
+                            element_strides=tuple(int(e) for e in (params.element_strides or (1,) * rank)),
+                            swizzle=params.swizzle, oob_fill=getattr(params, "oob_fill", "NONE"),
+                            l2_promotion=getattr(params, "l2_promotion", "NONE")),
+                  f"tensor map {name}" if name else "")
+    pad = MAX_RANK - rank
+    body = _BODY.pack(m.address, _TYPE_CODES[m.data_type], rank, SWIZZLES.index(m.swizzle),
+                      OOB_FILLS.index(m.oob_fill), L2_PROMOTIONS.index(m.l2_promotion),
+                      *(m.dims + (0,) * pad), *(m.strides + (0,) * pad),
+                      *(m.box + (0,) * pad), *(m.element_strides + (0,) * pad))
+    head = MAGIC + body
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def decode(raw: bytes, where: str = "") -> TensorMap:
+    """The map ``encode`` wrote; EmuError for any other bytes (a driver map, a wrong param)."""
+    raw = bytes(raw)
+    w = _at(where)
+    if len(raw) != MAP_BYTES:
+        raise EmuError(f"{w}a tensor map is {MAP_BYTES} bytes, got {len(raw)}")
+    if raw[:len(MAGIC)] != MAGIC:
+        raise EmuError(f"{w}the 128 bytes at the tensor-map operand are not a map from porter's emulated host "
+                       f"(a real driver CUtensorMap, or the wrong kernel parameter)")
+    (crc,) = struct.unpack_from("<I", raw, MAP_BYTES - 4)
+    if zlib.crc32(raw[:MAP_BYTES - 4]) != crc:
+        raise EmuError(f"{w}tensor map bytes are corrupted (checksum mismatch): the map was overwritten")
+    f = _BODY.unpack_from(raw, len(MAGIC))
+    address, tcode, rank, scode, ocode, lcode = f[:6]
+    dims, strides, box, estr = f[6:11], f[11:15], f[15:20], f[20:25]
+    try:
+        m = TensorMap(address=address, data_type=list(DATA_TYPES)[tcode], dims=tuple(dims[:rank]),
+                      strides=tuple(strides[:max(rank - 1, 0)]), box=tuple(box[:rank]),
+                      element_strides=tuple(estr[:rank]), swizzle=SWIZZLES[scode], oob_fill=OOB_FILLS[ocode],
+                      l2_promotion=L2_PROMOTIONS[lcode])
+    except IndexError:
+        raise EmuError(f"{w}tensor map holds an out-of-range enum code") from None
+    return _validate(m, where)
+
+
+def swizzle_array(addresses: np.ndarray, width: int) -> np.ndarray:
+    """Vectorised ``swizzle`` for a width of 32, 64 or 128 bytes (0: identity)."""
+    a = np.asarray(addresses, dtype=np.int64)
+    if width == 0:
+        return a
+    if width not in SWIZZLE_ATOM:
+        raise EmuError(f"swizzle width {width} B is not 32, 64 or 128")
+    mask = width // 16 - 1
+    return a ^ (((a >> 7) & mask) << 4)
+
+
+def swizzle(address: int, mode: str) -> int:
+    """The shared-memory byte address a linear address lands on under ``mode``."""
+    key = mode.upper()
+    if key not in SWIZZLE_WIDTH:
+        raise EmuError(f"swizzle mode {mode!r} unknown; use one of {', '.join(SWIZZLES)}")
+    return int(swizzle_array(np.int64(address), SWIZZLE_WIDTH[key]))
+
+
+def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[int, int], np.ndarray],
+              dst_address: int, where: str = "", require_atom_alignment: bool = True) -> np.ndarray:
+    """The box at ``coords`` as it lands in shared memory at ``dst_address`` (uint8)."""
+    w = _at(where)
+    if len(coords) != tmap.rank:
+        raise EmuError(f"{w}cp.async.bulk.tensor gives {len(coords)} coordinates for a rank-{tmap.rank} map")
+    for c in coords:
+        if not -(1 << 31) <= int(c) < 1 << 31:
+            raise EmuError(f"{w}tensor coordinate {c} does not fit in .s32")
+    if dst_address % SMEM_ALIGN:
+        raise EmuError(f"{w}cp.async.bulk.tensor destination {dst_address:#x} is not {SMEM_ALIGN}-byte aligned")
+    width = SWIZZLE_WIDTH[tmap.swizzle]
+    eb = tmap.element_bytes
+    row_bytes = tmap.box[0] * eb
+    if width:
+        if require_atom_alignment and dst_address % SWIZZLE_ATOM[width]:
+            raise EmuError(f"{w}cp.async.bulk.tensor destination {dst_address:#x} with {tmap.swizzle} swizzle is not "
+                           f"aligned to the {SWIZZLE_ATOM[width]} B swizzle pattern (non-zero base offset)")
+        if row_bytes != width:
+            raise Unsupported(f"{w}{tmap.swizzle} swizzle with a {row_bytes} B inner box row: only rows of exactly "
+                              f"the swizzle width are simulated")
+    n = tmap.box_elements
+    data = np.zeros(tmap.box_bytes, dtype=np.uint8)
+    if tmap.oob_fill != "NONE":
+        bits, dt = _NAN_BITS[tmap.data_type]
+        data.view(dt)[:] = bits
+    x0 = int(coords[0])
+    lo, hi = max(x0, 0), min(x0 + tmap.box[0], tmap.dims[0])
+    for outer in product(*(range(k) for k in reversed(n[1:]))):      # slowest dimension first
+        idx = tuple(reversed(outer))                                 # idx[d-1] for dimension d
+        offset = tmap.address
+        inside = lo < hi
+        for d, j in enumerate(idx, start=1):
+            c = int(coords[d]) + j * tmap.element_strides[d]
+            inside = inside and 0 <= c < tmap.dims[d]
+            offset += c * tmap.strides[d - 1]
+        if not inside:
+            continue
+        linear = 0
+        for d in range(len(idx), 0, -1):
+            linear = linear * n[d] + idx[d - 1]
+        row_at = linear * row_bytes + (lo - x0) * eb
+        span = read_global(offset + lo * eb, (hi - lo) * eb)
+        data[row_at:row_at + (hi - lo) * eb] = np.asarray(span, dtype=np.uint8).reshape(-1)
+    if not width:
+        return data
+    out = np.empty_like(data)
+    landed = swizzle_array(dst_address + np.arange(data.size, dtype=np.int64), width) - dst_address
+    out[landed] = data
+    return out
+
+
+def check_bulk(src: int, dst: int, size: int, where: str = "") -> None:
+    """``cp.async.bulk``: size a positive multiple of 16; src and dst 16-byte aligned."""
+    w = _at(where)
+    if size <= 0 or size % BULK_ALIGN:
+        raise EmuError(f"{w}cp.async.bulk size {size} B must be a positive multiple of {BULK_ALIGN}")
+    for what, addr in (("source", src), ("destination", dst)):
+        if addr % BULK_ALIGN:
+            raise EmuError(f"{w}cp.async.bulk {what} address {addr:#x} is not {BULK_ALIGN}-byte aligned")
+
+
+def bulk_copy(src: int, dst: int, size: int, read_global: Callable[[int, int], np.ndarray],
+              where: str = "") -> np.ndarray:
+    """The ``size`` bytes a checked ``cp.async.bulk`` copies (they land at dst unchanged)."""
+    check_bulk(src, dst, size, where)
+    return np.asarray(read_global(src, size), dtype=np.uint8).reshape(-1)

@@ -1,0 +1,264 @@
+"""wgmma operands and results: the smem matrix descriptor, the canonical shared-memory
+layouts, the register fragments and the multiply-accumulate itself.
+
+Written from the PTX ISA text (9.7.15.5.1 "Register Fragments and Shared Memory Matrix
+Layouts" and its sub-sections), never from porter's generator encoders.
+
+API
+---
+``decode_desc(desc, where="", strict=True) -> MatrixDesc``
+    The 64-bit matrix descriptor (9.7.15.5.1.2.2 "Matrix Descriptor Format"): bits 13-0
+    start address, 29-16 leading dimension byte offset (LBO), 45-32 stride dimension byte
+    offset (SBO), each stored as ``(x & 0x3FFFF) >> 4`` and returned here in bytes; 51-49
+    the matrix base offset; 63-62 the swizzle mode (0 none, 1 128B, 2 64B, 3 32B).
+    ``strict`` rejects set bits outside those fields (the ISA defines none there).
+``read_matrix(smem, desc, rows, k, elem_bits, mn_major, where="") -> uint8 (rows, k*elem_bits//8)``
+    Row r is row r of the operand (the M index for A, the N index for B) with its K
+    elements in K order, as the raw little-endian bytes of each element.
+``operand_bytes(desc, rows, k, elem_bits, mn_major, where="") -> int64 (n,)``
+    The sorted shared::cta byte addresses that read touches.
+``accumulator_layout(n) -> (rows, cols)``, each int64 (128, n//2)
+    For warpgroup thread t and the j-th element of the D list {d0, d1, ...} of a
+    m64nNk* wgmma, the D element (row, col) it holds.
+``a_fragment_layout(k, elem_bits) -> (rows, cols)``, each int64 (128, 4, 32//elem_bits)
+    For the register-A form: thread t's i-th 32-bit A register, element e (e = 0 in the
+    low bits) -> the A element (row, col) of the 64 x k tile.
+``decode_values(raw, fmt) -> float64 (rows, elems)``
+    Raw operand bytes to values; fmt is "bf16", "f16", "tf32", "e4m3" or "e5m2".
+``mma(a, b, d=None, scale_a=1, scale_b=1) -> float32 (M, N)``
+    D = (scale_a*A) . (scale_b*B)^T (+ D).
+
+The shared-memory layout, as this module reads 9.7.15.5.1.2.1 ("Leading/Stride Dimension
+Byte Offset", "Canonical Layouts"): with T = 128 / element bits (elements per 16-byte
+chunk) and W the swizzle width in bytes (32, 64, 128),
+
+* K-major, no swizzle ("((8,m),(T,2k)):((1T,SBO),(1,LBO))"): core matrices of 8 rows x
+  16 bytes, each row 16 contiguous bytes; the next core matrix along K is LBO bytes on,
+  the next 8 rows SBO bytes on.
+* K-major, swizzled ("((8,m),(T,2k)):((W/16*T,SBO),(1,T))"): 8 rows of W contiguous bytes
+  (one swizzle atom), the next 8 rows SBO bytes on; LBO is "not used". A wgmma's K slice
+  (always 32 bytes) must lie inside one W-byte row, so K steps move the start address.
+* MN-major, no swizzle ("((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))"): each 16-byte chunk
+  holds T consecutive MN elements of one K index; the 8 K indices of a core matrix are
+  16 bytes apart; the next T MN elements are SBO bytes on, the next 8 K indices LBO.
+* MN-major, swizzled ("((T,W/16,m),(8,k)):((1,T,LBO),(W/16*T,SBO))"): W contiguous bytes
+  hold W/eb consecutive MN elements of one K index; the 8 K indices are W bytes apart;
+  the next W/eb MN elements are LBO bytes on, the next 8 K indices SBO bytes on.
+
+The swizzle ("Swizzle<B,4,3>" on the byte offset, the same permutation as TMA's swizzle
+modes in 5.5.7) is applied to the absolute shared-memory byte address: bits [4, 4+B) ^=
+bits [7, 7+B), B = log2(W/16). That is what base offset 0 means ("the repeating pattern
+starts" on a 1024/512/256-byte boundary). A non-zero base offset with a swizzle is
+raised as Unsupported: the ISA gives its formula but not how the unit applies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from porter.emu.errors import EmuError, Unsupported
+from porter.emu.units.tma import swizzle_array
+
+SWIZZLE_BY_CODE = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
+SWIZZLE_WIDTH = {"none": 0, "128B": 128, "64B": 64, "32B": 32}
+# Bits the ISA's descriptor table assigns: 13-0, 29-16, 45-32, 51-49, 63-62.
+_DEFINED_BITS = (0x3FFF | (0x3FFF << 16) | (0x3FFF << 32) | (0x7 << 49) | (0x3 << 62))
+
+FORMATS = {"bf16": 16, "f16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8}
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+@dataclass(frozen=True)
+class MatrixDesc:
+    start_address: int        # bytes, shared::cta
+    leading_byte_offset: int  # bytes (LBO)
+    stride_byte_offset: int   # bytes (SBO)
+    base_offset: int          # 0..7
+    swizzle: str              # "none" | "128B" | "64B" | "32B"
+
+    @property
+    def swizzle_width(self) -> int:
+        return SWIZZLE_WIDTH[self.swizzle]
+
+
+def decode_desc(desc: int, where: str = "", strict: bool = True) -> MatrixDesc:
+    """Split a 64-bit wgmma matrix descriptor into its fields (offsets in bytes)."""
+    desc = int(desc)
+    if not 0 <= desc < 1 << 64:
+        raise EmuError(f"{_at(where)}matrix descriptor {desc:#x} is not a 64-bit value")
+    stray = desc & ~_DEFINED_BITS
+    if strict and stray:
+        raise EmuError(f"{_at(where)}matrix descriptor {desc:#018x} sets bits {stray:#018x} that the "
+                       f"wgmma descriptor format does not define (a tcgen05 descriptor?)")
+    return MatrixDesc(start_address=(desc & 0x3FFF) << 4,
+                      leading_byte_offset=((desc >> 16) & 0x3FFF) << 4,
+                      stride_byte_offset=((desc >> 32) & 0x3FFF) << 4,
+                      base_offset=(desc >> 49) & 0x7,
+                      swizzle=SWIZZLE_BY_CODE[(desc >> 62) & 0x3])
+
+
+def _logical_addresses(md: MatrixDesc, rows: int, k: int, elem_bits: int, mn_major: bool,
+                       where: str) -> np.ndarray:
+    """Unswizzled byte addresses, shape (rows, k*elem_bits//8): [r, b] holds byte b of row r."""
+    if elem_bits not in (8, 16, 32):
+        raise EmuError(f"{_at(where)}wgmma operands are 8-, 16- or 32-bit elements, not {elem_bits}-bit")
+    eb = elem_bits // 8
+    kbytes = k * eb
+    if rows <= 0 or rows % 8:
+        raise EmuError(f"{_at(where)}operand rows {rows} must be a positive multiple of 8 (core matrix height)")
+    if k <= 0 or kbytes % 16:
+        raise EmuError(f"{_at(where)}K extent {k} x {elem_bits} bit = {kbytes} B must be a positive multiple of 16 B")
+    start, lbo, sbo, width = md.start_address, md.leading_byte_offset, md.stride_byte_offset, md.swizzle_width
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    if not mn_major:
+        kb = np.arange(kbytes, dtype=np.int64)[None, :]
+        if width == 0:
+            return start + (r % 8) * 16 + (r // 8) * sbo + (kb % 16) + (kb // 16) * lbo
+        if start % width + kbytes > width:
+            raise EmuError(f"{_at(where)}K-major {md.swizzle} operand: the {kbytes} B K slice at start "
+                           f"{start:#x} crosses the {width} B swizzle row (start offset {start % width} in the row)")
+        return start + (r % 8) * width + (r // 8) * sbo + kb
+    if elem_bits != 16:
+        raise EmuError(f"{_at(where)}MN-major (transposed) operands exist only for .f16/.bf16, "
+                       f"not {elem_bits}-bit elements")
+    t = 16 // eb
+    kk = np.arange(k, dtype=np.int64)[None, :, None]
+    byte = np.arange(eb, dtype=np.int64)[None, None, :]
+    mn = r[:, :, None]
+    if width == 0:
+        addr = start + (mn % t) * eb + (mn // t) * sbo + (kk % 8) * 16 + (kk // 8) * lbo
+    else:
+        per_row = width // eb                         # MN elements in one W-byte row
+        if start % width + min(rows, per_row) * eb > width:
+            raise EmuError(f"{_at(where)}MN-major {md.swizzle} operand: start {start:#x} is not at the start "
+                           f"of a {width} B swizzle row")
+        addr = start + (mn % per_row) * eb + (mn // per_row) * lbo + (kk % 8) * width + (kk // 8) * sbo
+    return (addr + byte).reshape(rows, k * eb)
+
+
+def _physical_addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, where: str,
+                        smem_size: int | None) -> np.ndarray:
+    md = decode_desc(desc, where)
+    if md.swizzle != "none" and md.base_offset:
+        raise Unsupported(f"{_at(where)}matrix descriptor with {md.swizzle} swizzle and base offset "
+                          f"{md.base_offset}: only base offset 0 (pattern on its natural boundary) is simulated")
+    addr = _logical_addresses(md, rows, k, elem_bits, mn_major, where)
+    if md.swizzle_width:
+        addr = swizzle_array(addr, md.swizzle_width)
+    lo, hi = int(addr.min()), int(addr.max())
+    if lo < 0 or (smem_size is not None and hi >= smem_size):
+        raise EmuError(f"{_at(where)}matrix descriptor {desc:#x} reads shared bytes {lo:#x}..{hi:#x}, outside "
+                       f"the CTA's {smem_size} B of shared memory")
+    flat = addr.reshape(-1)
+    if np.unique(flat).size != flat.size:
+        raise EmuError(f"{_at(where)}matrix descriptor {desc:#x} (LBO {md.leading_byte_offset} B, SBO "
+                       f"{md.stride_byte_offset} B, {md.swizzle}) makes different operand elements read the "
+                       f"same shared bytes")
+    return addr
+
+
+def read_matrix(smem: np.ndarray, desc: int, rows: int, k: int, elem_bits: int, mn_major: bool,
+                where: str = "") -> np.ndarray:
+    """The operand's raw bytes: uint8 (rows, k*elem_bits//8), row r = operand row r in K order."""
+    if smem.dtype != np.uint8 or smem.ndim != 1:
+        raise EmuError(f"{_at(where)}shared memory must be a 1-D uint8 array, got {smem.dtype} {smem.shape}")
+    addr = _physical_addresses(desc, rows, k, elem_bits, mn_major, where, smem.size)
+    return smem[addr]
+
+
+def operand_bytes(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, where: str = "") -> np.ndarray:
+    """Sorted int64 shared::cta addresses the operand read covers (for in-flight marking)."""
+    return np.unique(_physical_addresses(desc, rows, k, elem_bits, mn_major, where, None))
+
+
+def _split_thread(t: np.ndarray):
+    warp, lane = t // 32, t % 32
+    return warp, lane // 4, lane % 4          # warp, groupID, threadID_in_group
+
+
+def accumulator_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """D element (row, col) of thread t's j-th accumulator, for m64nNk* (f32 D; an f16 D
+    packs the same element order two to a register). Each warp owns 16 rows; within it
+    d[4i+0..1] are row 16*warp + lane/4, cols 8i + 2*(lane%4) + {0,1}, and d[4i+2..3] the
+    same cols 8 rows below (ISA figures "WGMMA .m64nNk* register fragment layout for
+    accumulator matrix D")."""
+    if not (8 <= n <= 256 and n % 8 == 0):
+        raise EmuError(f"wgmma N = {n} must be a multiple of 8 in 8..256")
+    t = np.arange(128, dtype=np.int64)[:, None]
+    j = np.arange(n // 2, dtype=np.int64)[None, :]
+    warp, g, q = _split_thread(t)
+    rows = 16 * warp + g + 8 * ((j % 4) // 2)
+    cols = 8 * (j // 4) + 2 * q + (j % 2)
+    return np.broadcast_to(rows, (128, n // 2)).copy(), np.broadcast_to(cols, (128, n // 2)).copy()
+
+
+def a_fragment_layout(k: int, elem_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """A element (row, col) of thread t's register i, element e, for the register-A form
+    (ISA figures "WGMMA .m64nNk16/.m64nNk8/.m64nNk32 register fragment layout for matrix
+    A"): each warp owns rows 16*warp..+15; register 0 is row lane/4, register 1 the row 8
+    below, registers 2 and 3 the same rows k/2 columns on; within a register the elements
+    run along K from column (lane%4) * (32/elem_bits)."""
+    per_reg = {16: 2, 8: 4, 32: 1}.get(elem_bits)
+    if per_reg is None or k * elem_bits != 256:
+        raise EmuError(f"wgmma register A fragment: K = {k} with {elem_bits}-bit elements is not a wgmma shape "
+                       f"(k16 for 16-bit, k32 for 8-bit, k8 for tf32)")
+    t = np.arange(128, dtype=np.int64)[:, None, None]
+    i = np.arange(4, dtype=np.int64)[None, :, None]
+    e = np.arange(per_reg, dtype=np.int64)[None, None, :]
+    warp, g, q = _split_thread(t)
+    rows = 16 * warp + g + 8 * (i % 2)
+    cols = (i // 2) * (k // 2) + q * per_reg + e
+    shape = (128, 4, per_reg)
+    return np.broadcast_to(rows, shape).copy(), np.broadcast_to(cols, shape).copy()
+
+
+def decode_values(raw: np.ndarray, fmt: str) -> np.ndarray:
+    """Raw little-endian operand bytes (rows, nbytes) -> float64 (rows, elements).
+
+    tf32 is read from a 32-bit container with its low 13 mantissa bits dropped (the
+    format keeps 10 explicit mantissa bits)."""
+    bits = FORMATS.get(fmt)
+    if bits is None:
+        raise EmuError(f"operand format {fmt!r} unknown; use one of {', '.join(FORMATS)}")
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if raw.ndim != 2 or raw.shape[1] % (bits // 8):
+        raise EmuError(f"{fmt} operand bytes of shape {raw.shape} do not hold whole {bits}-bit elements")
+    if fmt == "bf16":
+        vals = raw.view("<u2").view(ml_dtypes.bfloat16)
+    elif fmt == "f16":
+        vals = raw.view("<f2")
+    elif fmt == "tf32":
+        vals = (raw.view("<u4") & np.uint32(0xFFFFE000)).view("<f4")
+    elif fmt == "e4m3":
+        vals = raw.view(ml_dtypes.float8_e4m3fn)
+    else:
+        vals = raw.view(ml_dtypes.float8_e5m2)
+    return vals.astype(np.float64)
+
+
+def mma(a: np.ndarray, b: np.ndarray, d: np.ndarray | None = None, scale_a: int = 1,
+        scale_b: int = 1) -> np.ndarray:
+    """D = (scale_a*A) . (scale_b*B)^T (+ D) for A (M, K), B (N, K), D (M, N).
+
+    The ISA does not specify the order or the intermediate precision of the tensor core's
+    sums; this emulation's choice is exact float64 products summed in float64 and one
+    rounding to float32 at the end (so results may differ from hardware in the last bits)."""
+    if scale_a not in (1, -1) or scale_b not in (1, -1):
+        raise EmuError(f"wgmma imm-scale-a/b must be 1 or -1, got {scale_a}, {scale_b}")
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise EmuError(f"wgmma operands A {a.shape} and B {b.shape} do not share a K dimension")
+    acc = (scale_a * a) @ (scale_b * b).T
+    if d is not None:
+        d = np.asarray(d)
+        if d.shape != acc.shape:
+            raise EmuError(f"wgmma accumulator D {d.shape} does not match A.B^T {acc.shape}")
+        acc = acc + d.astype(np.float64)
+    return acc.astype(np.float32)
