@@ -12,6 +12,7 @@ import pytest
 from porter.arch import load_arch
 from porter.errors import PorterError
 from porter.validation import device_harness as dh
+from porter.runtime.device import CudaDevice
 from porter.validation import device_runs as dr
 from porter.validation import quantize, reference_gemm
 
@@ -319,30 +320,6 @@ def test_megakernel_arena_is_poisoned_where_the_step_writes(hopper):
             assert (got == dh.POISON_BYTE).all(), t.name
 
 
-def test_prebuilt_cubin_must_match_the_spec(tmp_path, monkeypatch, hopper):
-    import json
-
-    from porter.pipeline.work import jsonable
-
-    spec = _gemm_specs(hopper)[0]
-    (tmp_path / "k.cubin").write_bytes(b"CUBIN")
-    manifest = {"kernels": {f"hopper/{spec.name}": {"spec": jsonable(spec.to_dict()), "cubin": "k.cubin",
-                                                    "source_sha256": dr.source_digest(spec, hopper)}}}
-    (tmp_path / dr.MANIFEST).write_text(json.dumps(manifest))
-    monkeypatch.setenv(dr.CUBIN_DIR_ENV, str(tmp_path))
-    assert dr._prebuilt_cubin(spec, hopper) == b"CUBIN"
-    manifest["kernels"][f"hopper/{spec.name}"]["source_sha256"] = "0" * 64   # template edited since
-    (tmp_path / dr.MANIFEST).write_text(json.dumps(manifest))
-    assert dr._prebuilt_cubin(spec, hopper) is None
-    manifest["kernels"][f"hopper/{spec.name}"]["source_sha256"] = dr.source_digest(spec, hopper)
-    manifest["kernels"][f"hopper/{spec.name}"]["spec"]["threads"] += 1        # stale configuration
-    (tmp_path / dr.MANIFEST).write_text(json.dumps(manifest))
-    assert dr._prebuilt_cubin(spec, hopper) is None
-    monkeypatch.setenv(dr.CUBIN_DIR_ENV, str(tmp_path / "missing"))
-    with pytest.raises(PorterError, match="prepare"):
-        dr._prebuilt_cubin(spec, hopper)
-
-
 # ---- the device runs end to end on a fake driver -------------------------------------------------
 # A stand-in for cuda.bindings.driver whose "device memory" is host memory and whose
 # kernels are Python functions reading their packed arguments the way a launch passes
@@ -370,6 +347,12 @@ class FakeDriver:
 
     def __init__(self):
         self.mem, self.maps, self.clock, self.launches = {}, [], 0, 0
+
+    @staticmethod
+    def cuuint64_t(v):
+        return int(v)
+
+    cuuint32_t = cuuint64_t
 
     def CUstream(self, x):
         return x
@@ -408,7 +391,7 @@ class FakeDriver:
         return (0,)
 
     def cuTensorMapEncodeTiled(self, dtype, rank, addr, dims, strides, box, *rest):
-        blob = (ctypes.c_uint64 * 16)(addr, *dims, *strides)
+        blob = (ctypes.c_uint64 * 16)(addr, *map(int, dims), *map(int, strides))
         blob[15] = 2 if dtype.endswith("BFLOAT16") else 1          # element bytes, for the fake kernels
         self.maps.append(blob)
         return 0, types.SimpleNamespace(getPtr=lambda: ctypes.addressof(blob))
@@ -435,6 +418,11 @@ class FakeDriver:
 
     def cuCtxSynchronize(self):
         return (0,)
+
+    def cuStreamQuery(self, stream):
+        return (0,)
+
+    cuStreamSynchronize = cuStreamQuery
 
     def cuModuleLoadData(self, image):
         self.loaded = bytes(image)
@@ -475,7 +463,7 @@ def _host(addr, shape, dtype):
 
 class FakeKernel:
     def __init__(self, spec, impl):
-        self.params, self.impl = [tuple(p) for p in spec.config["params"]], impl
+        self.params, self.impl, self.name = [tuple(p) for p in spec.config["params"]], impl, spec.name
 
 
 @pytest.fixture
@@ -486,6 +474,9 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(driver, "bindings", lambda: fake)
     monkeypatch.setattr(driver, "context", lambda ordinal=0: None)
     monkeypatch.setattr(driver, "device", lambda ordinal=0: driver.DeviceInfo(0, "fake", (9, 0), 132, 232448))
+    from porter.runtime import device
+
+    monkeypatch.setattr(device, "_DEFAULT", {})
     return fake
 
 
@@ -513,11 +504,11 @@ def test_validate_gemm_on_fake_driver(fake_driver, monkeypatch, hopper, name):
     from porter.commands.kernel import find_kernel
 
     spec = find_kernel(name, hopper)[0]
-    monkeypatch.setattr(dr, "load_kernel", lambda s, a: FakeKernel(s, _fake_gemm()))
+    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_gemm()))
     checks = dr.validate_gemm(spec, hopper, shapes=[(256, 256, 256), (512, 256, 384)], seeds=2)
     assert len(checks) == 4 and all(c["passed"] for c in checks), checks
     assert len({c["seed"] for c in checks}) == 4 and fake_driver.launches == 4
-    monkeypatch.setattr(dr, "load_kernel", lambda s, a: FakeKernel(s, _fake_gemm(skip_tile=True)))
+    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_gemm(skip_tile=True)))
     bad = dr.validate_gemm(spec, hopper, shapes=[(256, 256, 256)], seeds=1)
     assert not bad[0]["passed"] and bad[0]["written"]["unwritten"] == 64 * 256
 
@@ -526,7 +517,7 @@ def test_bench_gemm_on_fake_driver(fake_driver, monkeypatch, hopper):
     from porter.commands.kernel import find_kernel
 
     spec = find_kernel("gemm.bf16", hopper)[0]
-    monkeypatch.setattr(dr, "load_kernel", lambda s, a: FakeKernel(s, _fake_gemm()))
+    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_gemm()))
     monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 3)
     monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
     rows = dr.bench_gemm(spec, hopper, shapes=[(256, 256, 256)])
@@ -557,7 +548,7 @@ def test_validate_attention_on_fake_driver(fake_driver, monkeypatch, hopper):
     from porter.commands.kernel import find_kernel
 
     spec = find_kernel("attention.hd64.causal", hopper)[0]
-    monkeypatch.setattr(dr, "load_kernel", lambda s, a: FakeKernel(s, _fake_attention(s)))
+    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_attention(s)))
     checks = dr.validate_attention(spec, hopper, shapes=[(1, 2, 1, 160, 100), (1, 2, 2, 64, 64)], seeds=1)
     assert [c["passed"] for c in checks] == [True, True], checks
 
@@ -566,7 +557,7 @@ def test_validate_megakernel_on_fake_driver_catches_an_idle_kernel(fake_driver, 
     from porter.kernels import megakernel
 
     spec = megakernel.variants(hopper)[0]
-    monkeypatch.setattr(dr, "load_kernel", lambda s, a: FakeKernel(s, lambda v: None))
+    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, lambda v: None))
     checks = dr.validate_megakernel(spec, hopper, shapes=["tiny"], seeds=1)
     c = checks[0]
     assert not c["passed"] and not c["counters_ok"]
@@ -597,22 +588,3 @@ def test_roofline(hopper):
     assert thin == pytest.approx(2.0 * 8192 * 8192 * 16 / (8192 * 16 * 4 + 8192 * 8192 * 2)
                                  * hopper.hbm_bandwidth_bytes_per_s / 1e12)
     assert dr.roofline_tflops(1.0, 1.0, hopper, "fp4") is None    # no fp4 rate on Hopper
-
-
-def test_load_kernel_prefers_the_prebuilt_cubin_and_falls_back_to_a_build(fake_driver, tmp_path, monkeypatch, hopper):
-    import json
-
-    from porter.kernels.build import build_kernel
-    from porter.pipeline.work import jsonable
-
-    spec = _gemm_specs(hopper)[0]
-    entry = {"spec": jsonable(spec.to_dict()), "cubin": "k.cubin", "source_sha256": dr.source_digest(spec, hopper)}
-    (tmp_path / dr.MANIFEST).write_text(json.dumps({"kernels": {f"hopper/{spec.name}": entry}}))
-    monkeypatch.setenv(dr.CUBIN_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(dr, "_FUNCTIONS", {})
-    (tmp_path / "k.cubin").write_bytes(b"PREBUILT")
-    assert dr.load_kernel(spec, hopper) == ("function", spec.entry.encode()) and fake_driver.loaded == b"PREBUILT"
-    monkeypatch.setattr(dr, "_FUNCTIONS", {})
-    (tmp_path / "k.cubin").write_bytes(b"NOT A CUBIN")                   # the driver refuses it
-    dr.load_kernel(spec, hopper)
-    assert fake_driver.loaded == build_kernel(spec, hopper).compiled.cubin   # built here instead

@@ -277,7 +277,7 @@ def test_launch_sets_smem_cluster_and_kernel_params(monkeypatch):
                           list(pointers)))
             return (real.CUresult.CUDA_SUCCESS,)
 
-        def cuCtxSynchronize(self):
+        def cuStreamSynchronize(self, stream):
             calls.append(("sync",))
             return (real.CUresult.CUDA_SUCCESS,)
 

@@ -3,29 +3,29 @@
 Each family has a ``validate_*`` (fresh inputs per shape and seed, outputs poisoned,
 one launch, judged against the CPU reference) and a ``bench_*`` (inputs rotated past
 the L2, warm-up, device events around every launch, median of many, the baseline
-timed in the same process). Launches here are enqueued without a host wait (unlike
-``porter.runtime.driver.launch``) so timed launches run back to back; every CUDA
-call's status is checked and each run ends in a synchronize that reports a failed
-kernel.
+timed in the same process).
 
-Kernels come from ``porter.kernels.build.build_kernel`` or, when ``PORTER_CUBIN_DIR``
-names a folder written by ``benchmarks/device_check.py prepare``, from the cubin
-built there for the same spec (so a device machine without nvdisasm can still run).
+Validation does every device operation through a ``porter.runtime.device.Device``
+(``device=``; default: ``get_device()``, the CUDA device unless ``PORTER_DEVICE`` says
+otherwise), so the emulated device can stand behind the same host code; the run
+objects (``GemmRun``, ``AttentionRun``, ``DecodeStepRun``) take it too and keep the
+kernel arguments as (ctype, value) pairs. ``validate_*(..., log=callable)`` reports
+each launch before it starts and each check as it finishes. Benchmarks time CUDA
+launches only: they enqueue through ``Launcher`` without a host wait so timed launches
+run back to back.
+
+Kernels come from the device's ``load``: on a GPU, from the prepared cubins when
+``PORTER_CUBIN_DIR`` names a folder written by ``benchmarks/device_check.py prepare``
+(``porter.runtime.cubins``), else built here.
 """
 from __future__ import annotations
-
-import ctypes
-import json
-import os
-from pathlib import Path
 
 import numpy as np
 
 from porter.errors import PorterError
 from porter.validation import device_harness as dh
 
-CUBIN_DIR_ENV = "PORTER_CUBIN_DIR"
-MANIFEST = "manifest.json"
+from porter.runtime.cubins import CUBIN_DIR_ENV, MANIFEST  # noqa: E402,F401  (prepared cubins)
 
 GEMM_VALIDATE_SHAPES = ((256, 256, 256), (512, 768, 512), (768, 512, 1280), (2048, 1024, 768),
                         (4096, 4096, 1024))
@@ -34,6 +34,8 @@ GEMM_BENCH_SHAPES = ((8192, 8192, 8192),)
 ATTENTION_VALIDATE_SHAPES = ((1, 2, 2, 128, 128), (2, 4, 1, 192, 320), (1, 4, 2, 300, 300),
                              (1, 2, 1, 160, 100), (2, 8, 2, 1024, 1024))
 ATTENTION_BENCH_SHAPES = ((4, 16, 16, 4096, 4096), (4, 16, 16, 16384, 16384))
+# causal with seq_q >> seq_k: bottom-right alignment leaves the first rows without a key
+ATTENTION_CAUSAL_WIDE = (1, 2, 1, 1024, 96)
 MEGAKERNEL_VALIDATE_MODELS = ("tiny", "tiny-gqa4")
 MEGAKERNEL_VALIDATE_POS = 40
 MEGAKERNEL_BENCH_POS = (1024,)
@@ -85,29 +87,17 @@ def require_device(arch, devices: list[dict] | None = None) -> dict:
 
 
 # ---- kernels, launches, memory --------------------------------------------------------------
+# Validation goes through a porter.runtime.device.Device (a GPU, or the emulated device);
+# the benchmarks below time CUDA launches and use the driver through Launcher.
 
-_FUNCTIONS: dict[str, object] = {}
+def _device(device=None):
+    from porter.runtime.device import get_device
 
-
-def _prebuilt_cubin(spec, arch) -> bytes | None:
-    folder = os.environ.get(CUBIN_DIR_ENV)
-    if not folder:
-        return None
-    manifest_path = Path(folder) / MANIFEST
-    if not manifest_path.is_file():
-        raise PorterError(f"{CUBIN_DIR_ENV}={folder}: no {MANIFEST} there; run benchmarks/device_check.py prepare")
-    entry = json.loads(manifest_path.read_text()).get("kernels", {}).get(f"{arch.name}/{spec.name}")
-    if entry is None:
-        return None
-    from porter.pipeline.work import jsonable
-
-    if jsonable(spec.to_dict()) != entry["spec"] or entry.get("source_sha256") != source_digest(spec, arch):
-        return None            # another configuration or an edited template: build this one afresh
-    return (Path(folder) / entry["cubin"]).read_bytes()
+    return device if device is not None else get_device()
 
 
 def source_digest(spec, arch) -> str:
-    """sha256 of the rendered CUDA source: a prebuilt cubin is used only for the same source."""
+    """sha256 of the rendered CUDA source (recorded per kernel in the prepared manifest)."""
     import hashlib
 
     from porter.kernels import family_module
@@ -115,93 +105,69 @@ def source_digest(spec, arch) -> str:
     return hashlib.sha256(family_module(spec.family).render(spec, arch).encode()).hexdigest()
 
 
-def load_kernel(spec, arch):
-    """The loaded ``spec.entry`` (prebuilt cubin if one matches, else build_kernel)."""
-    key = f"{arch.name}/{spec.name}"
-    if key in _FUNCTIONS:
-        return _FUNCTIONS[key]
-    from porter.runtime import driver
+def load_kernel(spec, arch, device=None):
+    """``spec.entry`` loaded on ``device`` (default: the CUDA device): prepared cubins when
+    PORTER_CUBIN_DIR names them, else built here."""
+    return _device(device).load(spec, arch)
 
-    cubin = _prebuilt_cubin(spec, arch)
-    if cubin is not None:
-        try:
-            _FUNCTIONS[key] = driver.load_function(cubin, spec.entry)
-            return _FUNCTIONS[key]
-        except PorterError:
-            pass               # e.g. a driver older than the NVRTC that built it: build here instead
-    from porter.kernels.build import build_kernel
 
-    build = build_kernel(spec, arch)
-    if not build.ok:
-        failed = next((c for c in build.checks if not c.passed), None)
-        raise PorterError(f"{spec.name}: kernel not usable on {arch.name}: "
-                          + (f"{failed.name}: {failed.detail}" if failed else build.compile_error))
-    _FUNCTIONS[key] = driver.load_function(build.compiled.cubin, spec.entry)
-    return _FUNCTIONS[key]
+def _handle(function):
+    """The driver handle of a CudaFunction (or a bare handle)."""
+    return getattr(function, "handle", function)
 
 
 class Launcher:
-    """Enqueue a kernel on the legacy default stream without waiting for it."""
+    """Enqueue a CUDA kernel on the legacy default stream without waiting for it (timing)."""
 
-    def __init__(self, function, grid: int, block: int, smem_bytes: int, cluster=(1, 1, 1),
+    def __init__(self, function, grid, block, smem_bytes: int, cluster=(1, 1, 1),
                  cooperative: bool = False):
         from porter.runtime import driver
 
-        self.drv, self.check, self.function = driver.bindings(), driver.check, function
-        fattr = self.drv.CUfunction_attribute
-        if smem_bytes > driver.DEFAULT_DYNAMIC_SMEM:
-            self.check(self.drv.cuFuncSetAttribute(function, fattr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   smem_bytes), "cuFuncSetAttribute(max dynamic shared memory)")
-        config = self.drv.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
-        config.sharedMemBytes = smem_bytes
-        config.hStream = self.drv.CUstream(0)
-        attrs = []
-        if cluster[0] * cluster[1] * cluster[2] > 1:
-            attr = self.drv.CUlaunchAttribute()
-            attr.id = self.drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-            attrs.append(attr)
-        if cooperative:
-            # CTAs that wait on each other: the driver refuses a grid that cannot be
-            # co-resident instead of letting it hang
-            attr = self.drv.CUlaunchAttribute()
-            attr.id = self.drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            attr.value.cooperative = 1
-            attrs.append(attr)
-        config.attrs, config.numAttrs = attrs, len(attrs)
-        self.config = config
+        self.driver, self.name = driver, getattr(function, "name", "kernel")
+        self.function = _handle(function)
+        driver.set_function_attributes(self.function, smem_bytes, cluster)
+        self.config = driver.launch_config(grid, block, smem_bytes, cluster, cooperative)
 
-    def __call__(self, args: list) -> None:
-        pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        self.check(self.drv.cuLaunchKernelEx(self.config, self.function, ctypes.addressof(pointers), 0),
-                   "cuLaunchKernelEx")
+    def __call__(self, params) -> None:
+        """``params``: a driver.KernelParams (pack once, launch many times)."""
+        self.driver.enqueue(self.function, self.config, params, f"cuLaunchKernelEx({self.name})")
 
-    def run(self, args: list) -> None:
-        """Launch and wait; a failed kernel raises here, named."""
-        self(args)
-        self.check(self.drv.cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)")
+    def run(self, params, timeout_s: float | None = None) -> None:
+        """Launch and wait (with a watchdog when ``timeout_s`` is given); a failed kernel raises here, named."""
+        self(params)
+        self.driver.wait(f"{self.name} execution", timeout_s)
 
 
-def upload(arr: np.ndarray):
+def packed(args: list):
+    """driver.KernelParams for (ctype, value) pairs (CUDA launches only)."""
     from porter.runtime import driver
 
-    host = np.ascontiguousarray(arr)
-    return driver.DeviceBuffer.from_host(host.ctypes.data, host.nbytes)
+    return driver.KernelParams([driver.pack_arg(ctype, value) for ctype, value in args])
 
 
-def download(buf, shape, dtype) -> np.ndarray:
-    out = np.empty(shape, dtype=dtype)
-    buf.copy_to_host(out.ctypes.data, out.nbytes)
-    return out
+def upload(arr: np.ndarray, device=None):
+    return _device(device).upload(arr)
 
 
-def poison(buf, nbytes: int | None = None, offset: int = 0) -> None:
-    from porter.runtime import driver
+def download(buf, shape, dtype, device=None) -> np.ndarray:
+    return _device(device).download(buf, shape, dtype)
 
-    n = buf.nbytes - offset if nbytes is None else nbytes
-    driver.check(driver.bindings().cuMemsetD8(buf.ptr + offset, dh.POISON_BYTE, n), "cuMemsetD8 (poison)")
+
+def poison(buf, nbytes: int | None = None, offset: int = 0, device=None) -> None:
+    _device(device).memset(buf, dh.POISON_BYTE, nbytes, offset)
+
+
+def _cuda():
+    """The CUDA device (benchmarks time CUDA launches only)."""
+    from porter.runtime.device import get_device
+
+    return get_device("cuda")
+
+
+def _emit(log, **event) -> None:
+    """Tell the caller (a device-check child streaming its progress) what happens now."""
+    if log is not None:
+        log(event)
 
 
 def _device_tensor(buf, shape, dtype_name: str, itemsize: int):
@@ -243,30 +209,41 @@ def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf):
 
 
 class GemmRun:
-    """One input set on the device: operands, C and the packed kernel arguments."""
+    """One input set on a device: operands, C and the kernel arguments as (ctype, value)."""
 
-    def __init__(self, spec, arch, inp: dh.GemmInputs):
-        from porter.runtime import driver
-
+    def __init__(self, spec, arch, inp: dh.GemmInputs, device=None):
+        self.device = dev = _device(device)
         self.inp, self.bufs = inp, []
-        a_buf, b_buf = upload(inp.a), upload(inp.b)
-        self.c_buf = driver.DeviceBuffer(inp.m * inp.n * 2)
+        a_buf, b_buf = dev.upload(inp.a), dev.upload(inp.b)
+        self.c_buf = dev.alloc(inp.m * inp.n * 2)
         self.bufs += [a_buf, b_buf, self.c_buf]
         plan = gemm_plan(spec, arch, inp, a_buf, b_buf, self.c_buf)
         addresses = {"tma_a": a_buf.ptr, "tma_b": b_buf.ptr}
         for param, flat in plan.host_scales.items():
-            buf = upload(flat)
+            buf = dev.upload(flat)
             self.bufs.append(buf)
             addresses[param] = buf.ptr
         values = {"c": self.c_buf.ptr, "m": plan.m, "n": plan.n, "k": plan.k,
                   "scale_a": plan.scale_a, "scale_b": plan.scale_b}
         for param, tmap in plan.maps.items():
-            values[param] = tmap.encode(addresses[param])
+            values[param] = dev.encode_tensor_map(tmap, addresses[param])
         missing = [p for p, _ in plan.params if p not in values]
         if missing:
             raise PorterError(f"{spec.name}: kernel parameters without a value: {', '.join(missing)}")
-        self.args = [driver.pack_arg(ctype, values[p]) for p, ctype in plan.params]
+        self.args = [(ctype, values[p]) for p, ctype in plan.params]
         self.plan = plan
+        self._packed = None
+
+    @property
+    def params(self):
+        """The packed kernelParams for CUDA launches (made once)."""
+        if self._packed is None:
+            self._packed = packed(self.args)
+        return self._packed
+
+    def launch(self, function) -> None:
+        p = self.plan
+        self.device.launch(function, p.grid, p.block, p.smem_bytes, p.cluster, self.args)
 
     def launcher(self, function) -> Launcher:
         p = self.plan
@@ -275,24 +252,47 @@ class GemmRun:
     def result(self) -> np.ndarray:
         import ml_dtypes
 
-        return download(self.c_buf, (self.inp.m, self.inp.n), ml_dtypes.bfloat16)
+        return self.device.download(self.c_buf, (self.inp.m, self.inp.n), ml_dtypes.bfloat16)
 
 
-def validate_gemm(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
+def gemm_shapes(spec) -> list[tuple[int, int, int]]:
+    """The validation shapes for ``spec``: the smallest first (a smoke launch that shows a
+    launch-configuration problem in seconds), a single k-block (K = one 128-byte k-tile:
+    64 bf16, 128 fp8), then the tails and multi-wave cases, and fp8 at K = 16384."""
     from porter.kernels import gemm
 
+    mult = gemm.shape_multiples(spec)
     variant, _ = _gemm_variant(spec)
-    function = load_kernel(spec, arch)
+    k_block = max(mult[2], 128 if variant in ("fp8", "mxfp8") else 64, 256 if variant == "nvfp4" else 0)
+    shapes = [_fit((1, 1, 1), mult), _fit((256, 256, k_block), mult)]
+    shapes += [_fit(s, mult) for s in GEMM_VALIDATE_SHAPES]
+    if variant == "fp8":
+        shapes.append(_fit((256, 256, 16384), mult))
+    out = []
+    for s in shapes:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def validate_gemm(spec, arch, shapes=None, seeds: int = 2, device=None, log=None) -> list[dict]:
+    """Each shape x seed: fresh inputs, C poisoned, one launch, judged against fp64."""
+    variant, _ = _gemm_variant(spec)
+    dev = _device(device)
+    function = dev.load(spec, arch)
     checks = []
-    for shape in shapes or [_fit(s, gemm.shape_multiples(spec)) for s in GEMM_VALIDATE_SHAPES]:
+    for shape in shapes or gemm_shapes(spec):
         for r in range(seeds):
             seed = dh.seed_for(shape, r)
-            run = GemmRun(spec, arch, dh.gemm_inputs(variant, *shape, seed))
-            poison(run.c_buf)
-            run.launcher(function).run(run.args)
+            run = GemmRun(spec, arch, dh.gemm_inputs(variant, *shape, seed), dev)
+            poison(run.c_buf, device=dev)
+            _emit(log, event="launch", kernel=spec.name, shape=list(shape), seed=seed)
+            run.launch(function)
             ref_same, ref_unq = run.inp.references()
             res = dh.compare_gemm(variant, run.result(), ref_same, ref_unq)
-            checks.append({"shape": list(shape), "seed": seed, **res})
+            check = {"shape": list(shape), "seed": seed, **res}
+            _emit(log, event="check", kernel=spec.name, check=check)
+            checks.append(check)
     return checks
 
 
@@ -300,17 +300,17 @@ def bench_gemm(spec, arch, shapes=None, baseline: bool = True) -> list[dict]:
     from porter.validation import baselines
 
     variant, _ = _gemm_variant(spec)
-    function = load_kernel(spec, arch)
+    function = load_kernel(spec, arch, _cuda())
     rows = []
     for shape in shapes or GEMM_BENCH_SHAPES:
         first = dh.bench_gemm_inputs(variant, *shape, dh.seed_for(shape, 0, base=7))
         sets = dh.rotation_sets(first.nbytes, arch.l2_bytes)
         inputs = [first] + [dh.bench_gemm_inputs(variant, *shape, dh.seed_for(shape, i, base=7))
                             for i in range(1, sets)]
-        runs = [GemmRun(spec, arch, inp) for inp in inputs]
+        runs = [GemmRun(spec, arch, inp, _cuda()) for inp in inputs]
         launch = runs[0].launcher(function)
         events = dh.DriverEvents()
-        stats = dh.time_launches(lambda i: launch(runs[i].args), events, sets=sets)
+        stats = dh.time_launches(lambda i: launch(runs[i].params), events, sets=sets)
         # the timed runs must also be right: judge the last output of set 0 on a sample of rows
         check = _gemm_spot_check(variant, runs[0])
         flops = 2.0 * shape[0] * shape[1] * shape[2]
@@ -364,28 +364,46 @@ def attention_plan(spec, arch, q, k, v) -> tuple[dict, dict, dict]:
 
 
 class AttentionRun:
-    def __init__(self, spec, arch, q, k, v):
+    """One q, k, v set on a device: O and lse buffers and the kernel arguments."""
+
+    def __init__(self, spec, arch, q, k, v, device=None):
         import ml_dtypes
 
-        from porter.runtime import driver
-
+        self.device = dev = _device(device)
         self.plan, host, maps = attention_plan(spec, arch, q, k, v)
-        self.bufs = {p: upload(x) for p, x in host.items()}
+        self.bufs = {p: dev.upload(x) for p, x in host.items()}
         self.o_shape, self.lse_shape = self.plan["outputs"]["o"], self.plan["outputs"]["lse"]
-        self.o_buf = driver.DeviceBuffer(int(np.prod(self.o_shape)) * 2)
-        self.lse_buf = driver.DeviceBuffer(int(np.prod(self.lse_shape)) * 4)
+        self.o_buf = dev.alloc(int(np.prod(self.o_shape)) * 2)
+        self.lse_buf = dev.alloc(int(np.prod(self.lse_shape)) * 4)
         values = {"o": self.o_buf.ptr, "lse": self.lse_buf.ptr, **self.plan["scalars"]}
         for p in ("tma_q", "tma_k", "tma_v"):
-            values[p] = maps[p].encode(self.bufs[p].ptr)
-        self.args = [driver.pack_arg(ctype, values[p]) for p, ctype in spec.config["params"]]
+            values[p] = dev.encode_tensor_map(maps[p], self.bufs[p].ptr)
+        self.args = [(ctype, values[p]) for p, ctype in spec.config["params"]]
+        self.cluster = tuple(spec.cluster)
         self.nbytes = sum(x.nbytes for x in host.values()) + self.o_buf.nbytes + self.lse_buf.nbytes
         self.bf16 = ml_dtypes.bfloat16
+        self._packed = None
 
-    def launcher(self, function, spec) -> Launcher:
-        return Launcher(function, self.plan["grid"][0], self.plan["block"][0], self.plan["smem_bytes"], spec.cluster)
+    @property
+    def params(self):
+        if self._packed is None:
+            self._packed = packed(self.args)
+        return self._packed
+
+    def launch(self, function) -> None:
+        self.device.launch(function, self.plan["grid"][0], self.plan["block"][0], self.plan["smem_bytes"],
+                           self.cluster, self.args)
+
+    def launcher(self, function, spec=None) -> Launcher:
+        return Launcher(function, self.plan["grid"][0], self.plan["block"][0], self.plan["smem_bytes"], self.cluster)
+
+    def poison_outputs(self) -> None:
+        poison(self.o_buf, device=self.device)
+        poison(self.lse_buf, device=self.device)
 
     def result(self):
-        return download(self.o_buf, self.o_shape, self.bf16), download(self.lse_buf, self.lse_shape, np.float32)
+        return (self.device.download(self.o_buf, self.o_shape, self.bf16),
+                self.device.download(self.lse_buf, self.lse_shape, np.float32))
 
 
 def attention_flops(b: int, hq: int, sq: int, sk: int, d: int, causal: bool) -> float:
@@ -398,28 +416,40 @@ def attention_flops(b: int, hq: int, sq: int, sk: int, d: int, causal: bool) -> 
     return 4.0 * b * hq * d * pairs
 
 
-def validate_attention(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
+def attention_shapes(spec) -> list[tuple[int, int, int, int, int]]:
+    """The validation shapes: the smallest first (smoke), then the defaults, and for a
+    causal kernel seq_q much larger than seq_k (rows that see no key at all)."""
+    shapes = [(1, 1, 1, 64, 64), *ATTENTION_VALIDATE_SHAPES]
+    if spec.config.get("causal"):
+        shapes.append(ATTENTION_CAUSAL_WIDE)
+    return shapes
+
+
+def validate_attention(spec, arch, shapes=None, seeds: int = 2, device=None, log=None) -> list[dict]:
     from porter.validation.reference_attention import attention_same_precision, reference_attention
 
     d, causal = spec.config["head_dim"], bool(spec.config["causal"])
-    function = load_kernel(spec, arch)
+    dev = _device(device)
+    function = dev.load(spec, arch)
     checks = []
-    for shape in shapes or ATTENTION_VALIDATE_SHAPES:
+    for shape in shapes or attention_shapes(spec):
         b, hq, hkv, sq, sk = shape
         for r in range(seeds):
             seed = dh.seed_for((*shape, d, causal), r)
             q, k, v = dh.attention_inputs(b, hq, hkv, sq, sk, d, seed)
-            run = AttentionRun(spec, arch, q, k, v)
-            poison(run.o_buf)
-            poison(run.lse_buf)
-            run.launcher(function, spec).run(run.args)
+            run = AttentionRun(spec, arch, q, k, v, dev)
+            run.poison_outputs()
+            where = {"b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "head_dim": d}
+            _emit(log, event="launch", kernel=spec.name, shape=where, seed=seed)
+            run.launch(function)
             o, lse = run.result()
             q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
             ref, lse_ref = reference_attention(q64, k64, v64, causal)
             same, _ = attention_same_precision(q64, k64, v64, causal)
             res = dh.compare_attention(o, lse, ref, lse_ref, same)
-            checks.append({"shape": {"b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "head_dim": d},
-                           "causal": causal, "seed": seed, **res})
+            check = {"shape": where, "causal": causal, "seed": seed, **res}
+            _emit(log, event="check", kernel=spec.name, check=check)
+            checks.append(check)
     return checks
 
 
@@ -436,7 +466,7 @@ def bench_attention(spec, arch, shapes=None, baseline: bool = True) -> list[dict
     from porter.validation import baselines
 
     d, causal = spec.config["head_dim"], bool(spec.config["causal"])
-    function = load_kernel(spec, arch)
+    function = load_kernel(spec, arch, _cuda())
     rows = []
     for shape in shapes or ATTENTION_BENCH_SHAPES:
         b, hq, hkv, sq, sk = shape
@@ -444,9 +474,9 @@ def bench_attention(spec, arch, shapes=None, baseline: bool = True) -> list[dict
         per_set = sum(x.nbytes for x in first) + first[0].nbytes + b * hq * sq * 4    # q, k, v, O, lse
         sets = dh.rotation_sets(per_set, arch.l2_bytes)
         qkvs = [first] + [_bench_qkv(b, hq, hkv, sq, sk, d, dh.seed_for(shape, i, base=7)) for i in range(1, sets)]
-        runs = [AttentionRun(spec, arch, *qkv) for qkv in qkvs]
+        runs = [AttentionRun(spec, arch, *qkv, device=_cuda()) for qkv in qkvs]
         launch = runs[0].launcher(function, spec)
-        stats = dh.time_launches(lambda i: launch(runs[i].args), dh.DriverEvents(), sets=sets)
+        stats = dh.time_launches(lambda i: launch(runs[i].params), dh.DriverEvents(), sets=sets)
         o, lse = runs[0].result()
         w_o, w_lse = dh.written_check(o, "O"), dh.written_check(lse, "lse")
         # every O element written and finite; lse written (-inf is legal for a row that sees no key)
@@ -483,40 +513,55 @@ def poisoned_arena(program, cfg, weights, caches, pos: int) -> np.ndarray:
 
 
 class DecodeStepRun:
-    """One decode step's arena, tables, instructions and counters on the device."""
+    """One decode step's arena, tables, instructions and counters on a device."""
 
-    def __init__(self, spec, arch, program, cfg, weights, caches, pos: int):
+    def __init__(self, spec, arch, program, cfg, weights, caches, pos: int, device=None):
         from porter.kernels import megakernel as family
-        from porter.runtime import driver
 
+        self.device = dev = _device(device)
         self.program, self.pos = program, pos
-        self.launch = family.launch_config(spec, program)
+        self.launch_cfg = family.launch_config(spec, program)
         self.arena = arena = poisoned_arena(program, cfg, weights, caches, pos)
-        self.d_arena = upload(arena)
+        self.d_arena = dev.upload(arena)
         recs = family.tensor_table_records(program, [self.d_arena.ptr + t.offset for t in program.tensors])
-        self.d_tensors = upload(recs)
-        self.d_instr = upload(np.ascontiguousarray(program.instructions, dtype=np.int32))
-        self.n_counters = max(1, self.launch["n_counters"])
-        self.d_counters = upload(np.zeros(self.n_counters, dtype=np.int32))
-        values = {"instructions": self.d_instr.ptr, "queue_len": self.launch["queue_len"],
+        self.d_tensors = dev.upload(recs)
+        self.d_instr = dev.upload(np.ascontiguousarray(program.instructions, dtype=np.int32))
+        self.n_counters = max(1, self.launch_cfg["n_counters"])
+        self.d_counters = dev.upload(np.zeros(self.n_counters, dtype=np.int32))
+        values = {"instructions": self.d_instr.ptr, "queue_len": self.launch_cfg["queue_len"],
                   "counters": self.d_counters.ptr, "tensors": self.d_tensors.ptr}
-        self.args = [driver.pack_arg(ctype, values[name]) for name, ctype in family.PARAMS]
-        self.drv, self.check = driver.bindings(), driver.check
+        self.args = [(ctype, values[name]) for name, ctype in family.PARAMS]
+        self.cooperative = bool(self.launch_cfg.get("cooperative", False))
+        self._packed = None
+
+    @property
+    def params(self):
+        if self._packed is None:
+            self._packed = packed(self.args)
+        return self._packed
+
+    def launch(self, function) -> None:
+        c = self.launch_cfg
+        self.device.launch(function, c["grid"][0], c["block"][0], c["smem_bytes"], (1, 1, 1), self.args,
+                           cooperative=self.cooperative)
 
     def launcher(self, function) -> Launcher:
-        return Launcher(function, self.launch["grid"][0], self.launch["block"][0], self.launch["smem_bytes"],
-                        cooperative=bool(self.launch.get("cooperative", False)))
+        c = self.launch_cfg
+        return Launcher(function, c["grid"][0], c["block"][0], c["smem_bytes"], cooperative=self.cooperative)
 
     def reset_counters(self) -> None:
-        """Counters start each step at zero (the kernel's contract), enqueued on stream 0."""
-        self.check(self.drv.cuMemsetD32Async(self.d_counters.ptr, 0, self.n_counters, self.drv.CUstream(0)),
-                   "cuMemsetD32Async (counters)")
+        """Counters start each step at zero (the kernel's contract), enqueued on stream 0 (CUDA bench)."""
+        from porter.runtime import driver
+
+        drv = driver.bindings()
+        driver.check(driver.call(drv.cuMemsetD32Async, self.d_counters.ptr, 0, self.n_counters, drv.CUstream(0),
+                                 what="cuMemsetD32Async"), "cuMemsetD32Async (counters)")
 
     def read(self) -> dict:
         from porter.kernels import megakernel as family
 
-        arena = download(self.d_arena, self.arena.shape, np.uint8)
-        counters = download(self.d_counters, (self.n_counters,), np.int32)
+        arena = self.device.download(self.d_arena, self.arena.shape, np.uint8)
+        counters = self.device.download(self.d_counters, (self.n_counters,), np.int32)
 
         def tensor(name):
             t = self.program.tensor(name)
@@ -524,27 +569,26 @@ class DecodeStepRun:
 
         caches = {t.name: tensor(t.name)[self.pos] for t in self.program.tensors if t.kind == "cache"}
         return {"logits": tensor("buf.logits").copy(), "token": int(tensor("out.token").reshape(-1)[0]),
-                "counters": counters[:self.launch["n_counters"]], "cache_rows": caches}
+                "counters": counters[:self.launch_cfg["n_counters"]], "cache_rows": caches}
 
 
-def _require_resident(spec, program) -> None:
-    from porter.runtime import driver
-
-    info = driver.device()
+def _require_resident(spec, program, device=None) -> None:
+    sm_count = _device(device).sm_count
     grid = program.instructions.shape[0]
-    if info.sm_count < grid:
+    if sm_count < grid:
         raise PorterError(f"{spec.name}: {grid} persistent CTAs wait on each other and need as many SMs; "
-                          f"{info.name} has {info.sm_count}")
+                          f"the device has {sm_count}")
 
 
-def validate_megakernel(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
+def validate_megakernel(spec, arch, shapes=None, seeds: int = 2, device=None, log=None) -> list[dict]:
     """The planned step of the small test models on the device vs the fp64 reference
     (the kernel takes any model within its compiled maxima; the tiny ones keep the
     reference cheap)."""
     from porter.kernels import megakernel as family
     from porter.megakernel.plan import build_plan
 
-    function = load_kernel(spec, arch)
+    dev = _device(device)
+    function = dev.load(spec, arch)
     checks = []
     for model in shapes or MEGAKERNEL_VALIDATE_MODELS:
         for r in range(seeds):
@@ -552,9 +596,10 @@ def validate_megakernel(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
             cfg, pos = inp["cfg"], inp["pos"]
             plan = build_plan(arch, cfg, pos=pos, token=inp["token"])
             program = plan["program"]
-            _require_resident(spec, program)
-            run = DecodeStepRun(spec, arch, program, cfg, inp["weights"], inp["caches"], pos)
-            run.launcher(function).run(run.args)
+            _require_resident(spec, program, dev)
+            run = DecodeStepRun(spec, arch, program, cfg, inp["weights"], inp["caches"], pos, dev)
+            _emit(log, event="launch", kernel=spec.name, shape={"model": model, "pos": pos}, seed=r)
+            run.launch(function)
             got = run.read()
             ref_rows = {f"cache.{nm}.{layer}": src[layer][pos] for layer in range(cfg.num_layers)
                         for nm, src in (("k", inp["ref_cache"].k), ("v", inp["ref_cache"].v))}
@@ -564,7 +609,9 @@ def validate_megakernel(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
             counters_ok = bool(np.array_equal(got["counters"].astype(np.int64), targets))
             res["counters_ok"] = counters_ok
             res["passed"] = bool(res["passed"] and counters_ok)
-            checks.append({"model": model, "pos": pos, "seed": r, **res})
+            check = {"model": model, "pos": pos, "seed": r, **res}
+            _emit(log, event="check", kernel=spec.name, check=check)
+            checks.append(check)
     return checks
 
 
@@ -615,7 +662,7 @@ def bench_megakernel(spec, arch, shapes=None, baseline: bool = True) -> list[dic
 
     cfg = load_model_config(spec.config["model"])
     weights = bench_weights(cfg, seed=0)
-    function = load_kernel(spec, arch)
+    function = load_kernel(spec, arch, _cuda())
     rows = []
     for pos in shapes or MEGAKERNEL_BENCH_POS:
         if not 0 < pos < cfg.max_seq_len:
@@ -623,10 +670,10 @@ def bench_megakernel(spec, arch, shapes=None, baseline: bool = True) -> list[dic
                               f"({cfg.name} max_seq_len)")
         plan = build_plan(arch, cfg, pos=pos, token=1)
         program = plan["program"]
-        _require_resident(spec, program)
-        run = DecodeStepRun(spec, arch, program, cfg, weights, _random_caches(cfg, pos, seed=pos), pos)
+        _require_resident(spec, program, _cuda())
+        run = DecodeStepRun(spec, arch, program, cfg, weights, _random_caches(cfg, pos, seed=pos), pos, _cuda())
         launch = run.launcher(function)
-        stats = dh.time_launches(lambda i: launch(run.args), dh.DriverEvents(), warmup=3, reps=20,
+        stats = dh.time_launches(lambda i: launch(run.params), dh.DriverEvents(), warmup=3, reps=30,
                                  before=lambda i: run.reset_counters())
         got = run.read()
         counters_ok = bool(np.array_equal(got["counters"].astype(np.int64),
@@ -691,10 +738,10 @@ _VALIDATE = {"gemm": validate_gemm, "attention": validate_attention, "megakernel
 _BENCH = {"gemm": bench_gemm, "attention": bench_attention, "megakernel": bench_megakernel}
 
 
-def validate_family(spec, arch, shapes=None, seeds: int = 2) -> list[dict]:
+def validate_family(spec, arch, shapes=None, seeds: int = 2, device=None, log=None) -> list[dict]:
     if spec.family not in _VALIDATE:
         raise PorterError(f"{spec.name}: no device validation for family {spec.family!r}")
-    return _VALIDATE[spec.family](spec, arch, shapes, seeds)
+    return _VALIDATE[spec.family](spec, arch, shapes, seeds, device=device, log=log)
 
 
 def bench_family(spec, arch, shapes=None, baseline: bool = True) -> list[dict]:

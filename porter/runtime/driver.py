@@ -28,20 +28,66 @@ def bindings():
 
 
 def check(result, what: str):
-    """Unwrap a cuda.bindings (err, *values) tuple; a CUDA error becomes a PorterError."""
+    """Unwrap a cuda.bindings (err, *values) tuple; a CUDA error becomes a PorterError
+    (KernelFault for a sticky one: the context is lost)."""
     drv = bindings()
     err, *values = result if isinstance(result, tuple) else (result,)
     if err != drv.CUresult.CUDA_SUCCESS:
-        _, name = drv.cuGetErrorName(err)
-        _, text = drv.cuGetErrorString(err)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        text = text.decode() if isinstance(text, bytes) else str(text)
         prefix = f"{NO_DEVICE}: " if err in (drv.CUresult.CUDA_ERROR_NO_DEVICE,
                                              drv.CUresult.CUDA_ERROR_INVALID_DEVICE) else ""
-        raise PorterError(f"{prefix}{what} failed: {name} ({text})")
+        cls = KernelFault if int(err) in STICKY_ERRORS else PorterError
+        raise cls(f"{prefix}{what} failed: {error_text(err)}")
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
+
+
+class KernelFault(PorterError):
+    """A kernel ended in a sticky error (illegal address, illegal instruction, a trap):
+    the context is lost, so nothing more can run in this process."""
+
+    exit_code = 1
+
+
+class KernelHang(PorterError):
+    """A kernel did not finish before its watchdog deadline; the context is unusable
+    until the process ends."""
+
+    exit_code = 1
+
+
+# CUresult codes after which the context is lost (cuda.h: "the process must be terminated").
+STICKY_ERRORS = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
+NOT_READY = 600
+
+
+def call(fn, *args, what: str):
+    """``fn(*args)`` for a cuda.bindings function: a missing driver library becomes the
+    one-line "no CUDA device" error, and a binding that refuses porter's argument types
+    (a porter bug, ARCH_FACTS "Host side") a PorterError that names the call."""
+    try:
+        return fn(*args)
+    except TypeError as exc:
+        raise PorterError(f"{what}: cuda.bindings refused porter's arguments ({exc}); "
+                          "this is a porter bug, please report it") from None
+    except RuntimeError as exc:        # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
+        if type(exc).__name__ != "DynamicLibNotFoundError":
+            raise
+        raise PorterError(f"{NO_DEVICE}: {what} needs the NVIDIA driver library, which is not installed "
+                          "here") from None
+
+
+def error_text(err) -> str:
+    """'NAME (description)' for a CUresult."""
+    drv = bindings()
+    try:
+        _, name = drv.cuGetErrorName(err)
+        _, text = drv.cuGetErrorString(err)
+    except Exception:   # noqa: BLE001 - the driver may be the thing that is broken
+        return f"CUresult {int(err)}"
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    return f"{name} ({text})"
 
 
 @dataclass(frozen=True)
@@ -106,7 +152,7 @@ class DeviceBuffer:
     def __init__(self, nbytes: int):
         context()
         self.nbytes = max(int(nbytes), 1)
-        self.ptr = int(check(bindings().cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes} B)"))
+        self.ptr = int(check(call(bindings().cuMemAlloc, self.nbytes, what="cuMemAlloc"), f"cuMemAlloc({self.nbytes} B)"))
 
     @classmethod
     def from_host(cls, host_ptr: int, nbytes: int) -> "DeviceBuffer":
@@ -116,10 +162,18 @@ class DeviceBuffer:
         return buf
 
     def copy_from_host(self, host_ptr: int, nbytes: int) -> None:
-        check(bindings().cuMemcpyHtoD(self.ptr, host_ptr, nbytes), "cuMemcpyHtoD")
+        check(call(bindings().cuMemcpyHtoD, self.ptr, int(host_ptr), int(nbytes), what="cuMemcpyHtoD"), "cuMemcpyHtoD")
 
     def copy_to_host(self, host_ptr: int, nbytes: int) -> None:
-        check(bindings().cuMemcpyDtoH(host_ptr, self.ptr, nbytes), "cuMemcpyDtoH")
+        check(call(bindings().cuMemcpyDtoH, int(host_ptr), self.ptr, int(nbytes), what="cuMemcpyDtoH"), "cuMemcpyDtoH")
+
+    def memset(self, byte: int, nbytes: int | None = None, offset: int = 0) -> None:
+        """Fill ``nbytes`` (default: the rest of the buffer) from ``offset`` with ``byte``."""
+        n = self.nbytes - offset if nbytes is None else int(nbytes)
+        if offset < 0 or n < 0 or offset + n > self.nbytes:
+            raise PorterError(f"memset of {n} B at offset {offset} exceeds a {self.nbytes} B buffer")
+        check(call(bindings().cuMemsetD8, self.ptr + int(offset), int(byte) & 0xFF, n, what="cuMemsetD8"),
+              "cuMemsetD8")
 
     def free(self) -> None:
         if self.ptr:
@@ -137,8 +191,9 @@ def load_function(cubin: bytes, entry: str):
     """Load ``cubin`` into the current context and return its ``entry`` kernel."""
     drv = bindings()
     context()
-    module = check(drv.cuModuleLoadData(cubin), "cuModuleLoadData")
-    return check(drv.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
+    module = check(call(drv.cuModuleLoadData, bytes(cubin), what="cuModuleLoadData"), "cuModuleLoadData")
+    return check(call(drv.cuModuleGetFunction, module, entry.encode(), what="cuModuleGetFunction"),
+                 f"cuModuleGetFunction({entry})")
 
 
 def tensor_map_bytes(tensor_map) -> bytes:
@@ -163,43 +218,120 @@ def pack_arg(ctype: str, value):
     return arg
 
 
-def launch(function, grid: int, block: int, smem_bytes: int, cluster: tuple[int, int, int],
-           args: list, cooperative: bool = False) -> None:
-    """Launch ``function`` with ``args`` (ctypes objects) and wait for it to finish.
+def _dims(v) -> tuple[int, int, int]:
+    t = tuple(int(x) for x in (v if isinstance(v, (tuple, list)) else (v,)))
+    return (t + (1, 1, 1))[:3]
+
+
+def set_function_attributes(function, smem_bytes: int, cluster) -> None:
+    """Opt ``function`` in to ``smem_bytes`` of dynamic shared memory and, past the
+    portable 8, to a larger cluster (both must precede the launch)."""
+    drv = bindings()
+    fattr = drv.CUfunction_attribute
+    if smem_bytes > DEFAULT_DYNAMIC_SMEM:
+        check(call(drv.cuFuncSetAttribute, function, fattr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                   int(smem_bytes), what="cuFuncSetAttribute"), "cuFuncSetAttribute(max dynamic shared memory)")
+    c = _dims(cluster)
+    if c[0] * c[1] * c[2] > PORTABLE_CLUSTER:
+        check(call(drv.cuFuncSetAttribute, function, fattr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1,
+                   what="cuFuncSetAttribute"), "cuFuncSetAttribute(non-portable cluster size)")
+
+
+def function_attributes(function) -> dict:
+    """Registers, static shared memory, max threads and the dynamic shared memory limit
+    the driver reports for a loaded kernel (the resources as the GPU sees them)."""
+    drv = bindings()
+    fattr = drv.CUfunction_attribute
+    out = {}
+    for key, attr in (("registers", fattr.CU_FUNC_ATTRIBUTE_NUM_REGS),
+                      ("static_smem_bytes", fattr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+                      ("max_threads", fattr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+                      ("max_dynamic_smem_bytes", fattr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES),
+                      ("local_bytes", fattr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)):
+        out[key] = int(check(call(drv.cuFuncGetAttribute, attr, function, what="cuFuncGetAttribute"),
+                             f"cuFuncGetAttribute({attr.name})"))
+    return out
+
+
+def launch_config(grid, block, smem_bytes: int, cluster=(1, 1, 1), cooperative: bool = False, stream=None):
+    """A CUlaunchConfig (real binding types throughout): grid and block, dynamic shared
+    memory, the legacy default stream, and the cluster / cooperative launch attributes.
 
     ``cooperative``: all CTAs must be resident at once (persistent kernels whose CTAs
     wait on each other); the driver then rejects a grid that cannot be co-resident
     instead of letting it hang.
     """
     drv = bindings()
-    fattr = drv.CUfunction_attribute
-    if smem_bytes > DEFAULT_DYNAMIC_SMEM:
-        check(drv.cuFuncSetAttribute(function, fattr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     smem_bytes), "cuFuncSetAttribute(max dynamic shared memory)")
-    cluster_size = cluster[0] * cluster[1] * cluster[2]
-    if cluster_size > PORTABLE_CLUSTER:
-        check(drv.cuFuncSetAttribute(function, fattr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-              "cuFuncSetAttribute(non-portable cluster size)")
     config = drv.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
-    config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
-    config.sharedMemBytes = smem_bytes
-    config.hStream = drv.CUstream(0)
+    config.gridDimX, config.gridDimY, config.gridDimZ = _dims(grid)
+    config.blockDimX, config.blockDimY, config.blockDimZ = _dims(block)
+    config.sharedMemBytes = int(smem_bytes)
+    config.hStream = stream if stream is not None else drv.CUstream(0)
     attrs = []
-    if cluster_size > 1:
+    c = _dims(cluster)
+    if c[0] * c[1] * c[2] > 1:
         attr = drv.CUlaunchAttribute()
         attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = c
         attrs.append(attr)
     if cooperative:
         attr = drv.CUlaunchAttribute()
         attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
         attr.value.cooperative = 1
         attrs.append(attr)
-    if attrs:
-        config.attrs = attrs
-    config.numAttrs = len(attrs)
-    # kernelParams is a void** whose entries point at each argument's bytes.
-    pointers = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-    check(drv.cuLaunchKernelEx(config, function, ctypes.addressof(pointers), 0), "cuLaunchKernelEx")
-    check(drv.cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)")
+    config.attrs, config.numAttrs = attrs, len(attrs)
+    return config
+
+
+class KernelParams:
+    """kernelParams for cuLaunchKernelEx: a void** whose entries point at each argument's
+    bytes (kept alive here for as long as the launch may read them)."""
+
+    def __init__(self, args: list):
+        self.args = list(args)
+        self.pointers = (ctypes.c_void_p * max(len(self.args), 1))(*[ctypes.addressof(a) for a in self.args])
+        self.address = ctypes.addressof(self.pointers)
+
+
+def enqueue(function, config, params: KernelParams, what: str = "cuLaunchKernelEx") -> None:
+    """Enqueue one launch without waiting for it."""
+    drv = bindings()
+    check(call(drv.cuLaunchKernelEx, config, function, params.address, 0, what=what), what)
+
+
+def wait(what: str, timeout_s: float | None = None, stream=None, poll_s: float = 0.002) -> None:
+    """Wait for ``stream`` (default: the legacy stream) with a deadline: poll
+    cuStreamQuery instead of a blocking synchronize, so a kernel that never finishes
+    becomes KernelHang naming ``what`` after ``timeout_s`` instead of hanging the host.
+    A sticky failure raises KernelFault, any other error PorterError."""
+    import time
+
+    drv = bindings()
+    stream = stream if stream is not None else drv.CUstream(0)
+    if timeout_s is None:
+        check(call(drv.cuStreamSynchronize, stream, what="cuStreamSynchronize"), f"{what} (cuStreamSynchronize)")
+        return
+    deadline = time.monotonic() + timeout_s
+    delay = 1e-4
+    while True:
+        result = call(drv.cuStreamQuery, stream, what="cuStreamQuery")
+        err = result[0] if isinstance(result, tuple) else result
+        if int(err) != NOT_READY:
+            check(result, f"{what} (cuStreamQuery)")
+            return
+        if time.monotonic() >= deadline:
+            raise KernelHang(f"{what}: still running after {timeout_s:.0f} s (watchdog); the kernel hangs or "
+                             "waits on something that never arrives")
+        time.sleep(delay)
+        delay = min(delay * 2, poll_s * 25)
+
+
+def launch(function, grid, block, smem_bytes: int, cluster: tuple[int, int, int],
+           args: list, cooperative: bool = False, what: str = "kernel", timeout_s: float | None = None) -> None:
+    """Launch ``function`` with ``args`` (ctypes objects) and wait for it to finish
+    (with a watchdog when ``timeout_s`` is given)."""
+    set_function_attributes(function, smem_bytes, cluster)
+    config = launch_config(grid, block, smem_bytes, cluster, cooperative)
+    params = KernelParams(args)
+    enqueue(function, config, params, f"cuLaunchKernelEx({what})")
+    wait(f"{what} execution", timeout_s)

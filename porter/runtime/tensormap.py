@@ -94,21 +94,33 @@ class TensorMapParams:
             raise PorterError(f"{where}: global address 0x{address:x} is not {GLOBAL_ALIGN}-byte aligned")
         return self
 
+    def encode_args(self, address: int, drv=None) -> tuple:
+        """The positional arguments of ``cuTensorMapEncodeTiled`` for the tensor at ``address``,
+        in the binding's own types: dims and strides as ``cuuint64_t``, box and element
+        strides as ``cuuint32_t`` (cuda.bindings refuses plain ints there, ARCH_FACTS
+        "Host side"). Needs only the binding module, not the driver library."""
+        self.check(address)
+        if drv is None:
+            from porter.runtime import driver
+
+            drv = driver.bindings()
+        u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+        return (getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{self.data_type}"), self.rank,
+                int(address),
+                [u64(d) for d in self.dims], [u64(s) for s in self.strides],
+                [u32(b) for b in self.box], [u32(e) for e in (self.element_strides or (1,) * self.rank)],
+                drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{self.swizzle}"),
+                getattr(drv.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{self.l2_promotion}"),
+                getattr(drv.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{self.oob_fill}"))
+
     def encode(self, address: int) -> bytes:
         """The 128-byte CUtensorMap for the tensor at device ``address`` (needs the driver)."""
-        self.check(address)
         from porter.runtime import driver
 
         drv = driver.bindings()
-        enum = drv.CUtensorMapDataType
-        result = drv.cuTensorMapEncodeTiled(
-            getattr(enum, f"CU_TENSOR_MAP_DATA_TYPE_{self.data_type}"), self.rank, address,
-            list(self.dims), list(self.strides), list(self.box),
-            list(self.element_strides or (1,) * self.rank),
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{self.swizzle}"),
-            getattr(drv.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{self.l2_promotion}"),
-            getattr(drv.CUtensorMapFloatOOBfill, f"CU_TENSOR_MAP_FLOAT_OOB_FILL_{self.oob_fill}"))
+        result = driver.call(drv.cuTensorMapEncodeTiled, *self.encode_args(address, drv),
+                             what=f"cuTensorMapEncodeTiled for {self.name}")
         tensor_map = driver.check(result, f"cuTensorMapEncodeTiled for {self.name}")
         return driver.tensor_map_bytes(tensor_map)
 
