@@ -34,6 +34,18 @@ PORTER_DEVICE void tma_load_2d(uint32_t dst, const TmaDescriptor* desc, uint32_t
         :: "r"(dst), "l"(desc), "r"(bar), "r"(c0), "r"(c1) : "memory");
 }
 
+// The same load with a .shared::cta destination (PTX ISA 8.6+): the data and the
+// barrier are certainly this CTA's. On sm_120a ptxas emits the .shared::cluster form
+// above with a run-time test of the destination's CTA and a CALL into a slow path for
+// the remote case; this form is the plain UTMALDG.
+PORTER_DEVICE void tma_load_2d_cta(uint32_t dst, const TmaDescriptor* desc, uint32_t bar,
+                                   int32_t c0, int32_t c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, { %3, %4 }], [%2];"
+        :: "r"(dst), "l"(desc), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+
 // Multicast: the same tile lands at offset `dst` in every CTA whose bit is set
 // in `cta_mask` (bit i = %cluster_ctarank i), and each of those CTAs' barrier at
 // offset `bar` receives the box bytes. Every receiving CTA must expect them.

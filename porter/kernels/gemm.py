@@ -33,10 +33,11 @@ FAMILY = "gemm"
 TEMPLATE = "gemm.cu.j2"
 
 # Tensor-core generations with a GEMM path, in order of preference.
-PATHS = ("tcgen05", "wgmma")
+PATHS = ("tcgen05", "wgmma", "mma_sync")
 # The descriptor features each path's make_spec needs (gemm_tcgen05 refuses an arch
-# without TMEM; gemm_wgmma is the wgmma path).
-PATH_FEATURES = {"tcgen05": ("tcgen05", "tmem"), "wgmma": ("wgmma",)}
+# without TMEM; gemm_wgmma is the wgmma path; gemm_mma_sync - tensor_core.generation
+# mma_sync - stages with TMA where the descriptor has it and with cp.async otherwise).
+PATH_FEATURES = {"tcgen05": ("tcgen05", "tmem"), "wgmma": ("wgmma",), "mma_sync": ("mma_sync",)}
 # CTA-pair MMA (cta_group::2) exists only on the tcgen05 path: wgmma has no pair form.
 PAIR_PATHS = ("tcgen05",)
 
@@ -54,7 +55,7 @@ class GemmVariant:
     scale_block_k: int = 0         # K elements per block scale
     scale_format: str = ""         # "ue8m0" | "ue4m3"
     extra_params: tuple[tuple[str, str], ...] = ()  # kernel params between tma_b and c
-    paths: tuple[str, ...] = PATHS  # generations with a path that can run it (block scales: tcgen05 only)
+    paths: tuple[str, ...] = PATHS  # generations with a path that can run it (block scales: tcgen05 and mma_sync)
 
     @property
     def variant(self) -> str:
@@ -70,10 +71,10 @@ VARIANTS: dict[str, GemmVariant] = {v.name: v for v in (
     GemmVariant("fp8", "e4m3", "e4m3", ("fp8",), per_tensor_scales=True),
     GemmVariant("mxfp8", "e4m3", "e4m3", ("fp8", "block_scale_mx"), per_tensor_scales=False,
                 block_scale="mx", scale_block_k=32, scale_format="ue8m0", extra_params=_SCALE_MAPS,
-                paths=("tcgen05",)),
+                paths=("tcgen05", "mma_sync")),
     GemmVariant("nvfp4", "e2m1", "e2m1", ("fp4", "block_scale_nvfp4"), per_tensor_scales=True,
                 block_scale="nvfp4", scale_block_k=16, scale_format="ue4m3", extra_params=_SCALE_MAPS,
-                paths=("tcgen05",)),
+                paths=("tcgen05", "mma_sync")),
 )}
 
 # The CTA-pair configuration of every variant: one MMA spans a 2-CTA cluster.
@@ -121,6 +122,9 @@ def _path_module(arch, paths: tuple[str, ...] = PATHS):
     if path == "wgmma":
         from porter.kernels import gemm_wgmma
         return gemm_wgmma
+    if path == "mma_sync":
+        from porter.kernels import gemm_mma_sync
+        return gemm_mma_sync
     return None
 
 

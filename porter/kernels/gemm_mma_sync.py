@@ -1,0 +1,253 @@
+"""GEMM configuration for warp-level tensor cores (mma.sync), chosen from the descriptor.
+
+Layout of the kernel (templates/gemm/mma_sync.cu.j2): every warp computes; WARPS_M x
+WARPS_N warps tile a TILE_M x TILE_N CTA tile, each warp a WARP_M x WARP_N block of m16n8
+fp32 register accumulators. A STAGES-deep ring of A / B tiles (128-byte rows of K,
+XOR-swizzled 16-byte chunks, read with ldmatrix) is filled by TMA where the descriptor
+has it (``async_copy.tma`` and ``mbarrier``) and by cp.async otherwise. A persistent
+grid walks the tiles with gemm::TileScheduler.
+
+Choices, each from a descriptor figure:
+  * MMA kind: the kind whose formats hold the operand format (``tensor_core.kinds``),
+    block-scaled variants the kind listed under ``block_scales.<scheme>.kinds``; the kind's
+    K must be 32 bytes of the operand (bf16 k16, e4m3 k32, packed e2m1 k64), so every
+    kind shares one fragment layout in bytes.
+  * TILE_K: one 128-byte row (64 bf16, 128 e4m3, 256 e2m1): four MMA K steps per stage.
+  * Warp tile and CTA tile: the first of ``WARP_LAYOUTS`` whose accumulators and
+    fragments fit the registers a thread gets at one CTA per SM (``regs_per_sm`` /
+    threads, capped at ``max_regs_per_thread``) and whose ring holds ``MIN_STAGES``
+    stages in ``smem_per_block_bytes``.
+  * STAGES: as many as fit, at most MAX_STAGES.
+
+Kernel parameters (config ``params``), by staging:
+  tma:      tma_a, tma_b [, sfa, sfb], c, m, n, k, scale_a, scale_b
+  cp_async: a, b [, sfa, sfb], c, m, n, k, scale_a, scale_b
+a / b are device pointers to the K-major operands (row pitch K * bits / 8 bytes); sfa /
+sfb are device pointers to the block scales as row-major [rows, K / block] bytes (the
+layout the MMA's per-lane scale words are read from; no host reordering).
+"""
+
+from __future__ import annotations
+
+from porter.errors import PorterError
+from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule
+
+MAINLOOP = "mma_sync"
+ROW_BYTES = 128            # one stage row: 128 bytes of K (the TMA 128B-swizzle span)
+MMA_K_BYTES = 32           # every kind porter issues reads 32 bytes of K per row
+ALIGN_SLACK = 1024         # dynamic smem base rounded up to the 1024-byte swizzle atom
+BARRIER_BYTES = 8          # one full mbarrier per stage (TMA staging)
+MIN_STAGES = 3
+MAX_STAGES = 6
+GROUP_M_TILES = 8
+TMA_BOX_MAX = 256
+# (warps_m, warps_n, warp_m, warp_n), in order of preference: the largest CTA tile first
+# (fewer bytes of operands per FLOP), 8 warps so each SM sub-partition has two.
+WARP_LAYOUTS = ((2, 4, 64, 64), (2, 4, 64, 32), (2, 2, 64, 32))
+# Registers per thread besides the accumulators and one K step's fragments: addresses,
+# loop state, the scheduler, the epilogue.
+OVERHEAD_REGS = 48
+ELEMENT_BITS = {"bf16": 16, "f16": 16, "e4m3": 8, "e5m2": 8, "e2m1": 4}
+# TMA element type per operand width (8- and 4-bit operands travel as bytes).
+TMA_DTYPE = {16: "BFLOAT16", 8: "UINT8", 4: "UINT8"}
+# Device primitive (kernels_src/mma_sync/mma_sync.cuh) per (kind, operand format).
+MMA_PRIMITIVE = {("f16", "bf16"): "mma_bf16_16816", ("f8f6f4", "e4m3"): "mma_e4m3_16832",
+                 ("mxf8f6f4", "e4m3"): "mma_mxf8_e4m3_16832", ("mxf4nvf4", "e2m1"): "mma_nvf4_16864"}
+# Scale words per lane and fragment (mx: one 32-bit word; nvfp4: one 16-byte vector).
+SCALE_REGS = {"": 0, "mx": 1, "nvfp4": 4}
+
+
+def _pick_kind(arch, variant) -> str:
+    tc = arch.tensor_core
+    candidates = tc.kinds_for_format(variant.a_format)
+    if variant.block_scale:
+        scheme = arch.block_scales.get(variant.block_scale)
+        if scheme is None:
+            raise PorterError(f"arch {arch.name}: block_scales has no {variant.block_scale!r} scheme")
+        candidates = [k for k in candidates if k in scheme.kinds]
+    else:
+        candidates = [k for k in candidates if k not in tc.block_scaled_kinds]
+    candidates = [k for k in candidates if (k, variant.a_format) in MMA_PRIMITIVE]
+    if not candidates:
+        raise PorterError(f"arch {arch.name}: no mma.sync kind porter can issue takes {variant.a_format} "
+                          f"operands{' with ' + variant.block_scale + ' block scales' if variant.block_scale else ''} "
+                          "(tensor_core.kinds)")
+    return candidates[0]
+
+
+def staging(arch) -> str:
+    """'tma' where the descriptor has TMA and mbarriers, else 'cp_async'."""
+    if arch.has("tma") and arch.has("mbarrier"):
+        return "tma"
+    if arch.has("cp_async"):
+        return "cp_async"
+    raise PorterError(f"arch {arch.name}: the mma.sync GEMM path stages operands with TMA (tma + mbarrier) "
+                      "or cp.async (cp_async); the descriptor claims neither")
+
+
+def registers_per_thread(arch, threads: int) -> int:
+    """What a thread may hold at one CTA per SM: the register file split evenly, capped."""
+    return min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8)
+
+
+def register_need(warp_m: int, warp_n: int, block_scale: str) -> int:
+    """fp32 accumulators + one K step's A / B fragments + scale words + overhead."""
+    mi, ni = warp_m // 16, warp_n // 8
+    scale = 2 * SCALE_REGS[block_scale] * (mi + ni)   # loaded for k-block kb while kb - 1 computes
+    return 4 * mi * ni + 4 * mi + 2 * ni + scale + OVERHEAD_REGS
+
+
+def kernel_params(variant, stage_with: str) -> list[tuple[str, str]]:
+    """(name, C type) of every kernel parameter, in order (see the module docstring)."""
+    operands = ([("tma_a", "TmaDescriptor"), ("tma_b", "TmaDescriptor")] if stage_with == "tma"
+                else [("a", "const void*"), ("b", "const void*")])
+    scales = [("sfa", "const uint8_t*"), ("sfb", "const uint8_t*")] if variant.block_scale else []
+    return operands + scales + [("c", "__nv_bfloat16*"), ("m", "int"), ("n", "int"), ("k", "int"),
+                                ("scale_a", "float"), ("scale_b", "float")]
+
+
+def _choose(arch, variant, stage_with: str):
+    """(layout, stages, threads, registers) of the first warp layout that fits."""
+    budget = arch.smem_per_block_bytes - ALIGN_SLACK
+    tried = []
+    for warps_m, warps_n, warp_m, warp_n in WARP_LAYOUTS:
+        threads = 32 * warps_m * warps_n
+        tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
+        if threads > arch.max_threads_per_block or max(tile_m, tile_n) > TMA_BOX_MAX:
+            continue
+        regs = registers_per_thread(arch, threads)
+        need = register_need(warp_m, warp_n, variant.block_scale)
+        stage_bytes = (tile_m + tile_n) * ROW_BYTES + (BARRIER_BYTES if stage_with == "tma" else 0)
+        stages = min(MAX_STAGES, budget // stage_bytes)
+        tried.append(f"{tile_m}x{tile_n}: {need} of {regs} registers, {stages} stages")
+        if need <= regs and stages >= MIN_STAGES:
+            return (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need
+    raise PorterError(f"arch {arch.name}: no mma.sync GEMM tile of {variant.variant} fits "
+                      f"{arch.smem_per_block_bytes} B shared memory with >= {MIN_STAGES} stages and the "
+                      f"registers per thread ({'; '.join(tried) or 'no layout within max_threads_per_block'})")
+
+
+def _sass_rules(arch, kind: str, variant, stage_with: str):
+    """What the machine code must show, every pattern read from the descriptor."""
+    sig = arch.sass_signatures
+    ops = arch.tensor_core.kind_sass.get(kind) or ()
+    if not ops:
+        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
+    required = [SassRule(ops[0], f"mma.sync kind {kind} main loop (tensor_core.kinds.{kind}.sass)")]
+    # The variant's own features that have signatures prove the operand / scale formats
+    # reached the tensor core (e.g. an fp8 signature naming E4M3, block_scale_nvfp4 UE4M3.4X).
+    for feature in variant.features:
+        if sig.get(feature):
+            required.append(SassRule(sig[feature][0], f"{feature} in the MMA (sass_signatures.{feature})"))
+    if stage_with == "tma":
+        for feature, why in (("tma", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
+            loads = [p for p in sig.get(feature, ()) if feature != "tma" or "LDG" in p]
+            if loads:
+                required.append(SassRule(loads[0], f"{why} (sass_signatures.{feature})"))
+    elif sig.get("cp_async"):
+        required.append(SassRule(sig["cp_async"][0], "cp.async operand staging (sass_signatures.cp_async)"))
+    return tuple(required), tuple(NO_SPILLS)
+
+
+def make_spec(arch, variant, pair: bool) -> KernelSpec:
+    """The mma.sync KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch``."""
+    from porter.kernels import gemm
+
+    if pair:
+        raise PorterError(f"{gemm.spec_name(variant, pair)}: the mma.sync path has no CTA-pair MMA "
+                          "(needs the cta_pair feature); gemm.variants reports it Unsupported")
+    if not arch.has("mma_sync") or arch.tensor_core.generation != MAINLOOP:
+        raise PorterError(f"arch {arch.name}: the mma.sync GEMM path needs tensor_core.generation "
+                          f"'{MAINLOOP}', not '{arch.tensor_core.generation}'")
+    kind = _pick_kind(arch, variant)
+    fmt = variant.a_format
+    bits = ELEMENT_BITS[fmt]
+    mma_k = arch.tensor_core.k_of(kind)
+    if mma_k * bits != 8 * MMA_K_BYTES:
+        raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} is not {MMA_K_BYTES} bytes of {fmt}; "
+                          "the mma.sync path's fragment layout needs 32 bytes of K per MMA")
+    if not arch.tensor_core.valid_shape(kind, 16, 8):
+        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind} has no m16n8 shape")
+    tile_k = ROW_BYTES * 8 // bits
+    if variant.block_scale:
+        scheme = arch.block_scales[variant.block_scale]
+        if scheme.block_size != variant.scale_block_k or scheme.scale_format != variant.scale_format:
+            raise PorterError(f"arch {arch.name}: block_scales.{variant.block_scale} is {scheme.scale_format} "
+                              f"per {scheme.block_size}; {variant.variant} needs {variant.scale_format} per "
+                              f"{variant.scale_block_k}")
+        # mx: one ue8m0 per 32-K MMA (scale_vec::1X); nvfp4: four ue4m3 per 64-K MMA (4X).
+        if mma_k // variant.scale_block_k != {"mx": 1, "nvfp4": 4}[variant.block_scale]:
+            raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not take one scale word of "
+                              f"{variant.scale_block_k}-element blocks per MMA")
+    stage_with = staging(arch)
+    (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with)
+    tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
+    stage_bytes = (tile_m + tile_n) * ROW_BYTES
+    smem_bytes = ALIGN_SLACK + stages * stage_bytes + (stages * BARRIER_BYTES if stage_with == "tma" else 0)
+    params = kernel_params(variant, stage_with)
+    elem_desc = TMA_DTYPE[bits] + (" (two e2m1 per byte, even k in the low nibble)" if bits == 4 else "")
+    k_cols = {16: "K", 8: "K", 4: "K/2"}[bits]
+    box_k = ROW_BYTES // (2 if bits == 16 else 1)   # TMA elements per 128-byte row (bf16 or bytes)
+    if stage_with == "tma":
+        tensor_maps = [
+            {"param": "tma_a", "operand": "A", "dims": [k_cols, "M"], "box": [box_k, tile_m], "swizzle": "128B"},
+            {"param": "tma_b", "operand": "B", "dims": [k_cols, "N"], "box": [box_k, tile_n], "swizzle": "128B"},
+        ]
+        tma_maps = [f"{t['param']}: {t['operand']}, {elem_desc}, dims {{{t['dims'][0]}, {t['dims'][1]}}}, "
+                    f"box {{{box_k}, {t['box'][1]}}}, 128B swizzle, no interleave, OOB fill none"
+                    for t in tensor_maps]
+    else:
+        tensor_maps = []
+        tma_maps = [f"none: a and b are plain device pointers to {fmt} A[M, K] and B[N, K], K-major, "
+                    f"rows {k_cols} x {max(bits, 8) // 8} bytes, 16-byte aligned (cp.async staging)"]
+    if variant.block_scale:
+        tma_maps.append(f"sfa / sfb: {variant.scale_format} scales, row-major [M, K/{variant.scale_block_k}] / "
+                        f"[N, K/{variant.scale_block_k}] bytes, plain device pointers (read into registers)")
+    config = {
+        "mainloop": arch.tensor_core.generation,
+        "kind": kind,
+        "a_format": fmt, "b_format": variant.b_format,
+        "element_bits": bits,
+        "block_scale": variant.block_scale,
+        "scale_format": variant.scale_format,
+        "scale_block_k": variant.scale_block_k,
+        "scale_layout": "row-major [rows, K/block] bytes" if variant.block_scale else "",
+        "per_tensor_scales": variant.per_tensor_scales,
+        "staging": stage_with,
+        "mma_m": 16, "mma_n": 8, "mma_k": mma_k,
+        "mma_shape": f"m16n8k{mma_k}",
+        "mma_primitive": MMA_PRIMITIVE[(kind, fmt)],
+        "warps_m": warps_m, "warps_n": warps_n, "warp_m": warp_m, "warp_n": warp_n,
+        "tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k,
+        "row_bytes": ROW_BYTES, "k_steps": ROW_BYTES // MMA_K_BYTES,
+        "tma_box_k": box_k,
+        "stages": stages,
+        "stage_bytes": stage_bytes,
+        "group_m": GROUP_M_TILES,
+        "grid_ctas": arch.sm_count,
+        "swizzle": "128B",
+        "registers_budget": regs,
+        "registers_estimate": need,
+        "register_note": (f"{4 * (warp_m // 16) * (warp_n // 8)} fp32 accumulators + "
+                          f"{4 * (warp_m // 16) + 2 * (warp_n // 8)} fragment registers + scale words + "
+                          f"{OVERHEAD_REGS} overhead = {need} <= {regs} per thread at one CTA per SM"),
+        "smem_budget": {"per_block": arch.smem_per_block_bytes, "per_stage": stage_bytes, "stages": stages,
+                        "barriers": stages * BARRIER_BYTES if stage_with == "tma" else 0,
+                        "align_slack": ALIGN_SLACK, "total": smem_bytes},
+        # fp32 accumulation in registers after every MMA (C is a register operand of each
+        # mma.sync): no promotion interval; the model's chunks are the MMA K.
+        "accumulation": "registers, per MMA",
+        "epilogue": "registers -> alpha * acc -> bf16x2 stores straight from the fragments",
+        "params": params,
+        "tma_maps": tma_maps,
+        "tensor_maps": tensor_maps,
+        "tmem_columns": 0,
+    }
+    required, forbidden = _sass_rules(arch, kind, variant, stage_with)
+    features = ("mma_sync",) + (("tma", "mbarrier") if stage_with == "tma" else ("cp_async",)) \
+        + tuple(variant.features)
+    return KernelSpec(
+        family=gemm.FAMILY, name=gemm.spec_name(variant, pair), variant=variant.variant,
+        entry=gemm.entry_name(variant, pair, arch.tensor_core.generation),
+        config=config, features=features, sass_required=required, sass_forbidden=forbidden,
+        threads=threads, smem_bytes=smem_bytes, tmem_columns=0, cluster=(1, 1, 1), template=gemm.TEMPLATE)
