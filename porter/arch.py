@@ -9,6 +9,7 @@ compares arch names.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field, fields
@@ -17,7 +18,8 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from porter import paths
-from porter.arch_schema import FEATURES, PEAK_DTYPES, derive_features, load_descriptor, one_line
+from porter.arch_schema import (FEATURES, PEAK_DTYPES, check_descriptor, derive_features, load_descriptor,
+                                one_line, parse_yaml)
 from porter.errors import PorterError
 
 __all__ = [
@@ -393,9 +395,116 @@ def _build(d: dict, path: Path, text: str) -> Arch:
     )
 
 
+# Per-SM and per-block limits by compute capability, from NVIDIA/cccl
+# libcudacxx/include/cuda/__device/arch_traits.h (shared/ARCH_FACTS.md, "Per-SM limits"):
+# the most a descriptor may claim for its target. Only a few of these figures can be
+# proved by a compile (ptxas rejects static shared memory past the per-block limit, see
+# porter arch check); the rest are checked here against the known figure, and a compute
+# capability not in this table is said to be unchecked (``limits_check``).
+KNOWN_LIMITS: dict[tuple[int, int], dict[str, int]] = {
+    (8, 0): {"smem_per_sm_kib": 164, "smem_per_block_kib": 163, "max_threads_per_sm": 2048,
+             "max_blocks_per_sm": 32, "regs_per_sm": 65536},
+    (9, 0): {"smem_per_sm_kib": 228, "smem_per_block_kib": 227, "max_threads_per_sm": 2048,
+             "max_blocks_per_sm": 32, "regs_per_sm": 65536},
+    (10, 0): {"smem_per_sm_kib": 228, "smem_per_block_kib": 227, "max_threads_per_sm": 2048,
+              "max_blocks_per_sm": 32, "regs_per_sm": 65536},
+    (10, 3): {"smem_per_sm_kib": 228, "smem_per_block_kib": 227, "max_threads_per_sm": 2048,
+              "max_blocks_per_sm": 32, "regs_per_sm": 65536},
+    (12, 0): {"smem_per_sm_kib": 100, "smem_per_block_kib": 99, "max_threads_per_sm": 1536,
+              "max_blocks_per_sm": 24, "regs_per_sm": 65536},
+}
+# The same on every compute capability porter targets (7.0 and later); clusters exist
+# from 9.0, 8 CTAs portable and 16 non-portable.
+UNIVERSAL_LIMITS = {"max_regs_per_thread": 255, "max_threads_per_block": 1024}
+CLUSTER_LIMITS = {"max_portable": 8, "max_nonportable": 16}
+_LIMITS_SOURCE = "NVIDIA/cccl arch_traits.h"
+
+
+def _compute_capability(target: str) -> tuple[int, int]:
+    digits = re.match(r"sm_(\d+)", target).group(1)
+    return int(digits[:-1]), int(digits[-1])
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_targets() -> tuple[int, ...] | None:
+    """Compute capabilities (as 90, 100, 120) the installed NVRTC compiles for; None when
+    NVRTC cannot be loaded (then the compile itself reports the missing toolchain)."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, archs = nvrtc.nvrtcGetSupportedArchs()
+        return tuple(sorted(int(a) for a in archs)) if int(err) == 0 else None
+    except Exception:  # no cuda-python, no NVRTC library: not this check's to report
+        return None
+
+
+def _check_target(d: dict, lines: dict[str, int], file: str) -> None:
+    """``identity.target`` must be a target the installed NVRTC compiles for: an unknown
+    one (sm_999a) would otherwise fail every probe and kernel a quarter-minute later."""
+    target = d["identity"]["target"]
+    supported = nvrtc_targets()
+    if supported is None:
+        return
+    number = int(re.match(r"sm_(\d+)", target).group(1))
+    if number not in supported:
+        line = lines.get("identity.target")
+        where = f"{file}:{line}" if line else file
+        names = ", ".join(f"sm_{n}" for n in supported)
+        raise _err(f"{where}: identity.target: {target} is not a target the installed NVRTC "
+                   f"compiles for (supported: {names}, each with an a/f suffix where it has one); "
+                   "fix the target, or install a newer nvidia-cuda-nvrtc")
+
+
+def _limit_problems(d: dict) -> list[tuple[str, str]]:
+    """(key, problem) for each figure above the known limit of its compute capability."""
+    cc = _compute_capability(d["identity"]["target"])
+    lim, cl = d["limits"], d["cluster"]
+    where = f"compute capability {cc[0]}.{cc[1]} ({_LIMITS_SOURCE})"
+    out = []
+    for key, most in UNIVERSAL_LIMITS.items():
+        if lim[key] > most:
+            out.append((f"limits.{key}", f"{lim[key]} is above {most}, the limit on every target ({_LIMITS_SOURCE})"))
+    for key, most in KNOWN_LIMITS.get(cc, {}).items():
+        if lim[key] > most:
+            out.append((f"limits.{key}", f"{lim[key]} is above {most}, the known figure for {where}"))
+    if cc < (9, 0) and cl["max_portable"] > 1:
+        out.append(("cluster.max_portable", f"clusters of {cl['max_portable']} CTAs, but thread-block "
+                    f"clusters start at compute capability 9.0 ({_LIMITS_SOURCE})"))
+    for key, most in CLUSTER_LIMITS.items():
+        if cl[key] > most:
+            out.append((f"cluster.{key}", f"{cl[key]} CTAs is above {most}, the cluster limit on every "
+                        f"target that has clusters ({_LIMITS_SOURCE})"))
+    return out
+
+
+def _check_limits(d: dict, lines: dict[str, int], file: str) -> None:
+    problems = _limit_problems(d)
+    if problems:
+        key, problem = problems[0]
+        line = lines.get(key)
+        where = f"{file}:{line}" if line else file
+        raise _err(f"{where}: {key}: {problem}; a figure above the hardware's would size "
+                   "kernels that cannot launch: check the figure and its unit")
+
+
+def limits_check(arch: "Arch") -> str:
+    """How far porter checked ``arch``'s limits, in words (for ``arch show`` and reports)."""
+    cc = arch.compute_capability
+    if cc in KNOWN_LIMITS:
+        return (f"within the known figures for compute capability {cc[0]}.{cc[1]} ({_LIMITS_SOURCE}); "
+                "porter arch check proves shared memory per block with a compile")
+    return (f"compute capability {cc[0]}.{cc[1]} has no known figures in porter: only the "
+            f"universal limits were checked (threads/block, registers/thread, clusters); "
+            "porter arch check proves shared memory per block with a compile")
+
+
 def arch_from_text(text: str, path: str | Path = "<text>") -> Arch:
     """Build an Arch from descriptor text (``path`` only names it in messages)."""
-    return _build(load_descriptor(text, str(path)), Path(path), text)
+    data, lines = parse_yaml(text, str(path))
+    d = check_descriptor(data, lines, str(path))
+    _check_target(d, lines, str(path))
+    _check_limits(d, lines, str(path))
+    return _build(d, Path(path), text)
 
 
 def resolve_arch_path(name_or_path: str | Path) -> Path:

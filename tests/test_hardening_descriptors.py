@@ -182,3 +182,91 @@ def test_dev_null_and_fifo_are_not_file_not_found(tmp_path, capsys):
         rc = main(["arch", "show", target])
         err = capsys.readouterr().err
         assert rc == 2 and "not found" not in err and "not a regular file" in err, err
+
+
+# -- item 5: targets the installed NVRTC does not know ----------------------------------------
+
+
+def test_unknown_target_fails_at_load_naming_the_supported_list(tmp_path):
+    from porter.arch import nvrtc_targets
+
+    if nvrtc_targets() is None:
+        pytest.skip("NVRTC is not installed: the target check needs its list of targets")
+    path = write(tmp_path, BLACKWELL, "target: sm_100a", "target: sm_999a")
+    msg = error_of(path)
+    assert "identity.target" in msg and "sm_999a" in msg and "sm_100" in msg and "supported" in msg
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "sm_999a" in t)
+    assert f":{line}:" in msg
+
+
+def test_unknown_target_is_exit_2_before_any_compile(tmp_path, capsys):
+    from porter.arch import nvrtc_targets
+
+    if nvrtc_targets() is None:
+        pytest.skip("NVRTC is not installed")
+    path = write(tmp_path, BLACKWELL, "target: sm_100a", "target: sm_999a")
+    rc = main(["target", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "identity.target" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+# -- item 6: implausible limits ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ("smem_per_sm_kib: 228\n  smem_per_block_kib: 227", "smem_per_sm_kib: 4096\n  smem_per_block_kib: 4096",
+     "limits.smem_per_sm_kib"),
+    ("smem_per_block_kib: 227", "smem_per_block_kib: 228", "limits.smem_per_block_kib"),
+    ("max_threads_per_block: 1024", "max_threads_per_block: 2048", "limits.max_threads_per_block"),
+    ("max_regs_per_thread: 255", "max_regs_per_thread: 512", "limits.max_regs_per_thread"),
+    ("max_portable: 8", "max_portable: 16", "cluster.max_portable"),
+    ("max_nonportable: 16", "max_nonportable: 32", "cluster.max_nonportable"),
+])
+def test_figures_above_the_known_limit_are_refused(tmp_path, old, new, key):
+    msg = error_of(write(tmp_path, BLACKWELL, old, new))
+    assert key in msg and "arch_traits.h" in msg
+
+
+def test_lower_figures_are_allowed_and_unknown_ccs_are_said_unchecked(tmp_path):
+    from porter.arch import limits_check, nvrtc_targets
+
+    arch = load_arch(write(tmp_path, BLACKWELL, "smem_per_block_kib: 227", "smem_per_block_kib: 200"))
+    assert arch.smem_per_block_bytes == 200 * 1024
+    assert "within the known figures for compute capability 10.0" in limits_check(arch)
+    if nvrtc_targets() is not None and 110 not in nvrtc_targets():
+        pytest.skip("this NVRTC has no sm_110")
+    # A compute capability porter has no table for loads, and says its limits are unchecked.
+    other = load_arch(write(tmp_path, BLACKWELL, "target: sm_100a", "target: sm_110a", name="cc11.yaml"))
+    assert "compute capability 11.0 has no known figures" in limits_check(other)
+
+
+def test_arch_show_says_how_limits_were_checked(capsys):
+    assert main(["arch", "show", "hopper"]) == 0
+    out = capsys.readouterr().out
+    assert "limits checked" in out and "compute capability 9.0" in out
+
+
+def _fake(target: str, smem_bytes: int):
+    from types import SimpleNamespace
+
+    digits = target[3:].rstrip("af")
+    return SimpleNamespace(target=target, smem_per_block_bytes=smem_bytes,
+                           compute_capability=(int(digits[:-1]), int(digits[-1])))
+
+
+@pytest.mark.parametrize("target,claimed,verdict", [
+    ("sm_90a", 227 * 1024, "proved"),
+    ("sm_90a", 228 * 1024, "contradicted"),
+    ("sm_90a", 100 * 1024, "understated"),
+    ("sm_120a", 99 * 1024, "proved"),
+    ("sm_120a", 4096 * 1024, "contradicted"),
+    ("sm_80", 163 * 1024, "not provable"),
+])
+def test_the_compiler_proves_shared_memory_per_block(target, claimed, verdict):
+    from porter.commands.arch_check import prove_smem_per_block
+
+    result = prove_smem_per_block(_fake(target, claimed))
+    assert result["verdict"] == verdict, result
+    assert result["ok"] == (verdict != "contradicted")
+    assert result["figure"] == "limits.smem_per_block_kib" and result["detail"]

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from porter.arch import FEATURES, list_archs, load_arch
+from porter.arch import FEATURES, limits_check, list_archs, load_arch
 from porter.archdiff import ArchDiff, diff_archs
 from porter.errors import PorterError
 
@@ -128,6 +128,7 @@ def cmd_show(args) -> int:
     t.add_row("registers", f"{a.regs_per_sm} per SM, {a.max_regs_per_thread} per thread")
     t.add_row("threads", f"{a.max_threads_per_block} per block, {a.max_threads_per_sm} per SM; "
               f"{a.max_blocks_per_sm} blocks per SM")
+    t.add_row("limits checked", _lit(limits_check(a)))
     t.add_row("L2", _bytes(a.l2_bytes) + uncertain("memory.l2_mib"))
     # "device memory", not "HBM": the hbm_* keys also hold GDDR parts (rtx-blackwell).
     t.add_row("device memory", f"{a.hbm_bytes / 1e9:g} GB at {a.hbm_bandwidth_bytes_per_s / 1e12:g} TB/s")

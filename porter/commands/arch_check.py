@@ -30,6 +30,54 @@ def register(arch_subparsers) -> None:
     p.set_defaults(func=cmd_check)
 
 
+# Static shared memory is capped at 48 KiB below compute capability 9.0, so there the
+# compiler cannot speak to the (larger, opt-in) dynamic per-block limit.
+_STATIC_SMEM_CAP_BEFORE_SM90 = 48 * 1024
+
+
+def _smem_source(nbytes: int) -> str:
+    return ('extern "C" __global__ void smem_limit_probe(int* out) {\n'
+            f"  __shared__ char buf[{nbytes}];\n"
+            "  buf[threadIdx.x] = (char)threadIdx.x;\n"
+            "  __syncthreads();\n"
+            f"  out[threadIdx.x] = buf[(threadIdx.x * 977u) % {nbytes}u];\n"
+            "}\n")
+
+
+def prove_smem_per_block(arch) -> dict:
+    """Prove ``limits.smem_per_block_kib`` with the compiler: ptxas accepts static shared
+    memory up to the per-block limit of the target and rejects one byte more (sm_90a and
+    sm_100a: 232,448 B; sm_120a: 101,376 B), so a kernel of exactly the claimed size must
+    compile and one byte more must not. Returns {figure, verdict, detail, ok}."""
+    from porter.errors import CompileError
+    from porter.toolchain import compile_cuda
+
+    claimed = arch.smem_per_block_bytes
+
+    def compiles(nbytes: int) -> bool:
+        try:
+            compile_cuda(_smem_source(nbytes), arch.target, name="smem_limit_probe.cu")
+            return True
+        except CompileError:
+            return False
+
+    figure = "limits.smem_per_block_kib"
+    if arch.compute_capability < (9, 0) and claimed > _STATIC_SMEM_CAP_BEFORE_SM90:
+        return {"figure": figure, "verdict": "not provable", "ok": True,
+                "detail": f"static shared memory stops at 48 KiB before compute capability 9.0; "
+                          f"{claimed} B is checked against the known figure only"}
+    if not compiles(claimed):
+        return {"figure": figure, "verdict": "contradicted", "ok": False,
+                "detail": f"ptxas rejects {claimed} B of shared memory per block for {arch.target}: "
+                          "the descriptor claims more than the target has"}
+    if compiles(claimed + 1):
+        return {"figure": figure, "verdict": "understated", "ok": True,
+                "detail": f"ptxas also accepts {claimed + 1} B for {arch.target}: the claim "
+                          f"({claimed} B) is safe but below the target's limit"}
+    return {"figure": figure, "verdict": "proved", "ok": True,
+            "detail": f"ptxas accepts {claimed} B per block for {arch.target} and rejects one byte more"}
+
+
 def _descriptor_says(r: ProbeResult) -> str:
     text = f"claims {r.feature}" if r.claimed else f"denies {r.feature}"
     if r.denied_prereqs:
@@ -86,7 +134,7 @@ def summary_line(check: ArchCheck) -> str:
     return text + (": descriptor AGREES with the compiler" if check.ok else ": descriptor DISAGREES with the compiler")
 
 
-def render(check: ArchCheck) -> None:
+def render(check: ArchCheck, limit: dict | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -115,6 +163,9 @@ def render(check: ArchCheck) -> None:
                   f"{lit(', '.join(check.kinds_without_probe))}")
     for line in check.contradictions:
         con.print(f"[red]contradiction[/red] {lit(line)}", markup=True)
+    if limit is not None:
+        style = "red" if not limit["ok"] else "green" if limit["verdict"] == "proved" else "yellow"
+        con.print(f"[{style}]{limit['verdict']}[/{style}] {limit['figure']}: {lit(limit['detail'])}", markup=True)
     con.print(summary_line(check), markup=False, soft_wrap=True)
 
 
@@ -124,8 +175,9 @@ def cmd_check(args) -> int:
     arch = load_arch(args.arch)
     require_toolchain()   # a missing tool or cache folder: one clear line before any compile
     check = check_arch(arch, jobs=args.jobs)
+    limit = prove_smem_per_block(arch)
     if args.json:
-        print(json.dumps(check.to_dict(), indent=2))
+        print(json.dumps({**check.to_dict(), "limits": [limit]}, indent=2))
     else:
-        render(check)
-    return 0 if check.ok else 1
+        render(check, limit)
+    return 0 if check.ok and limit["ok"] else 1
