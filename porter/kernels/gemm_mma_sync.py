@@ -127,25 +127,31 @@ def _choose(arch, variant, stage_with: str):
                       f"registers per thread ({'; '.join(tried) or 'no layout within max_threads_per_block'})")
 
 
+def any_of(patterns) -> str:
+    """One rule from a descriptor's signature list: any of its patterns proves it."""
+    patterns = tuple(patterns)
+    return patterns[0] if len(patterns) == 1 else "(?:" + "|".join(patterns) + ")"
+
+
 def _sass_rules(arch, kind: str, variant, stage_with: str):
     """What the machine code must show, every pattern read from the descriptor."""
     sig = arch.sass_signatures
     ops = arch.tensor_core.kind_sass.get(kind) or ()
     if not ops:
         raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
-    required = [SassRule(ops[0], f"mma.sync kind {kind} main loop (tensor_core.kinds.{kind}.sass)")]
+    required = [SassRule(any_of(ops), f"mma.sync kind {kind} main loop (tensor_core.kinds.{kind}.sass)")]
     # The variant's own features that have signatures prove the operand / scale formats
     # reached the tensor core (e.g. an fp8 signature naming E4M3, block_scale_nvfp4 UE4M3.4X).
     for feature in variant.features:
         if sig.get(feature):
-            required.append(SassRule(sig[feature][0], f"{feature} in the MMA (sass_signatures.{feature})"))
+            required.append(SassRule(any_of(sig[feature]), f"{feature} in the MMA (sass_signatures.{feature})"))
     if stage_with == "tma":
         for feature, why in (("tma", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
             loads = [p for p in sig.get(feature, ()) if feature != "tma" or "LDG" in p]
             if loads:
-                required.append(SassRule(loads[0], f"{why} (sass_signatures.{feature})"))
+                required.append(SassRule(any_of(loads), f"{why} (sass_signatures.{feature})"))
     elif sig.get("cp_async"):
-        required.append(SassRule(sig["cp_async"][0], "cp.async operand staging (sass_signatures.cp_async)"))
+        required.append(SassRule(any_of(sig["cp_async"]), "cp.async operand staging (sass_signatures.cp_async)"))
     return tuple(required), tuple(NO_SPILLS)
 
 
