@@ -12,7 +12,6 @@ import pytest
 from porter.arch import load_arch
 from porter.errors import PorterError
 from porter.validation import device_harness as dh
-from porter.runtime.device import CudaDevice
 from porter.validation import device_runs as dr
 from porter.validation import quantize, reference_gemm
 
@@ -320,249 +319,96 @@ def test_megakernel_arena_is_poisoned_where_the_step_writes(hopper):
             assert (got == dh.POISON_BYTE).all(), t.name
 
 
-# ---- the device runs end to end on a fake driver -------------------------------------------------
-# A stand-in for cuda.bindings.driver whose "device memory" is host memory and whose
-# kernels are Python functions reading their packed arguments the way a launch passes
-# them (kernelParams, TMA descriptors). It proves the harness's plumbing: uploads,
-# tensor maps, argument packing, poisoning, read-back, judging and the timing loop; a
-# fake kernel that skips part of its output must fail validation.
-
-import ctypes  # noqa: E402
-
-
-class _Names:
-    def __getattr__(self, name):
-        return name
-
-
-class FakeDriver:
-    class CUresult:
-        CUDA_SUCCESS, CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_INVALID_DEVICE = 0, 1, 100, 101
-
-    class CUevent_flags:
-        CU_EVENT_DEFAULT = 0
-
-    CUfunction_attribute = CUlaunchAttributeID = CUtensorMapDataType = _Names()
-    CUtensorMapInterleave = CUtensorMapSwizzle = CUtensorMapL2promotion = CUtensorMapFloatOOBfill = _Names()
-
-    def __init__(self):
-        self.mem, self.maps, self.clock, self.launches = {}, [], 0, 0
-
-    @staticmethod
-    def cuuint64_t(v):
-        return int(v)
-
-    cuuint32_t = cuuint64_t
-
-    def CUstream(self, x):
-        return x
-
-    def CUlaunchConfig(self):
-        return types.SimpleNamespace()
-
-    def CUlaunchAttribute(self):
-        return types.SimpleNamespace(value=types.SimpleNamespace(clusterDim=types.SimpleNamespace()))
-
-    def cuMemAlloc(self, n):
-        raw = np.empty(n + 256, dtype=np.uint8)
-        addr = (raw.ctypes.data + 255) // 256 * 256
-        self.mem[addr] = raw
-        return 0, addr
-
-    def cuMemFree(self, ptr):
-        self.mem.pop(ptr, None)
-        return (0,)
-
-    def cuMemcpyHtoD(self, dst, src, n):
-        ctypes.memmove(dst, src, n)
-        return (0,)
-
-    cuMemcpyDtoH = cuMemcpyHtoD
-
-    def cuMemcpyDtoDAsync(self, dst, src, n, stream):
-        return self.cuMemcpyHtoD(dst, src, n)
-
-    def cuMemsetD8(self, ptr, value, n):
-        ctypes.memset(ptr, value, n)
-        return (0,)
-
-    def cuMemsetD32Async(self, ptr, value, n, stream):
-        np.ctypeslib.as_array((ctypes.c_int32 * n).from_address(ptr))[:] = value
-        return (0,)
-
-    def cuTensorMapEncodeTiled(self, dtype, rank, addr, dims, strides, box, *rest):
-        blob = (ctypes.c_uint64 * 16)(addr, *map(int, dims), *map(int, strides))
-        blob[15] = 2 if dtype.endswith("BFLOAT16") else 1          # element bytes, for the fake kernels
-        self.maps.append(blob)
-        return 0, types.SimpleNamespace(getPtr=lambda: ctypes.addressof(blob))
-
-    def cuFuncSetAttribute(self, *args):
-        return (0,)
-
-    def cuLaunchKernelEx(self, config, function, params, extra):
-        self.last_attrs = [a.id for a in config.attrs[:config.numAttrs]]
-        ptrs = (ctypes.c_void_p * len(function.params)).from_address(params)
-        values = {}
-        for (name, ctype), p in zip(function.params, ptrs):
-            if ctype == "TmaDescriptor":
-                values[name] = tuple((ctypes.c_uint64 * 16).from_address(p))
-            elif ctype.endswith("*"):
-                values[name] = ctypes.c_uint64.from_address(p).value
-            elif ctype == "int":
-                values[name] = ctypes.c_int32.from_address(p).value
-            else:
-                values[name] = ctypes.c_float.from_address(p).value
-        self.launches += 1
-        function.impl(values)
-        return (0,)
-
-    def cuCtxSynchronize(self):
-        return (0,)
-
-    def cuStreamQuery(self, stream):
-        return (0,)
-
-    cuStreamSynchronize = cuStreamQuery
-
-    def cuModuleLoadData(self, image):
-        self.loaded = bytes(image)
-        return (1 if image == b"NOT A CUBIN" else 0), "module"
-
-    def cuModuleGetFunction(self, module, name):
-        return 0, ("function", name)
-
-    def cuGetErrorName(self, err):
-        return 0, b"CUDA_ERROR_INVALID_IMAGE"
-
-    def cuGetErrorString(self, err):
-        return 0, b"device kernel image is invalid"
-
-    def cuEventCreate(self, flags):
-        return 0, types.SimpleNamespace(t=None)
-
-    def cuEventRecord(self, ev, stream):
-        self.clock += 1
-        ev.t = self.clock
-        return (0,)
-
-    def cuEventSynchronize(self, ev):
-        return (0,)
-
-    def cuEventElapsedTime(self, start, end):
-        return 0, float(end.t - start.t)
-
-    def cuEventDestroy(self, ev):
-        return (0,)
-
-
-def _host(addr, shape, dtype):
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape)) * dtype.itemsize
-    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(addr)).view(dtype).reshape(shape)
-
-
-class FakeKernel:
-    def __init__(self, spec, impl):
-        self.params, self.impl, self.name = [tuple(p) for p in spec.config["params"]], impl, spec.name
+# ---- the device runs end to end on the rehearsal GPU ---------------------------------------------
+# porter.runtime.fakedriver: every driver call goes through the real cuda.bindings argument
+# conversion first, then a host-memory GPU whose kernels compute from the tensor maps
+# and pointers they are given. It proves the harness's plumbing: uploads, tensor maps,
+# argument packing, poisoning, read-back, judging and the timing loop; a kernel that
+# computes a wrong result, or none, must fail validation.
 
 
 @pytest.fixture
-def fake_driver(monkeypatch):
-    from porter.runtime import driver
+def rehearsal_gpu(monkeypatch):
+    from porter.runtime import cubins, device, driver, fakedriver
 
-    fake = FakeDriver()
-    monkeypatch.setattr(driver, "bindings", lambda: fake)
-    monkeypatch.setattr(driver, "context", lambda ordinal=0: None)
-    monkeypatch.setattr(driver, "device", lambda ordinal=0: driver.DeviceInfo(0, "fake", (9, 0), 132, 232448))
-    from porter.runtime import device
-
+    monkeypatch.setattr(driver, "bindings", driver.bindings)      # restored after the test
+    monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
+    gpu = fakedriver.FakeGPU("hopper")
+    fakedriver.install(gpu)
     monkeypatch.setattr(device, "_DEFAULT", {})
-    return fake
-
-
-def _fake_gemm(skip_tile=False):
-    def impl(v):
-        m, n, k = v["m"], v["n"], v["k"]
-        a_addr, b_addr = v["tma_a"][0], v["tma_b"][0]
-        if v["tma_a"][15] == 2:                    # bf16 operands travel as BFLOAT16 elements
-            a = _host(a_addr, (m, k), ml_dtypes.bfloat16).astype(np.float64)
-            b = _host(b_addr, (n, k), ml_dtypes.bfloat16).astype(np.float64)
-        else:
-            a = _host(a_addr, (m, k), ml_dtypes.float8_e4m3fn).astype(np.float64)
-            b = _host(b_addr, (n, k), ml_dtypes.float8_e4m3fn).astype(np.float64)
-        c = ((a @ b.T) * v["scale_a"] * v["scale_b"]).astype(np.float32).astype(ml_dtypes.bfloat16)
-        out = _host(v["c"], (m, n), ml_dtypes.bfloat16)
-        if skip_tile:
-            out[64:, :] = c[64:, :]                # rows 0..63 never written
-        else:
-            out[:] = c
-    return impl
+    monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test cubin", b"\x7fELF test")]))
+    yield gpu
+    driver._init.cache_clear()
+    driver.context.cache_clear()
 
 
 @pytest.mark.parametrize("name", ["gemm.bf16", "gemm.fp8"])
-def test_validate_gemm_on_fake_driver(fake_driver, monkeypatch, hopper, name):
+def test_validate_gemm_on_the_rehearsal_gpu(rehearsal_gpu, hopper, name):
     from porter.commands.kernel import find_kernel
 
     spec = find_kernel(name, hopper)[0]
-    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_gemm()))
     checks = dr.validate_gemm(spec, hopper, shapes=[(256, 256, 256), (512, 256, 384)], seeds=2)
     assert len(checks) == 4 and all(c["passed"] for c in checks), checks
-    assert len({c["seed"] for c in checks}) == 4 and fake_driver.launches == 4
-    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_gemm(skip_tile=True)))
+    assert len({c["seed"] for c in checks}) == 4 and rehearsal_gpu.launches == [name] * 4
+    assert rehearsal_gpu.last["cluster"] == tuple(spec.cluster) and rehearsal_gpu.last["smem_bytes"] == spec.smem_bytes
+    rehearsal_gpu.behaviours[name] = "fail"
     bad = dr.validate_gemm(spec, hopper, shapes=[(256, 256, 256)], seeds=1)
-    assert not bad[0]["passed"] and bad[0]["written"]["unwritten"] == 64 * 256
+    assert not bad[0]["passed"] and bad[0]["written"]["unwritten"] == 0
 
 
-def test_bench_gemm_on_fake_driver(fake_driver, monkeypatch, hopper):
+def test_bench_gemm_on_the_rehearsal_gpu(rehearsal_gpu, monkeypatch, hopper):
     from porter.commands.kernel import find_kernel
+    from porter.runtime import fakedriver
 
     spec = find_kernel("gemm.bf16", hopper)[0]
-    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_gemm()))
     monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 3)
     monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
     rows = dr.bench_gemm(spec, hopper, shapes=[(256, 256, 256)])
     row = rows[0]
+    modelled_ms = max(2 * 256 ** 3 / fakedriver.MODEL_FLOPS_PER_S * 1e3, 1e-3)
     assert row["spot_check"]["passed"] and row["time"]["n"] == dh.TIMED_LAUNCHES
-    assert row["time"]["median_ms"] == 1.0 and row["tflops"] == pytest.approx(2 * 256 ** 3 / 1e-3 / 1e12)
+    assert row["time"]["median_ms"] == pytest.approx(modelled_ms)
+    assert row["tflops"] == pytest.approx(2 * 256 ** 3 / (modelled_ms * 1e-3) / 1e12)
     assert row["baseline"]["skipped"] == "no torch here" and "pct_of_baseline" not in row
     assert "3 input set(s)" in row["rotation"] and "warm L2" in row["rotation"]
     assert row["pct_of_peak"] == pytest.approx(100 * row["tflops"] / hopper.peak_tflops["bf16"])
 
 
-def _fake_attention(spec):
-    from porter.validation.reference_attention import reference_attention
-
-    def impl(v):
-        b, hq, hkv, sq, sk = v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_k"]
-        d = spec.config["head_dim"]
-        q = _host(v["tma_q"][0], (b, hq, sq, d), ml_dtypes.bfloat16).astype(np.float64)
-        k = _host(v["tma_k"][0], (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float64)
-        val = _host(v["tma_v"][0], (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float64)
-        o, lse = reference_attention(q, k, val, bool(spec.config["causal"]))
-        _host(v["o"], o.shape, ml_dtypes.bfloat16)[:] = o.astype(np.float32).astype(ml_dtypes.bfloat16)
-        _host(v["lse"], lse.shape, np.float32)[:] = lse
-    return impl
-
-
-def test_validate_attention_on_fake_driver(fake_driver, monkeypatch, hopper):
+def test_validate_attention_on_the_rehearsal_gpu(rehearsal_gpu, hopper):
     from porter.commands.kernel import find_kernel
 
     spec = find_kernel("attention.hd64.causal", hopper)[0]
-    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, _fake_attention(s)))
-    checks = dr.validate_attention(spec, hopper, shapes=[(1, 2, 1, 160, 100), (1, 2, 2, 64, 64)], seeds=1)
-    assert [c["passed"] for c in checks] == [True, True], checks
+    checks = dr.validate_attention(spec, hopper, shapes=[(1, 2, 1, 160, 100), (1, 2, 2, 64, 64), (1, 2, 1, 1024, 96)],
+                                   seeds=1)
+    assert [c["passed"] for c in checks] == [True, True, True], checks
 
 
-def test_validate_megakernel_on_fake_driver_catches_an_idle_kernel(fake_driver, monkeypatch, hopper):
+def test_validate_megakernel_on_the_rehearsal_gpu_catches_an_idle_kernel(rehearsal_gpu, hopper):
     from porter.kernels import megakernel
 
     spec = megakernel.variants(hopper)[0]
-    monkeypatch.setattr(CudaDevice, "load", lambda self, s, a: FakeKernel(s, lambda v: None))
     checks = dr.validate_megakernel(spec, hopper, shapes=["tiny"], seeds=1)
     c = checks[0]
     assert not c["passed"] and not c["counters_ok"]
-    assert fake_driver.last_attrs == ["CU_LAUNCH_ATTRIBUTE_COOPERATIVE"]      # persistent CTAs wait on each other
+    assert rehearsal_gpu.last["cooperative"] is True                   # persistent CTAs wait on each other
     assert c["written"]["unwritten"] == c["written"]["elements"] and c["cache_unwritten"] > 0
+
+
+def test_a_fault_is_sticky_and_a_hang_is_named(rehearsal_gpu, hopper):
+    from porter.commands.kernel import find_kernel
+    from porter.runtime import device
+    from porter.runtime.device import KernelFault, KernelHang
+
+    spec = find_kernel("gemm.bf16", hopper)[0]
+    rehearsal_gpu.behaviours[spec.name] = "hang"
+    device.get_device().launch_timeout_s = 0.2
+    with pytest.raises(KernelHang, match=r"gemm.bf16 execution: still running after 0 s \(watchdog\)"):
+        dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1)
+    rehearsal_gpu.hung, rehearsal_gpu.behaviours[spec.name] = False, "fault"
+    with pytest.raises(KernelFault, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1)
+    with pytest.raises(KernelFault, match="cuMemAlloc"):               # the context is lost
+        device.get_device().alloc(16)
 
 
 def test_bench_weights_look_like_random_weights():

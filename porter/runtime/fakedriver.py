@@ -1,0 +1,446 @@
+"""A rehearsal GPU behind the real cuda.bindings argument conversion.
+
+``CheckedDriver`` stands in for ``cuda.bindings.driver`` in ``porter.runtime.driver``:
+its types and enums are the real ones, and every function porter calls is first called
+on the **real binding with exactly porter's arguments**. On a machine without the NVIDIA
+driver the binding converts every argument and only then fails to find libcuda
+(``DynamicLibNotFoundError``, ARCH_FACTS "Host side"), so a wrong argument type raises
+the binding's own TypeError here, as it would on a GPU. Only after that does
+``FakeGPU`` (host memory, Python kernels) serve the call, returning real binding types
+(CUmodule, CUfunction, CUevent, CUtensorMap, CUresult) so the next call converts them
+as the driver would.
+
+``FakeGPU`` models what a first GPU run can meet: launches the driver refuses (dynamic
+shared memory past 48 KiB without the attribute or past the opt-in limit, a grid that is
+not whole clusters, a cooperative grid larger than the SMs), a sticky fault (every later
+call returns the same error, as a lost context does), a hang (the stream never drains:
+cuStreamQuery says NOT_READY, a blocking synchronize blocks), and GEMM / attention
+kernels that compute their outputs from the tensor maps and pointers they are given.
+Each kernel's behaviour comes from ``PORTER_REHEARSAL`` ("name=pass|fail|fault|hang",
+comma-separated; default pass): ``fail`` computes a wrong result (x1.1).
+
+It refuses to start where a driver is installed: there the real calls would run.
+``rehearsal_device()`` installs it and returns a CudaDevice on top (the
+``PORTER_DEVICE=porter.runtime.fakedriver:rehearsal_device`` factory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import numpy as np
+
+from porter.errors import PorterError
+
+REHEARSAL_ENV = "PORTER_REHEARSAL"
+TIMEOUT_ENV = "PORTER_LAUNCH_TIMEOUT_S"
+ARCH_ENV = "PORTER_REHEARSAL_ARCH"
+DEVICE_NAME = "NVIDIA H200 (rehearsal: porter.runtime.fakedriver)"
+SMEM_OPTIN = 232448
+DEFAULT_SMEM = 48 * 1024
+SM_COUNT = 132
+# modelled device rate for event timings (deterministic, round)
+MODEL_FLOPS_PER_S = 500e12
+
+_ELEM_BYTES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "INT64": 8,
+               "FLOAT16": 2, "FLOAT32": 4, "FLOAT64": 8, "BFLOAT16": 2}
+
+
+def _is_missing_driver(exc: BaseException) -> bool:
+    return type(exc).__name__ == "DynamicLibNotFoundError"
+
+
+class CheckedDriver:
+    """The real binding's types; its functions called for argument conversion first."""
+
+    def __init__(self, gpu: "FakeGPU"):
+        from cuda.bindings import driver as real
+
+        self._real, self._gpu, self.calls = real, gpu, {}
+        try:
+            real.cuInit(0)
+        except Exception as exc:  # noqa: BLE001
+            if not _is_missing_driver(exc):
+                raise
+        else:
+            raise PorterError("the rehearsal driver needs a machine without the NVIDIA driver "
+                              "(here the real calls would run); rehearse elsewhere")
+
+    def __getattr__(self, name):
+        real = getattr(self._real, name)
+        if isinstance(real, type) or not callable(real):
+            return real
+        impl = getattr(self._gpu, name, None)
+        if impl is None:
+            raise AttributeError(f"the rehearsal GPU does not model {name}; add it to FakeGPU")
+
+        def checked(*args):
+            try:
+                real(*args)            # converts porter's arguments, then misses libcuda
+            except Exception as exc:  # noqa: BLE001 - only the missing library means "converted"
+                if not _is_missing_driver(exc):
+                    raise
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return impl(*args)
+
+        checked.__name__ = name
+        return checked
+
+
+def _behaviours() -> dict[str, str]:
+    out = {}
+    for item in filter(None, (os.environ.get(REHEARSAL_ENV) or "").split(",")):
+        name, _, mode = item.partition("=")
+        if mode not in ("pass", "fail", "fault", "hang"):
+            raise PorterError(f"{REHEARSAL_ENV}: {item!r}: a behaviour is pass, fail, fault or hang")
+        out[name.strip()] = mode
+    return out
+
+
+def _view(addr: int, shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    return np.ctypeslib.as_array((ctypes.c_uint8 * max(n, 1)).from_address(addr))[:n].view(dtype).reshape(shape)
+
+
+class FakeGPU:
+    """Host memory as device memory, Python functions as kernels; see the module doc."""
+
+    def __init__(self, arch_name: str | None = None):
+        from cuda.bindings import driver as real
+
+        self.d = real
+        self.arch_name = arch_name or os.environ.get(ARCH_ENV) or "hopper"
+        self.behaviours = _behaviours()
+        self.mem: dict[int, np.ndarray] = {}
+        self.sticky = None               # a CUresult every call returns once a kernel faulted
+        self.hung = False
+        self.clock_ms = 0.0
+        self.events: dict[int, float] = {}
+        self.functions: dict[int, tuple] = {}   # handle -> (spec, entry)
+        self.smem_optin: dict[int, int] = {}
+        self.launches: list[str] = []
+        self._next = 1
+        self._specs = None
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _ok(self, *values):
+        return (self.d.CUresult.CUDA_SUCCESS, *values)
+
+    def _err(self, name: str, *values):
+        return (getattr(self.d.CUresult, name), *values)
+
+    def _gate(self):
+        return (self.sticky,) if self.sticky is not None else None
+
+    def _id(self) -> int:
+        self._next += 1
+        return self._next
+
+    def _spec_for(self, entry: str):
+        if self._specs is None:
+            from porter import kernels
+            from porter.arch import load_arch
+            from porter.kernels.base import Unsupported
+
+            arch = load_arch(self.arch_name)
+            self._specs = {s.entry: s for f in kernels.FAMILIES for s in kernels.family_module(f).variants(arch)
+                           if not isinstance(s, Unsupported)}
+        return self._specs.get(entry)
+
+    # -- init, device, context ------------------------------------------------------
+
+    def cuInit(self, flags):
+        return self._ok()
+
+    def cuDriverGetVersion(self):
+        return self._ok(13000)
+
+    def cuDeviceGetCount(self):
+        return self._ok(1)
+
+    def cuDeviceGet(self, ordinal):
+        return self._ok(self.d.CUdevice(int(ordinal)))
+
+    def cuDeviceGetName(self, n, dev):
+        return self._ok(DEVICE_NAME.encode().ljust(int(n), b"\0"))
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        a = self.d.CUdevice_attribute
+        values = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9, a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+                  a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: SM_COUNT,
+                  a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: SMEM_OPTIN,
+                  a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE: 1980000, a.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: 2619000,
+                  a.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: 50 << 20}
+        return self._ok(values.get(attr, 0))
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self._ok(self.d.CUcontext(self._id()))
+
+    def cuCtxSetCurrent(self, ctx):
+        return self._ok()
+
+    def cuGetErrorName(self, err):
+        return self._ok(self.d.CUresult(err).name.encode())
+
+    def cuGetErrorString(self, err):
+        return self._ok(b"rehearsal error " + self.d.CUresult(err).name.encode())
+
+    # -- memory ---------------------------------------------------------------------
+
+    def cuMemAlloc(self, n):
+        if self._gate():
+            return (self.sticky, self.d.CUdeviceptr(0))
+        raw = np.zeros(int(n) + 256, dtype=np.uint8)
+        addr = (raw.ctypes.data + 255) // 256 * 256
+        self.mem[addr] = raw
+        return self._ok(self.d.CUdeviceptr(addr))
+
+    def cuMemFree(self, ptr):
+        self.mem.pop(int(ptr), None)
+        return self._ok()
+
+    def _copy(self, dst, src, n):
+        if self._gate():
+            return self._gate()
+        ctypes.memmove(int(dst), int(src), int(n))
+        return self._ok()
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        if self.hung:            # a synchronous copy waits for the stream: forever
+            self._block()
+        return self._copy(dst, src, n)
+
+    def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemsetD8(self, ptr, value, n):
+        if self._gate():
+            return self._gate()
+        ctypes.memset(int(ptr), int(value), int(n))
+        return self._ok()
+
+    def cuMemsetD32Async(self, ptr, value, n, stream):
+        if self._gate():
+            return self._gate()
+        _view(int(ptr), (int(n),), np.uint32)[:] = int(value)
+        return self._ok()
+
+    # -- modules and functions --------------------------------------------------------
+
+    def cuModuleLoadData(self, image):
+        if self._gate():
+            return (self.sticky, self.d.CUmodule(0))
+        data = bytes(image) if not isinstance(image, int) else b""
+        if not data.startswith(b"\x7fELF"):
+            return self._err("CUDA_ERROR_INVALID_IMAGE", self.d.CUmodule(0))
+        return self._ok(self.d.CUmodule(self._id()))
+
+    def cuModuleGetFunction(self, module, name):
+        entry = name.decode() if isinstance(name, bytes) else str(name)
+        spec = self._spec_for(entry)
+        if spec is None:
+            return self._err("CUDA_ERROR_NOT_FOUND", self.d.CUfunction(0))
+        handle = self._id()
+        self.functions[handle] = (spec, entry)
+        return self._ok(self.d.CUfunction(handle))
+
+    def cuFuncSetAttribute(self, fn, attr, value):
+        if attr == self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+            if int(value) > SMEM_OPTIN:
+                return self._err("CUDA_ERROR_INVALID_VALUE")
+            self.smem_optin[int(fn)] = int(value)
+        return self._ok()
+
+    def cuFuncGetAttribute(self, attr, fn):
+        a = self.d.CUfunction_attribute
+        spec = self.functions.get(int(fn), (None,))[0]
+        values = {a.CU_FUNC_ATTRIBUTE_NUM_REGS: 168, a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: 1024,
+                  a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: spec.threads if spec else 1024,
+                  a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: self.smem_optin.get(int(fn), DEFAULT_SMEM),
+                  a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: 0}
+        return self._ok(values.get(attr, 0))
+
+    # -- tensor maps ------------------------------------------------------------------
+
+    def cuTensorMapEncodeTiled(self, dtype, rank, addr, dims, strides, box, estrides, *modes):
+        """Our own 128 bytes: address, element bytes, rank, dims, strides (the fake kernels read them)."""
+        name = self.d.CUtensorMapDataType(dtype).name.replace("CU_TENSOR_MAP_DATA_TYPE_", "")
+        dims, strides, box = [int(x) for x in dims], [int(x) for x in strides], [int(x) for x in box]
+        if int(addr) % 16 or any(s % 16 for s in strides) or any(not 0 < b <= 256 for b in box) \
+                or len(dims) != int(rank):
+            return self._err("CUDA_ERROR_INVALID_VALUE", self.d.CUtensorMap())
+        tmap = self.d.CUtensorMap()
+        words = (ctypes.c_uint64 * 16).from_address(tmap.getPtr())
+        for i, v in enumerate([int(addr), _ELEM_BYTES.get(name, 1), int(rank), *dims, *strides][:16]):
+            words[i] = v
+        return self._ok(tmap)
+
+    # -- launches, streams, events ----------------------------------------------------
+
+    def cuLaunchKernelEx(self, config, fn, params, extra):
+        if self._gate():
+            return self._gate()
+        spec, entry = self.functions.get(int(fn), (None, None))
+        if spec is None:
+            return self._err("CUDA_ERROR_INVALID_HANDLE")
+        grid = (config.gridDimX, config.gridDimY, config.gridDimZ)
+        smem = int(config.sharedMemBytes)
+        if smem > self.smem_optin.get(int(fn), DEFAULT_SMEM) or config.blockDimX * config.blockDimY * config.blockDimZ > 1024:
+            return self._err("CUDA_ERROR_INVALID_VALUE")
+        cluster, cooperative = (1, 1, 1), False
+        ids = self.d.CUlaunchAttributeID
+        for attr in list(config.attrs)[:config.numAttrs]:
+            if attr.id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+                cluster = (attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z)
+            elif attr.id == ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+                cooperative = bool(attr.value.cooperative)
+        if any(g % c for g, c in zip(grid, cluster)):
+            return self._err("CUDA_ERROR_INVALID_CLUSTER_SIZE")
+        if cooperative and grid[0] * grid[1] * grid[2] > SM_COUNT:
+            return self._err("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")
+        names = spec.config.get("params")
+        if names is None and spec.family == "megakernel":
+            from porter.kernels import megakernel
+
+            names = megakernel.PARAMS
+        values = self._read_params(int(params), [tuple(p) for p in names])
+        self.launches.append(spec.name)
+        self.last = {"kernel": spec.name, "grid": grid, "cluster": cluster, "cooperative": cooperative,
+                     "smem_bytes": smem, "values": values}
+        mode = self.behaviours.get(spec.name, "pass")
+        if mode == "fault":
+            self.sticky = self.d.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+            return self._ok()              # launch errors of a running kernel show at the next sync
+        if mode == "hang":
+            self.hung = True
+            return self._ok()
+        flops = _KERNELS.get(spec.family, _idle)(spec, values, 1.1 if mode == "fail" else 1.0)
+        self.clock_ms += max(flops / MODEL_FLOPS_PER_S * 1e3, 1e-3)
+        return self._ok()
+
+    def _read_params(self, address: int, params: list[tuple[str, str]]) -> dict:
+        ptrs = (ctypes.c_void_p * len(params)).from_address(address)
+        out = {}
+        for (name, ctype), p in zip(params, ptrs):
+            if ctype == "TmaDescriptor":
+                out[name] = tuple((ctypes.c_uint64 * 16).from_address(p))
+            elif ctype.endswith("*"):
+                out[name] = ctypes.c_uint64.from_address(p).value
+            elif ctype == "int":
+                out[name] = ctypes.c_int32.from_address(p).value
+            else:
+                out[name] = ctypes.c_float.from_address(p).value
+        return out
+
+    def _status(self):
+        if self.sticky is not None:
+            return (self.sticky,)
+        if self.hung:
+            return self._err("CUDA_ERROR_NOT_READY")
+        return self._ok()
+
+    def _block(self):
+        while True:               # what a blocking wait on a hung kernel does
+            time.sleep(3600)
+
+    def cuStreamQuery(self, stream):
+        return self._status()
+
+    def cuEventQuery(self, ev):
+        return self._status()
+
+    def cuStreamSynchronize(self, stream):
+        if self.hung:
+            self._block()
+        return self._status()
+
+    def cuCtxSynchronize(self):
+        return self.cuStreamSynchronize(None)
+
+    def cuEventCreate(self, flags):
+        return self._ok(self.d.CUevent(self._id()))
+
+    def cuEventRecord(self, ev, stream):
+        if self._gate():
+            return self._gate()
+        self.events[int(ev)] = self.clock_ms
+        return self._ok()
+
+    def cuEventSynchronize(self, ev):
+        return self.cuStreamSynchronize(None)
+
+    def cuEventElapsedTime(self, start, end):
+        if self._gate():
+            return (self.sticky, 0.0)
+        return self._ok(float(self.events[int(end)] - self.events[int(start)]))
+
+    def cuEventDestroy(self, ev):
+        self.events.pop(int(ev), None)
+        return self._ok()
+
+
+# ---- the fake kernels: outputs from the arguments a real launch passes -----------------------
+
+def _idle(spec, v, factor) -> float:
+    return 0.0
+
+
+def _gemm(spec, v, factor) -> float:
+    import ml_dtypes
+
+    m, n, k = v["m"], v["n"], v["k"]
+    fmt = spec.config.get("a_format")
+    dt = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}.get(fmt)
+    if dt is None or spec.config.get("block_scale"):
+        return 0.0                   # a format this rehearsal GPU does not compute: C stays unwritten
+    a = _view(v["tma_a"][0], (m, k), dt).astype(np.float64)
+    b = _view(v["tma_b"][0], (n, k), dt).astype(np.float64)
+    c = (a @ b.T) * v["scale_a"] * v["scale_b"] * factor
+    _view(v["c"], (m, n), ml_dtypes.bfloat16)[:] = c.astype(np.float32).astype(ml_dtypes.bfloat16)
+    return 2.0 * m * n * k
+
+
+def _attention(spec, v, factor) -> float:
+    import ml_dtypes
+
+    from porter.validation.reference_attention import reference_attention
+
+    b, hq, hkv, sq, sk = v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_k"]
+    d = spec.config["head_dim"]
+    q = _view(v["tma_q"][0], (b, hq, sq, d), ml_dtypes.bfloat16).astype(np.float64)
+    k = _view(v["tma_k"][0], (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float64)
+    val = _view(v["tma_v"][0], (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float64)
+    o, lse = reference_attention(q, k, val, bool(spec.config["causal"]))
+    _view(v["o"], o.shape, ml_dtypes.bfloat16)[:] = (o * factor).astype(np.float32).astype(ml_dtypes.bfloat16)
+    _view(v["lse"], lse.shape, np.float32)[:] = lse
+    return 4.0 * b * hq * sq * sk * d
+
+
+_KERNELS = {"gemm": _gemm, "attention": _attention}
+
+
+def install(gpu: FakeGPU | None = None) -> CheckedDriver:
+    """Make porter.runtime.driver use the rehearsal GPU (for this process)."""
+    from porter.runtime import driver
+
+    checked = CheckedDriver(gpu or FakeGPU())
+    driver.bindings = lambda: checked
+    driver._init.cache_clear()
+    driver.context.cache_clear()
+    return checked
+
+
+def rehearsal_device():
+    """PORTER_DEVICE factory: a CudaDevice on the rehearsal GPU, with the watchdog from
+    PORTER_LAUNCH_TIMEOUT_S (default 2 s: a rehearsal's hang should cost seconds)."""
+    from porter.runtime.device import CudaDevice
+
+    install()
+    return CudaDevice(launch_timeout_s=float(os.environ.get(TIMEOUT_ENV) or 2.0))
