@@ -83,6 +83,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled as Ctrl-C is (stop handing out work, keep what is
+    finished, shut the worker pool down, say so), but exiting 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_terminate(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Terminated(signum)
+
+
+def _install_signal_handlers() -> dict:
+    """SIGTERM and SIGHUP raise Terminated in the main thread; returns the old handlers
+    (restored when main returns, so callers embedding porter keep theirs)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            old[signum] = signal.signal(signum, _on_terminate)
+    return old
+
+
+def interrupted_exit_code(exc: BaseException) -> int:
+    """130 for Ctrl-C, 128 + N for signal N (143 for SIGTERM)."""
+    return 128 + getattr(exc, "signum", 2)
+
+
 def _where(exc: BaseException) -> str:
     """file:line of the innermost frame that raised ``exc`` (for a one-line bug report)."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -101,14 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    old_handlers = _install_signal_handlers()
     try:
         return int(args.func(args) or 0)
     except PorterError as exc:
         print(f"porter: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("porter: interrupted", file=sys.stderr)
-        return 130
+        return interrupted_exit_code(exc)
     except OSError as exc:
         # The file system said no (a folder that cannot be created, no space, no
         # permission): name the path; the command wrote its files atomically, so
@@ -123,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
               "this is a bug in porter: rerun with PORTER_TRACEBACK=1 and report the traceback",
               file=sys.stderr)
         return 1
+    finally:
+        import signal
+
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

@@ -52,11 +52,13 @@ def run(args) -> int:
 
             with RichDisplay(console) as display:
                 result = run_target(opts, display)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP (porter.cli.Terminated)
         # Every finished unit is already stored whole (atomic writes), so say how to go on.
+        from porter.cli import interrupted_exit_code
+
         print("porter: interrupted; finished work is kept, run the same command again to resume",
               file=sys.stderr)
-        return 130
+        return interrupted_exit_code(exc)
     print_summary(console, result)
     no_device = result.no_device
     others = [s for s in result.failed if s is not no_device]

@@ -182,7 +182,7 @@ class Context:
             # forked child of a threaded parent can deadlock on a lock it inherited held.
             self._pool = ProcessPoolExecutor(max_workers=self.jobs,
                                              mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_ignore_sigint)
+                                             initializer=_worker_init, initargs=(os.getpid(),))
         return self._pool
 
     def close(self) -> None:
@@ -199,6 +199,38 @@ def _ignore_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# How often an idle worker checks that the porter process that started it is still there.
+ORPHAN_POLL_SECONDS = 0.5
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Set up one pool worker: leave Ctrl-C to the parent, and exit as soon as the parent
+    is gone. A parent killed with SIGKILL (or crashed) never shuts its pool down, and its
+    idle workers (about 120 MB each) would otherwise wait on the call queue for ever."""
+    _ignore_sigint()
+    _exit_with_parent(parent_pid)
+
+
+def _exit_with_parent(parent_pid: int, poll: float | None = None) -> None:
+    """A daemon thread that ends this process when its parent process is no longer
+    ``parent_pid`` (the orphan is re-parented to init or a subreaper). Polling, not
+    prctl(PR_SET_PDEATHSIG): that one fires when the parent *thread* that spawned the
+    worker exits, which is not the parent process going away, and it exists on Linux only."""
+    import threading
+
+    interval = ORPHAN_POLL_SECONDS if poll is None else poll
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)   # no cleanup to run: every artifact is written atomically
+            time.sleep(interval)
+
+    if os.getppid() != parent_pid:   # the parent died before this worker got this far
+        os._exit(1)
+    threading.Thread(target=watch, name="porter-orphan-watch", daemon=True).start()
 
 
 def default_jobs() -> int:
