@@ -92,6 +92,8 @@ def _mainloop_module(arch):
         name = "porter.kernels.attention_tcgen05"
     elif arch.has("wgmma"):
         name = "porter.kernels.attention_wgmma"
+    elif arch.has("mma_sync"):
+        name = "porter.kernels.attention_mma_sync"
     else:
         return None
     try:
@@ -110,8 +112,8 @@ def variants(arch) -> list[KernelSpec | Unsupported]:
             if mod is None:
                 out.append(Unsupported(
                     FAMILY, spec_name(head_dim, causal), variant_name(head_dim, causal),
-                    missing=("wgmma|tcgen05",),
-                    reason="needs a warpgroup (wgmma) or single-thread (tcgen05) tensor core with TMA"))
+                    missing=("wgmma|tcgen05|mma_sync",),
+                    reason="needs a warpgroup (wgmma), single-thread (tcgen05) or warp-level (mma_sync) tensor core"))
                 continue
             if isinstance(mod, str):
                 out.append(Unsupported(

@@ -1,0 +1,133 @@
+"""Attention forward on warp-level tensor cores (mma.sync), FlashAttention-2 style.
+
+Every warp computes (templates/attention/mma_sync.cu.j2): ``WARPS`` warps x 16 query rows
+= a ``BLOCK_M``-row tile per CTA, persistent over tiles. Q is staged in shared memory
+once per tile and kept in registers as mma A fragments; K and V stream through a
+``stages``-deep ring of ``BLOCK_N``-key tiles; S and P stay in registers, O accumulates
+in registers, the online softmax uses ex2 with log2(e) folded into the scale. Staging is
+TMA where the descriptor has it (``tma`` + ``mbarrier``) and cp.async otherwise.
+
+Kernel parameters (config ``params``), by staging:
+  tma:      tma_q, tma_k, tma_v, o, lse, batch, heads_q, heads_kv, seq_q, seq_k, softmax_scale_log2
+  cp_async: q, k, v (device pointers, bf16 [B, H, S, D] contiguous), then the same
+The masking (bottom-right causal, keys >= seq_k), LSE and GQA contract is the family's
+(attention.cu.j2, attention/mask.cuh, attention/softmax.cuh).
+
+Registers per thread (hd128, BLOCK_N 64): O 16 x 128 fp32 / 32 lanes = 64, S 16 x 64 / 32
+= 32, Q fragments 128 / 4 = 32 bf16x2, plus addresses: under the 255 of one CTA per SM.
+"""
+
+from __future__ import annotations
+
+from porter.kernels import attention as family
+from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+
+MAINLOOP = "mma_sync"
+WARPS = 8                  # 8 x 16 query rows = 128-row tiles
+BLOCK_M = 16 * WARPS
+THREADS = 32 * WARPS
+BLOCK_N = 64               # keys per K/V tile: S is 32 registers per thread
+MAX_STAGES = 4
+MIN_STAGES = 2
+BOX_COLS = 64              # bf16 columns per 128-byte swizzled row box
+ALIGN_SLACK = 1024
+# Registers a thread holds besides O, S and the Q fragments (P's bf16 pairs, addresses,
+# row statistics, loop state).
+OVERHEAD_REGS = 56
+PARAMS_CP_ASYNC = (("q", "const __nv_bfloat16*"), ("k", "const __nv_bfloat16*"), ("v", "const __nv_bfloat16*"))
+
+
+def staging(arch) -> str:
+    """'tma' where the descriptor has TMA and mbarriers, 'cp_async' where it has cp.async, else ''."""
+    if arch.has("tma") and arch.has("mbarrier"):
+        return "tma"
+    return "cp_async" if arch.has("cp_async") else ""
+
+
+def smem_plan(head_dim: int, block_n: int, budget: int, stage_with: str) -> dict:
+    """Byte sizes and the K/V stages that fit ``budget`` (None if fewer than MIN_STAGES)."""
+    q_bytes = BLOCK_M * head_dim * 2
+    stage_bytes = 2 * block_n * head_dim * 2          # K + V
+
+    def total(stages: int) -> int:
+        return ALIGN_SLACK + q_bytes + stages * stage_bytes + (8 * (1 + stages) if stage_with == "tma" else 0)
+
+    stages = MAX_STAGES
+    while stages >= MIN_STAGES and total(stages) > budget:
+        stages -= 1
+    return {"q_bytes": q_bytes, "stage_bytes": stage_bytes,
+            "stages": stages if stages >= MIN_STAGES else None, "smem_bytes": total(max(stages, MIN_STAGES))}
+
+
+def registers_needed(head_dim: int, block_n: int) -> int:
+    return head_dim // 2 + block_n // 2 + head_dim // 4 + OVERHEAD_REGS
+
+
+def _sass_rules(arch, stage_with: str):
+    from porter.kernels.gemm_mma_sync import any_of
+
+    sig = arch.sass_signatures
+    ops = arch.tensor_core.kind_sass.get("f16") or ()
+    required = [SassRule(any_of(ops), "mma.sync bf16 for S = Q K^T and O += P V (tensor_core.kinds.f16.sass)")] \
+        if ops else []
+    if stage_with == "tma":
+        for feature, why in (("tma", "Q, K and V streamed by TMA"), ("mbarrier", "mbarrier-completed stages")):
+            loads = [p for p in sig.get(feature, ()) if feature != "tma" or "LDG" in p]
+            if loads:
+                required.append(SassRule(any_of(loads), f"{why} (sass_signatures.{feature})"))
+    elif sig.get("cp_async"):
+        required.append(SassRule(any_of(sig["cp_async"]), "Q, K and V staged by cp.async (sass_signatures.cp_async)"))
+    return tuple(required), tuple(NO_SPILLS)
+
+
+def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
+    name = family.spec_name(head_dim, causal)
+    variant = family.variant_name(head_dim, causal)
+    stage_with = staging(arch)
+    if not stage_with:
+        return Unsupported(family.FAMILY, name, variant, ("tma|cp_async",),
+                           "the mma.sync attention mainloop stages Q, K and V with TMA or cp.async")
+    if not arch.tensor_core.valid_shape("f16", 16, 8) or "bf16" not in arch.tensor_core.kind_formats.get("f16", ()) \
+            or arch.tensor_core.k_of("f16") != 16:
+        return Unsupported(family.FAMILY, name, variant, ("mma_sync",),
+                           f"{arch.name} has no bf16 mma.sync m16n8k16 (tensor_core.kinds.f16)")
+    regs = min(arch.max_regs_per_thread, arch.regs_per_sm // THREADS // 8 * 8)
+    need = registers_needed(head_dim, BLOCK_N)
+    if need > regs:
+        return Unsupported(family.FAMILY, name, variant, (),
+                           f"O, S and Q fragments need about {need} registers per thread; {arch.name} gives {regs}")
+    plan = smem_plan(head_dim, BLOCK_N, arch.smem_per_block_bytes, stage_with)
+    if plan["stages"] is None:
+        return Unsupported(family.FAMILY, name, variant, (),
+                           f"Q + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
+                           f"the block budget is {arch.smem_per_block_bytes} B")
+    cfg = family.base_config(arch, head_dim, causal, MAINLOOP)
+    if stage_with == "cp_async":
+        cfg["params"] = [list(p) for p in PARAMS_CP_ASYNC] + cfg["params"][3:]
+    cfg.update({
+        "staging": stage_with,
+        "block_m": BLOCK_M,
+        "block_n": BLOCK_N,
+        "stages": plan["stages"],
+        "warps": WARPS,
+        "q_bytes": plan["q_bytes"],
+        "stage_bytes": plan["stage_bytes"],
+        "box_cols": BOX_COLS,
+        # TMA boxes the host encodes (cols, rows), bf16 with the 128-byte swizzle; the
+        # cp.async kernel takes plain pointers (config tma_boxes empty).
+        "tma_boxes": ({"q": [BOX_COLS, BLOCK_M], "k": [BOX_COLS, BLOCK_N], "v": [BOX_COLS, BLOCK_N]}
+                      if stage_with == "tma" else {}),
+        "tma_swizzle": "128B",
+        "registers_budget": regs,
+        "registers_estimate": need,
+        "mma": "mma.sync m16n8k16 bf16 -> fp32 (S = Q K^T, O += P V)",
+    })
+    required, forbidden = _sass_rules(arch, stage_with)
+    features = ("mma_sync",) + (("tma", "mbarrier") if stage_with == "tma" else ("cp_async",))
+    return KernelSpec(
+        family=family.FAMILY, name=name, variant=variant,
+        entry=family.entry_name(head_dim, causal, MAINLOOP),
+        config=cfg, features=features,
+        sass_required=required, sass_forbidden=forbidden,
+        threads=THREADS, smem_bytes=plan["smem_bytes"], template=family.TEMPLATE,
+    )
