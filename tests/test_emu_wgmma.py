@@ -313,3 +313,24 @@ def test_mma_against_a_loop():
         wgmma.mma(a, b, scale_b=2)
     with pytest.raises(EmuError, match="does not match"):
         wgmma.mma(a, b, np.zeros((64, 16), np.float32))
+
+
+def test_mn_major_128b_reads_row_major_v_tiles_as_tma_writes_them():
+    """Attention's P.V: V stored [K rows][N cols] by two 128B-swizzled TMA boxes of 64 N
+    each (the 5.5.7 table again); the N-major descriptor walks 8 K rows per SBO and the
+    next 64 N elements per LBO."""
+    k_rows, n = 32, 128
+    vals = RNG.integers(0, 2**16, size=(k_rows, n), dtype=np.uint64)     # V[k, n]
+    smem = np.zeros(1 << 15, np.uint8)
+    base, box_bytes = 4096, k_rows * 128
+    for half in range(2):
+        lin = matrix_bytes(vals[:, 64 * half: 64 * half + 64], 2).reshape(-1)   # row k = line k
+        for line in range(k_rows):
+            for pos in range(8):
+                src = TABLE_128B[line % 8][pos]
+                at = base + half * box_bytes + line * 128 + pos * 16
+                smem[at: at + 16] = lin[line * 128 + src * 16: line * 128 + src * 16 + 16]
+    for ks in range(k_rows // 16):
+        got = wgmma.read_matrix(smem, desc(base + ks * 2048, box_bytes, 1024, "128B"), rows=n, k=16,
+                                elem_bits=16, mn_major=True)
+        assert np.array_equal(got, matrix_bytes(vals[16 * ks: 16 * ks + 16].T.copy(), 2)), f"K slice {ks}"
