@@ -270,6 +270,12 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
         return {"rows": rows, "cols": d, "dtype": "bf16", "box": list(boxes[name]),
                 "swizzle": cfg["tma_swizzle"]}
 
+    # A mainloop that takes q / k / v as plain pointers (no tma_boxes, e.g. cp.async
+    # staging) gets their contiguous [B*H*S, D] bf16 extents instead of tensor maps.
+    pointer_params = [name for name, ctype in cfg["params"] if name in ("q", "k", "v")]
+    rows = {"q": b * hq * sq, "k": b * hkv * sk, "v": b * hkv * sk}
+    maps = ({"tma_q": tmap("q", rows["q"]), "tma_k": tmap("k", rows["k"]), "tma_v": tmap("v", rows["v"])}
+            if boxes else {})
     return {
         "entry": spec.entry,
         "grid": (clusters * cluster, 1, 1),
@@ -277,8 +283,8 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
         "cluster": spec.cluster,
         "smem_bytes": spec.smem_bytes,
         "tiles": tiles,
-        "tensor_maps": {"tma_q": tmap("q", b * hq * sq), "tma_k": tmap("k", b * hkv * sk),
-                        "tma_v": tmap("v", b * hkv * sk)},
+        "tensor_maps": maps,
+        "pointers": {name: {"rows": rows[name], "cols": d, "dtype": "bf16"} for name in pointer_params},
         "scalars": {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
                     "softmax_scale_log2": scale * LOG2E},
         "outputs": {"o": (b, hq, sq, d), "lse": (b, hq, sq)},
@@ -337,7 +343,13 @@ def attention(q, k, v, causal: bool = False, arch=None, softmax_scale: float | N
         arch = device_arch(dev)
         spec = choose_spec(arch, d, bool(causal), b, hq, sq, sk, pair)
     plan = launch_plan(spec, arch, b, hq, hkv, sq, sk, softmax_scale)
-    host = _pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
+    if plan["tensor_maps"]:
+        host = _pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
+    else:
+        import numpy as np
+
+        host = {name: np.ascontiguousarray(x).reshape(plan["pointers"][name]["rows"], d)
+                for name, x in (("q", q), ("k", k), ("v", v))}
     maps = tensor_maps(spec, plan, d * 2)
     return _run(spec, arch, plan, maps, host)
 
@@ -382,8 +394,10 @@ def _run(spec: KernelSpec, arch, plan: dict, maps: dict, host: dict):
     lse = np.empty(plan["outputs"]["lse"], dtype=np.float32)
     o_buf, lse_buf = driver.DeviceBuffer(o.nbytes), driver.DeviceBuffer(lse.nbytes)
     values = {"o": o_buf.ptr, "lse": lse_buf.ptr, **plan["scalars"]}
-    for param in ("tma_q", "tma_k", "tma_v"):
+    for param in plan["tensor_maps"]:
         values[param] = maps[param].encode(bufs[param].ptr)
+    for param in plan["pointers"]:
+        values[param] = bufs[param].ptr
     args = [driver.pack_arg(ctype, values[param]) for param, ctype in spec.config["params"]]
     driver.launch(function, plan["grid"][0], plan["block"][0], plan["smem_bytes"], spec.cluster, args)
     o_buf.copy_to_host(o.ctypes.data, o.nbytes)

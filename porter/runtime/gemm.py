@@ -102,7 +102,7 @@ def _logical_k(info: TensorInfo, fmt: str) -> int:
     return info.shape[1] * 8 * info.itemsize // FORMAT_BITS[fmt]
 
 
-def _scales(obj, what: str, spec_name: str, rows: int, k: int, variant) -> np.ndarray:
+def _scales(obj, what: str, spec_name: str, rows: int, k: int, variant, row_major: bool = False) -> np.ndarray:
     from porter.kernels import block_scale_layout as bsl
 
     if obj is None:
@@ -120,6 +120,8 @@ def _scales(obj, what: str, spec_name: str, rows: int, k: int, variant) -> np.nd
         raise PorterError(f"{spec_name}: {what} has shape {tuple(info.shape)}, expected {expected} "
                           f"(rows x K/{variant.scale_block_k})")
     raw = np.ascontiguousarray(np.asarray(obj)).view(np.uint8).reshape(expected)
+    if row_major:        # the mma_sync path reads [rows, K/block] bytes as they are
+        return raw
     scheme = bsl.MX_1X if variant.block_scale == "mx" else bsl.NVFP4_4X
     scheme.check_shape(rows, k, what)
     return bsl.to_kernel_layout(raw)
@@ -166,8 +168,8 @@ def operand_maps(spec, m: int, n: int, k: int, a_row_bytes: int, b_row_bytes: in
     maps = {
         "tma_a": matrix_map(f"{name} tma_a", data_type, m, k_elems, a_row_bytes, a_k, a_rows, a_swizzle),
         "tma_b": matrix_map(f"{name} tma_b", data_type, n, k_elems, b_row_bytes, b_k, b_rows, b_swizzle),
-    }
-    if cfg.get("block_scale"):
+    } if any(p == "tma_a" for p, _ in cfg["params"]) else {}   # else a and b are plain pointers
+    if cfg.get("block_scale") and any(p == "tma_sfa" for p, _ in cfg["params"]):
         block = cfg["scale_block_k"]
         for param, rows in (("tma_sfa", m), ("tma_sfb", n)):
             maps[param] = matrix_map(f"{name} {param}", "UINT8", rows * (k // block) // SCALE_ROW_BYTES,
@@ -200,8 +202,11 @@ def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None
     host_scales = {}
     if v.block_scale:
         sfa, sfb = scales if scales is not None else (None, None)
-        host_scales["tma_sfa"] = _scales(sfa, "sfa (scales of A)", spec.name, m, k, v)
-        host_scales["tma_sfb"] = _scales(sfb, "sfb (scales of B)", spec.name, n, k, v)
+        # Keyed by the kernel parameter that receives them: tensor maps over the chunk
+        # layout (tma_sfa / tma_sfb), or pointers to the row-major bytes (sfa / sfb).
+        by_map = any(p == "tma_sfa" for p, _ in spec.config["params"])
+        host_scales["tma_sfa" if by_map else "sfa"] = _scales(sfa, "sfa (scales of A)", spec.name, m, k, v, not by_map)
+        host_scales["tma_sfb" if by_map else "sfb"] = _scales(sfb, "sfb (scales of B)", spec.name, n, k, v, not by_map)
     elif scales is not None:
         raise PorterError(f"{spec.name}: this variant takes no block scales")
     out_info = None
@@ -215,6 +220,14 @@ def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None
     elif a_info.device == "cuda":
         raise PorterError(f"{spec.name}: with device operands pass out= (a bfloat16 [{m}, {n}] device array)")
     maps = operand_maps(spec, m, n, k, a_info.strides[0], b_info.strides[0])
+    if "tma_a" not in maps:
+        # Pointer-staged kernels (cp.async) compute each row's address as K x bits / 8 bytes
+        # from the start: the rows must be packed.
+        for what, info, rows in (("A", a_info, m), ("B", b_info, n)):
+            pitch = k * FORMAT_BITS[v.a_format] // 8
+            if rows > 1 and info.strides[0] != pitch:
+                raise PorterError(f"{spec.name}: {what} rows are {info.strides[0]} bytes apart; this kernel reads "
+                                  f"packed rows of {pitch} bytes: pass a contiguous copy")
     for param, ctype in spec.config["params"]:
         if ctype == "TmaDescriptor" and param not in maps:
             raise PorterError(f"{spec.name}: kernel parameter {param} needs a tensor map porter does not build")
@@ -267,7 +280,11 @@ def run_plan(plan: GemmPlan):
         keep.append(buf)
         return buf.ptr
 
-    addresses = {"tma_a": device_ptr(plan.operands["a"]), "tma_b": device_ptr(plan.operands["b"])}
+    # Device addresses by kernel parameter: under a tensor map's name they are encoded into
+    # it, otherwise (a, b, sfa, sfb of a pointer-staged kernel) they are passed as they are.
+    pointer_params = {p for p, ctype in plan.params if ctype.endswith("*")}
+    addresses = {("tma_a" if "tma_a" in plan.maps else "a"): device_ptr(plan.operands["a"]),
+                 ("tma_b" if "tma_b" in plan.maps else "b"): device_ptr(plan.operands["b"])}
     for param, flat in plan.host_scales.items():
         addresses[param] = device_ptr(tensor_info(flat))
     if plan.out is not None and plan.out.device == "cuda":
@@ -278,6 +295,7 @@ def run_plan(plan: GemmPlan):
         c_ptr = c_buf.ptr
     values = {"c": c_ptr, "m": plan.m, "n": plan.n, "k": plan.k,
               "scale_a": plan.scale_a, "scale_b": plan.scale_b}
+    values.update({p: ptr for p, ptr in addresses.items() if p in pointer_params})
     for param, tmap in plan.maps.items():
         values[param] = tmap.encode(addresses[param])
     args = []
