@@ -270,3 +270,38 @@ def test_the_compiler_proves_shared_memory_per_block(target, claimed, verdict):
     assert result["verdict"] == verdict, result
     assert result["ok"] == (verdict != "contradicted")
     assert result["figure"] == "limits.smem_per_block_kib" and result["detail"]
+
+
+# -- item 9: same-named descriptors ---------------------------------------------------------
+
+
+def test_a_copy_with_the_same_name_cannot_overwrite_anothers_build(tmp_path, monkeypatch):
+    import json
+
+    import test_pipeline_support as fam
+    from porter.pipeline import RunOptions, run_target
+
+    fam.install(monkeypatch, fam.write_templates(tmp_path / "tpl"))
+    book = tmp_path / "fake.yaml"
+    book.write_text(fam.RUNBOOK)
+    out = tmp_path / "build" / "blackwell"
+    first = run_target(RunOptions("blackwell", runbook=str(book), out=out, jobs=1))
+    assert first.exit_code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["arch"]["path"] == str((ARCH_DIR / "blackwell.yaml").resolve())
+    assert report["arch"]["digest"] and "sha256" in (out / "report.md").read_text()
+
+    copy = tmp_path / "mine" / "blackwell.yaml"
+    copy.parent.mkdir()
+    copy.write_text(BLACKWELL.replace("sm_count: 148", "sm_count: 140"))
+    with pytest.raises(PorterError) as info:
+        run_target(RunOptions(str(copy), runbook=str(book), out=out, jobs=1))
+    msg = str(info.value)
+    assert str((ARCH_DIR / "blackwell.yaml").resolve()) in msg and str(copy.resolve()) in msg
+    assert json.loads((out / "report.json").read_text())["arch"]["digest"] == report["arch"]["digest"]
+
+    # The copy builds in its own folder, and the same file edited keeps its folder.
+    other = tmp_path / "build" / "mine"
+    assert run_target(RunOptions(str(copy), runbook=str(book), out=other, jobs=1)).exit_code == 0
+    copy.write_text(BLACKWELL.replace("sm_count: 148", "sm_count: 132"))
+    assert run_target(RunOptions(str(copy), runbook=str(book), out=other, jobs=1)).exit_code == 0

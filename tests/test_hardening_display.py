@@ -93,7 +93,8 @@ def test_target_summary_prints_check_details_literally(tmp_path):
 def test_markdown_report_escapes_html_and_control_text():
     from porter.report.markdown import _cell, _md
 
-    assert _md("<script>alert(1)</script>") == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert _md("<script>alert(1)</script>") == "&lt;script>alert(1)&lt;/script>"
+    assert _md("rendered < compiled") == "rendered < compiled" and _md("&amp;") == "&amp;amp;"
     assert "\n" not in _cell("a\n# heading\nb") and "\x1b" not in _md("\x1b[2Jx")
     assert _cell("a | b") == "a \\| b"
 

@@ -122,6 +122,47 @@ def prepare_out_dir(out_dir: Path) -> None:
         raise PorterError(f"--out {out_dir}: the folder is not writable; give a folder you can write to")
 
 
+DESCRIPTOR_MARK = ".descriptor.json"
+
+
+def descriptor_identity(arch) -> dict:
+    """Which descriptor file a build comes from: its resolved path and its sha256."""
+    return {"name": arch.name, "path": str(Path(arch.path).resolve()), "digest": arch.digest}
+
+
+def _previous_owner(out_dir: Path) -> dict | None:
+    """The descriptor that built ``out_dir`` last: its mark, else (a build from before
+    marks existed) its report.json's arch; None for a fresh folder."""
+    import json
+
+    for name, pick in ((DESCRIPTOR_MARK, lambda d: d), ("report.json", lambda d: d.get("arch", {}))):
+        try:
+            data = pick(json.loads((out_dir / name).read_text(encoding="utf-8")))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("path"), str):
+            return data
+    return None
+
+
+def claim_out_dir(out_dir: Path, arch, explicit: bool) -> None:
+    """Refuse to let one descriptor file overwrite another's build: two files that both
+    say ``name: blackwell`` would share build/blackwell/. The same file edited keeps its
+    folder; a folder whose descriptor file is gone may be taken over."""
+    import json
+
+    from porter.fsutil import atomic_write
+
+    me = descriptor_identity(arch)
+    old = _previous_owner(out_dir)
+    if old is not None and old["path"] != me["path"] and Path(old["path"]).is_file():
+        flag = f"--out {out_dir}" if explicit else f"{out_dir}"
+        raise PorterError(f"{flag}: holds the build of {old['path']}, and {me['path']} (also named "
+                          f"'{arch.name}') would overwrite it; give --out build/<another name>, or change "
+                          "'name:' in the copy")
+    atomic_write(out_dir / DESCRIPTOR_MARK, json.dumps(me, indent=1, sort_keys=True) + "\n")
+
+
 def run_target(opts: RunOptions, display=None) -> RunResult:
     from porter.pipeline.context import NullDisplay
     from porter.pipeline.stages import STAGE_FUNCTIONS
@@ -137,6 +178,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
 
     require_toolchain()   # a missing compiler or disassembler: one error now, not one per kernel
     prepare_out_dir(out_dir)
+    claim_out_dir(out_dir, arch, explicit=bool(opts.out))
     ctx = Context(arch=arch, base=base, runbook=book, out_dir=out_dir,
                   store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device,
                   kernel_pattern=opts.kernel, display=display or NullDisplay())

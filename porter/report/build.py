@@ -189,8 +189,10 @@ def build_report(ctx) -> dict:
         "schema_version": SCHEMA_VERSION,
         "schema_minor": SCHEMA_MINOR,
         "porter_version": __version__,
+        # path and digest (sha256 of the descriptor's bytes): which file this report is of.
         "arch": {"name": arch.name, "target": arch.target, "digest": arch.digest, "features": sorted(arch.features),
-                 "products": list(getattr(arch, "products", ()))},
+                 "products": list(getattr(arch, "products", ())),
+                 "path": str(Path(arch.path).resolve()) if getattr(arch, "path", None) else ""},
         "base": {"name": ctx.base.name, "target": ctx.base.target} if ctx.base is not None else None,
         "runbook": ctx.runbook.name,
         "device": device,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from porter.report.build import before_text, why_unsupported
 from porter.report.summary import PLAIN, summary_lines
 
@@ -9,7 +11,10 @@ from porter.report.summary import PLAIN, summary_lines
 def _md(text) -> str:
     """Text from a descriptor or a compiler log as literal Markdown: HTML is escaped (a
     '<script>' in a summary is text, not markup) and it stays on one line."""
-    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # Only what CommonMark would read as HTML: '<' before a tag, comment or declaration
+    # start, '&' before an entity; "rendered < compiled" stays as it reads.
+    text = re.sub(r"&(?=[A-Za-z#])", "&amp;", str(text))
+    text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)
     return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
@@ -26,7 +31,9 @@ def render_markdown(r: dict) -> str:
     base = r["base"]["name"] if r["base"] else "none"
     lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']})", ""]
     lines += [_line(line) for line in summary_lines(r)]
-    lines += ["", f"- runbook: `{r['runbook']}`; base arch: {base}",
+    lines += ["", f"- descriptor: `{_md(r['arch'].get('path') or r['arch']['name'])}` "
+              f"(sha256 {r['arch']['digest'][:16]})",
+              f"- runbook: `{r['runbook']}`; base arch: {base}",
               f"- features: {', '.join(r['arch']['features'])}",
               f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "
               f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "

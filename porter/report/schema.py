@@ -36,7 +36,8 @@ REPORT_SCHEMA = {
         "schema_minor": {"type": "integer", "enum": list(range(SCHEMA_MINOR + 1))},
         "porter_version": _STR,
         "arch": {"type": "object", "required": ["name", "target", "digest", "features"],
-                 "properties": {"name": _STR, "target": _STR, "digest": _STR,
+                 # path (optional): the descriptor file, resolved; digest: the sha256 of its text
+                 "properties": {"name": _STR, "target": _STR, "digest": _STR, "path": _STR,
                                 "features": {"type": "array", "items": _STR}}},
         "base": {"type": ["object", "null"], "required": ["name", "target"],
                  "properties": {"name": _STR, "target": _STR}},
