@@ -93,7 +93,11 @@ _TABLES = {f: _table(f) for f in _MINIFLOATS}
 
 def decode(codes, fmt: str) -> np.ndarray:
     """Exact float64 values of raw codes (one code per element) in format ``fmt``."""
-    codes = np.asarray(codes)
+    with np.errstate(invalid="ignore"):   # NaN codes are values too
+        return _decode(np.asarray(codes), fmt)
+
+
+def _decode(codes: np.ndarray, fmt: str) -> np.ndarray:
     if fmt in _TABLES:
         width = FORMAT_BITS[fmt] if fmt != "ue4m3" else 8
         c = codes.astype(np.int64)
