@@ -40,11 +40,12 @@ def test_hopper_variants(hopper):
     by_name = {v.name: v for v in gemm.variants(hopper)}
     assert len(by_name) == 8
     assert isinstance(by_name["gemm.bf16"], KernelSpec) and isinstance(by_name["gemm.fp8"], KernelSpec)
-    # Block scales and CTA pairs exist only on the tcgen05 path, so its features are named
-    # too: the wgmma path cannot build them whatever else hopper claims.
+    # CTA pairs exist only on the tcgen05 path, so its features are named too: the wgmma
+    # path cannot build them whatever else hopper claims. Block scales have two paths
+    # (tcgen05, mma_sync), named as the alternative, and the scale features hopper lacks.
     expected_missing = {
-        "gemm.mxfp8": ("block_scale_mx", "tcgen05", "tmem"),
-        "gemm.nvfp4": ("fp4", "block_scale_nvfp4", "tcgen05", "tmem"),
+        "gemm.mxfp8": ("tcgen05|mma_sync", "block_scale_mx"),
+        "gemm.nvfp4": ("tcgen05|mma_sync", "fp4", "block_scale_nvfp4"),
         "gemm.bf16.pair": ("cta_pair", "tcgen05", "tmem"),
         "gemm.fp8.pair": ("cta_pair", "tcgen05", "tmem"),
         "gemm.mxfp8.pair": ("block_scale_mx", "cta_pair", "tcgen05", "tmem"),
@@ -81,18 +82,14 @@ def test_hopper_copy_claiming_cta_pair_still_lists_pairs_as_unsupported(hopper, 
     assert "gemm.bf16.pair" in capsys.readouterr().out
 
 
-def test_rtx_blackwell_names_the_alternative_only_where_either_path_would_do():
+def test_rtx_blackwell_builds_every_single_cta_variant_on_the_mma_sync_path():
     rtx = load_arch("rtx-blackwell")
     by_name = {v.name: v for v in gemm.variants(rtx)}
-    assert all(isinstance(v, Unsupported) for v in by_name.values())
-    assert by_name["gemm.bf16"].missing == ("tcgen05|wgmma",)
-    assert by_name["gemm.fp8"].missing == ("tcgen05|wgmma",)
-    # rtx-blackwell claims block scales; only the tcgen05 path builds them
-    assert by_name["gemm.mxfp8"].missing == ("tcgen05", "tmem")
-    assert by_name["gemm.nvfp4"].missing == ("tcgen05", "tmem")
+    for name in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4"):
+        assert isinstance(by_name[name], KernelSpec) and by_name[name].config["mainloop"] == "mma_sync", name
+    # CTA pairs exist only on the tcgen05 path: their missing features are named one by one
     assert by_name["gemm.bf16.pair"].missing == ("cta_pair", "tcgen05", "tmem")
-    assert not any("|" in m for v in by_name.values() if v.name.endswith(".pair") or "mx" in v.name
-                   for m in v.missing)
+    assert not any("|" in m for v in by_name.values() if v.name.endswith(".pair") for m in v.missing)
 
 
 def test_blackwell_lacks_nothing(blackwell):
@@ -105,7 +102,7 @@ def test_no_tensor_core_path_is_named():
     arch = NoTensorCoreArch()
     item = gemm.make_spec(arch, "fp8")
     assert isinstance(item, Unsupported)
-    assert item.missing == ("tcgen05|wgmma",)   # either generation would do
+    assert item.missing == ("tcgen05|wgmma|mma_sync",)   # any generation would do
     assert "no tensor-core generation" in item.reason
 
 

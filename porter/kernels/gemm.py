@@ -155,7 +155,10 @@ def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsup
     paths = variant_paths(variant, pair)
     if missing:
         if missing[0] == "|".join(paths) and len(paths) > 1:
-            reason = f"{arch.name} has no tensor-core generation porter has a GEMM path for ({', '.join(paths)})"
+            reason = f"{arch.name} has no tensor-core generation porter has a GEMM path for ({'|'.join(paths)})"
+            if missing[1:]:
+                reason = f"{arch.name} lacks {', '.join(missing[1:])} and has no tensor-core generation " \
+                         f"porter has a GEMM path for ({'|'.join(paths)})"
         elif len(paths) == 1:
             reason = f"{arch.name} lacks {', '.join(missing)} (only the {paths[0]} GEMM path builds {name})"
         else:
