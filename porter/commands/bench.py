@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("arch", help="descriptor name or path (the GPU must have its compute capability)")
     p.add_argument("--kernel", required=True, metavar="FAMILY|NAME",
                    help="a family (gemm, attention, megakernel) or one kernel, e.g. gemm.fp8")
-    p.add_argument("--shape", nargs="+", metavar="SHAPE",
+    p.add_argument("--shape", "--shapes", dest="shape", nargs="+", metavar="SHAPE",   # validate says --shapes
                    help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--device", choices=("on", "auto"), default="auto",
                    help="on: fail without a matching GPU (exit 3); auto (default): skip without one (exit 0)")
@@ -50,7 +50,12 @@ def run(args) -> int:
     check_shapes(specs, shapes)
     dev, reason = decide_device(arch, args.device)
     if dev is None:
-        print(skipped_line(reason, specs, family, arch))
+        if args.json:   # --json means JSON on every path, the skipped one included
+            print(json.dumps({"arch": arch.name, "target": arch.target, "device": None, "skipped": True,
+                              "reason": skipped_line(reason, specs, family, arch), "results": [],
+                              "unsupported": [u.to_dict() for u in unsupported]}, indent=1))
+        else:
+            print(skipped_line(reason, specs, family, arch))
         return 0
     from porter.validation import device_harness
 

@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--device", choices=DEVICE_MODES, default="auto",
                    help="on: fail without a matching GPU (exit 3); auto (default): skip without one (exit 0); "
                         "off: no kernel runs: build each kernel and run the CPU model of its arithmetic")
-    p.add_argument("--shapes", nargs="+", metavar="SHAPE", help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
+    p.add_argument("--shapes", "--shape", dest="shapes", nargs="+", metavar="SHAPE", help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--seeds", type=int, default=2, help="fresh random inputs per shape (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
@@ -59,7 +59,13 @@ def run(args) -> int:
     check_shapes(specs, shapes)
     dev, reason = decide_device(arch, args.device)
     if dev is None and args.device == "auto":
-        print(skipped_line(reason, specs, family, arch))
+        if args.json:   # --json means JSON on every path, the skipped one included
+            print(json.dumps({"arch": arch.name, "target": arch.target, "device": None, "mode": args.device,
+                              "skipped": True, "reason": skipped_line(reason, specs, family, arch),
+                              "results": [], "unsupported": [u.to_dict() for u in unsupported],
+                              "passed": None}, indent=1))
+        else:
+            print(skipped_line(reason, specs, family, arch))
         return 0
     if args.device == "off":
         if shapes:

@@ -107,19 +107,26 @@ def check_kernel_pattern(pattern: str, archs) -> None:
                       f"{' or '.join(a.name for a in archs)}; {hint} (porter kernel list --arch {archs[0].name})")
 
 
-def prepare_out_dir(out_dir: Path) -> None:
-    """Create the output folder now, so an unwritable --out is one clear error before any work."""
+def prepare_out_dir(out_dir: Path, explicit: bool = True) -> None:
+    """Create the output folder now, so an unwritable output folder is one clear error
+    before any work. ``explicit``: the user gave --out; otherwise the folder is the default
+    build/<arch> under the working directory, and the message says that, not '--out'."""
     import os
 
+    if explicit:
+        what, fix = f"--out {out_dir}", "give a folder you can write to"
+    else:
+        what = f"{out_dir} (the default output folder, under the working directory {Path.cwd()})"
+        fix = "run from a folder you can write to, or give --out DIR"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise PorterError(f"--out {out_dir}: a file of that name is in the way; give a folder") from None
+        raise PorterError(f"{what}: a file of that name is in the way; "
+                          f"{'give a folder' if explicit else 'move it, or give --out DIR'}") from None
     except OSError as exc:
-        raise PorterError(f"--out {out_dir}: cannot create the output folder ({exc.strerror}); "
-                          "give a folder you can write to") from None
+        raise PorterError(f"{what}: cannot create the output folder ({exc.strerror}); {fix}") from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise PorterError(f"--out {out_dir}: the folder is not writable; give a folder you can write to")
+        raise PorterError(f"{what}: the folder is not writable; {fix}")
 
 
 DESCRIPTOR_MARK = ".descriptor.json"
@@ -177,7 +184,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
     from porter.toolchain import require_toolchain
 
     require_toolchain()   # a missing compiler or disassembler: one error now, not one per kernel
-    prepare_out_dir(out_dir)
+    prepare_out_dir(out_dir, explicit=bool(opts.out))
     claim_out_dir(out_dir, arch, explicit=bool(opts.out))
     ctx = Context(arch=arch, base=base, runbook=book, out_dir=out_dir,
                   store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device,
