@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
@@ -17,16 +16,11 @@ from porter.megakernel.scheduler import list_schedule, round_robin, schedule
 from porter.errors import PorterError
 from porter.validation.model_config import config_from_dict, load_model_config
 
-try:
-    from porter.arch import load_arch
-    HOPPER, BLACKWELL = load_arch("hopper"), load_arch("blackwell")
-except Exception:       # arch loader not there yet: the two figures that matter
-    @dataclass
-    class _A:
-        name: str
-        sm_count: int
-        hbm_bandwidth_bytes_per_s: float
-    HOPPER, BLACKWELL = _A("hopper", 132, 4.8e12), _A("blackwell", 148, 7.7e12)
+# The real descriptors, never a stand-in: a broken loader must fail these tests, not let
+# them pass on hard-coded figures.
+from porter.arch import load_arch  # noqa: E402
+
+HOPPER, BLACKWELL = load_arch("hopper"), load_arch("blackwell")
 
 MID = dict(name="mid", num_layers=2, hidden_size=512, num_attention_heads=8, num_key_value_heads=2,
            head_dim=64, intermediate_size=2048, vocab_size=8192, rms_norm_eps=1e-5,
