@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
@@ -192,12 +192,22 @@ class Arch(_Immutable):
     uncertain: frozenset
     digest: str  # sha256 of the descriptor text: a cache key for everything built from it
     text: str = field(repr=False, compare=False, default="")
+    # How this target's disassembly spells instructions and modifiers that prove no
+    # feature by themselves (``sass_ops``: name -> opcode regexes; ``sass_modifiers``:
+    # name -> a regex fragment that follows an opcode): see ``sass_patterns``.
+    sass_ops: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    sass_modifiers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Products of this architecture with their own figures (``products`` in the YAML), and
+    # the one these figures describe ("" when the descriptor lists no product figures).
+    products_figures: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    product: str = ""
+    default_product: str = ""
 
     def __hash__(self) -> int:
         return hash((self.digest, str(self.path)))
 
     def __reduce__(self):
-        return (arch_from_text, (self.text, str(self.path)))
+        return (_arch_for_product, (self.text, str(self.path), self.product))
 
     # -- identity -----------------------------------------------------------------
 
@@ -239,6 +249,87 @@ class Arch(_Immutable):
                 found.append(ins)
         return tuple(found)
 
+    # -- SASS evidence ------------------------------------------------------------------
+
+    def sass_patterns(self, ref: str, **fill: Any) -> tuple[str, ...]:
+        """The descriptor's SASS spelling of ``ref``: opcode regexes, any one of which proves it.
+
+        ``ref`` is ``FEATURE`` (``sass_signatures``), ``kind:KIND`` (``tensor_core.kinds.KIND.sass``)
+        or ``op:NAME`` (``sass_ops``), optionally followed by ``/MODIFIER`` parts (``sass_modifiers``):
+        each modifier's fragment must follow the opcode and any modifiers before it
+        (``kind:f16/pair`` -> ``(?:UTCHMMA)\\S*\\.2CTA``); ``/!MODIFIER`` requires its absence.
+        ``{name}`` placeholders in a fragment are filled from ``fill``. Python code builds its
+        SASS checks from these, so a target that spells a feature differently is a YAML edit.
+        """
+        base, *mods = ref.split("/")
+        if base.startswith("kind:"):
+            kind = base[5:]
+            if kind not in self.tensor_core.kind_sass:
+                raise _err(f"{self.path}: tensor_core.kinds: no MMA kind '{kind}' to spell in SASS; "
+                           f"known: {', '.join(self.tensor_core.kinds) or 'none'}")
+            pats, key = self.tensor_core.kind_sass[kind], f"tensor_core.kinds.{kind}.sass"
+        elif base.startswith("op:"):
+            pats, key = self.sass_ops.get(base[3:], ()), f"sass_ops.{base[3:]}"
+        else:
+            self.has(base)
+            pats, key = self.sass_signatures.get(base, ()), f"sass_signatures.{base}"
+        if not pats:
+            raise _err(f"{self.path}: {key}: no SASS spelling for '{base}', which a check of {ref!r} needs; "
+                       "add the opcode regexes nvdisasm shows for it on this target")
+        suffix = ""
+        for mod in mods:
+            negate = mod.startswith("!")
+            name = mod.lstrip("!")
+            frag = self.sass_modifiers.get(name)
+            if frag is None:
+                raise _err(f"{self.path}: sass_modifiers.{name}: no SASS spelling for modifier '{name}', "
+                           f"which a check of {ref!r} needs; add how nvdisasm prints it after the opcode")
+            missing = [p for p in re.findall(r"\{([a-z_]+)\}", frag) if p not in fill]
+            if missing:
+                raise _err(f"sass_modifiers.{name}: the fragment needs {', '.join(missing)} filled in "
+                           f"(checking {ref!r})")
+            frag = re.sub(r"\{([a-z_]+)\}", lambda m: re.escape(str(fill[m.group(1)])), frag)
+            suffix += f"(?!\\S*{frag})" if negate else f"\\S*{frag}"
+        return tuple(f"(?:{p}){suffix}" for p in pats) if suffix else tuple(pats)
+
+    def sass_pattern(self, ref: str, **fill: Any) -> str:
+        """``sass_patterns(ref)`` as one regex (an alternation) for a kernel's SassRule."""
+        pats = self.sass_patterns(ref, **fill)
+        return pats[0] if len(pats) == 1 else "|".join(f"(?:{p})" for p in pats)
+
+    # -- products -------------------------------------------------------------------
+
+    @property
+    def product_names(self) -> tuple[str, ...]:
+        return tuple(self.products_figures) or self.products
+
+    def for_product(self, name: str) -> "Arch":
+        """This arch with ``name``'s own figures (SM count, memory, peaks where they differ)."""
+        if not self.products_figures:
+            raise _err(f"{self.path}: products: the descriptor gives no per-product figures, so "
+                       f"--product {name} cannot be honoured; add a products section "
+                       f"(listed products: {', '.join(self.products)})")
+        if name not in self.products_figures:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(self.products_figures), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(self.products_figures)}"
+            raise _err(f"{self.path}: products: no product {name!r}; {hint}")
+        if name == self.product:
+            return self
+        fig = self.products_figures[name]
+        peaks = dict(self.peak_tflops)
+        peaks.update(fig.get("dense_tflops", {}))
+        base_digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        digest = base_digest if name == self.default_product else hashlib.sha256(
+            f"{base_digest}\0product={name}".encode("utf-8")).hexdigest()
+        return replace(
+            self, product=name, sm_count=fig["sm_count"],
+            l2_bytes=round(fig["l2_mib"] * MIB) if "l2_mib" in fig else self.l2_bytes,
+            hbm_bytes=round(fig["hbm_gb"] * GB),
+            hbm_bandwidth_bytes_per_s=float(fig["hbm_bandwidth_tb_s"]) * TB,
+            peak_tflops=_frozen_map(peaks), digest=digest)
+
     # -- derived figures ------------------------------------------------------------
 
     def peak_flop_per_s(self, dtype: str) -> float:
@@ -275,6 +366,12 @@ class Arch(_Immutable):
             "min_ptx": self.min_ptx,
             "min_cuda": self.min_cuda,
             "products": list(self.products),
+            "product": self.product,
+            "product_figures": {n: {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in f.items()}
+                                for n, f in self.products_figures.items()},
+            "product": self.product,
+            "product_figures": {n: {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in f.items()}
+                                for n, f in self.products_figures.items()},
             "features": [f for f in FEATURES if f in self.features],
             "limits": {
                 "sm_count": self.sm_count,
@@ -320,6 +417,10 @@ class Arch(_Immutable):
             "peak_tflops": dict(self.peak_tflops),
             "ridge_flop_per_byte": {d: round(self.ridge_flop_per_byte(d), 3) for d in self.peak_tflops},
             "sass_signatures": {f: list(p) for f, p in self.sass_signatures.items()},
+            "sass_ops": {n: list(p) for n, p in self.sass_ops.items()},
+            "sass_modifiers": dict(self.sass_modifiers),
+            "sass_ops": {n: list(p) for n, p in self.sass_ops.items()},
+            "sass_modifiers": dict(self.sass_modifiers),
             "sources": dict(self.sources),
             "section_sources": {k: (dict(v) if isinstance(v, Mapping) else v)
                                 for k, v in self.section_sources.items()},
@@ -355,7 +456,10 @@ def _build(d: dict, path: Path, text: str) -> Arch:
                        ("identity", "limits", "memory", "tensor_core", "tmem", "cluster", "async_copy",
                         "formats", "peak", "sass_signatures")}
     section_sources.update({f"block_scales.{n}": b["source"] for n, b in d["block_scales"].items()})
-    return Arch(
+    for section in ("sass_ops", "sass_modifiers"):
+        if d.get(section):
+            section_sources[section] = d[section]["source"]
+    arch = Arch(
         name=d["name"],
         path=path,
         summary=d["summary"],
@@ -392,7 +496,20 @@ def _build(d: dict, path: Path, text: str) -> Arch:
         uncertain=frozenset(d["uncertain"]),
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),
         text=text,
+        sass_ops=_frozen_map({n: tuple(p) for n, p in d.get("sass_ops", {}).items() if n != "source"}),
+        sass_modifiers=_frozen_map({n: f for n, f in d.get("sass_modifiers", {}).items() if n != "source"}),
+        products_figures=_frozen_map({n: _frozen_map(f) for n, f in
+                                      d.get("products", {}).get("items", {}).items()}),
+        product=d.get("products", {}).get("default", ""),
+        default_product=d.get("products", {}).get("default", ""),
     )
+    return arch
+
+
+def _arch_for_product(text: str, path: str, product: str) -> Arch:
+    """Unpickle an Arch: rebuild it from its text, then select the product it was for."""
+    arch = arch_from_text(text, path)
+    return arch.for_product(product) if product and product != arch.product else arch
 
 
 # Per-SM and per-block limits by compute capability, from NVIDIA/cccl

@@ -179,8 +179,8 @@ _SCALE_FIELDS: dict[str, Field] = {
 
 # SECTIONS already holds tensor_core (its scalar keys); its kinds are checked apart.
 TOP_KEYS = ("schema", "name", "summary", "sources", *SECTIONS, "block_scales", "peak",
-            "sass_signatures", "uncertain")
-_TOP_OPTIONAL = ("summary", "uncertain")
+            "sass_signatures", "sass_ops", "sass_modifiers", "products", "uncertain")
+_TOP_OPTIONAL = ("summary", "sass_ops", "sass_modifiers", "products", "uncertain")
 
 
 def one_line(text: str) -> str:
@@ -588,6 +588,9 @@ def check_descriptor(data: Any, lines: dict[str, int], file: str) -> dict[str, A
     out["block_scales"] = _check_block_scales(c, data["block_scales"], sources)
     out["peak"] = _check_peak(c, data["peak"], sources)
     out["sass_signatures"] = _check_signatures(c, data["sass_signatures"], sources)
+    out["sass_ops"] = _check_sass_ops(c, data.get("sass_ops"), sources)
+    out["sass_modifiers"] = _check_sass_modifiers(c, data.get("sass_modifiers"), sources)
+    out["products"] = _check_products(c, data.get("products"), sources, out)
     out["uncertain"] = _check_uncertain(c, data.get("uncertain", []), data)
 
     _check_consistency(c, out)
@@ -752,6 +755,130 @@ def _check_signatures(c: _Checker, raw: Any, sources: dict) -> dict:
     c.keys(raw, "sass_signatures", (*FEATURES, *_META), ("source",))
     out = {f: _regex_list(c, raw[f], f"sass_signatures.{f}") for f in FEATURES if f in raw}
     out["source"] = c.source(raw["source"], "sass_signatures.source", (), sources)
+    return out
+
+
+_SPELLING_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _check_sass_ops(c: _Checker, raw: Any, sources: dict) -> dict:
+    """``sass_ops``: how this target's disassembly spells instructions that kernels and
+    probes check but that prove no descriptor feature on their own (tcgen05.commit, the
+    TMEM loads, a spill, a 16-byte store); name -> opcode regexes, any one matches."""
+    if raw is None:
+        return {}
+    c.mapping(raw, "sass_ops", "instruction name -> SASS opcode patterns")
+    if "source" not in raw:
+        c.fail("sass_ops.source", "missing key", "say where the spellings come from, citing [KEY]")
+    out: dict[str, Any] = {}
+    for name, pats in raw.items():
+        if name in _META:
+            continue
+        if not _SPELLING_NAME.fullmatch(name):
+            c.fail(f"sass_ops.{name}", "instruction names are lower-case like mma_commit or tmem_load",
+                   "rename it")
+        out[name] = _regex_list(c, pats, f"sass_ops.{name}")
+        if not out[name]:
+            c.fail(f"sass_ops.{name}", "lists no pattern", "write the opcode nvdisasm prints, e.g. [\"^LDTM\"]")
+    out["source"] = c.source(raw["source"], "sass_ops.source", (), sources)
+    return out
+
+
+def _check_sass_modifiers(c: _Checker, raw: Any, sources: dict) -> dict:
+    """``sass_modifiers``: how a modifier is spelled after an opcode (the CTA-pair suffix,
+    the scale-vector width): name -> one regex fragment that follows the opcode and any
+    modifiers before it. ``{name}`` placeholders (letters only) are filled by the kernel."""
+    if raw is None:
+        return {}
+    c.mapping(raw, "sass_modifiers", "modifier name -> regex fragment")
+    if "source" not in raw:
+        c.fail("sass_modifiers.source", "missing key", "say where the spellings come from, citing [KEY]")
+    out: dict[str, Any] = {}
+    for name, frag in raw.items():
+        if name in _META:
+            continue
+        dotted = f"sass_modifiers.{name}"
+        if not _SPELLING_NAME.fullmatch(name):
+            c.fail(dotted, "modifier names are lower-case like pair or scale_vec_4x", "rename it")
+        if not isinstance(frag, str) or not frag.strip():
+            c.fail(dotted, f"expected a regex fragment, got {_show(frag)}", "write e.g. '\\.2CTA'")
+        probe = re.sub(r"\{[a-z_]+\}", "0", frag)
+        try:
+            re.compile(probe)
+        except re.error as exc:
+            c.fail(dotted, f"fragment {_show(frag)} is not a valid regular expression ({exc})",
+                   "escape special characters")
+        problem = regex_hazard(probe)
+        if problem:
+            c.fail(dotted, f"fragment {_show(frag)} {problem}", "use the linear-time signature subset")
+        out[name] = frag
+    out["source"] = c.source(raw["source"], "sass_modifiers.source", (), sources)
+    return out
+
+
+# Figures a product may carry for itself (the rest are the architecture's).
+_PRODUCT_FIELDS: dict[str, Field] = {
+    "sm_count": SECTIONS["limits"]["sm_count"],
+    "l2_mib": Field("number", "MiB", 0.001, 4096, required=False),
+    "hbm_gb": SECTIONS["memory"]["hbm_gb"],
+    "hbm_bandwidth_tb_s": SECTIONS["memory"]["hbm_bandwidth_tb_s"],
+}
+
+
+def _check_products(c: _Checker, raw: Any, sources: dict, d: dict) -> dict:
+    """``products``: each product's own figures (SM count, memory, peaks where they differ)
+    and which one the limits / memory / peak sections describe (``default``)."""
+    if raw is None:
+        return {}
+    c.mapping(raw, "products", "default and product name -> figures")
+    if "default" not in raw:
+        c.fail("products.default", "missing key", "name the product the limits and memory sections describe")
+    listed = d["identity"]["products"]
+    out: dict[str, Any] = {"default": raw["default"], "items": {}}
+    for name, spec in raw.items():
+        if name in ("default", *_META):
+            continue
+        dotted = f"products.{name}"
+        if name not in listed:
+            c.fail(dotted, f"product {_show(name)} is not in identity.products ({', '.join(listed)})",
+                   "list it there too, or fix the spelling")
+        c.mapping(spec, dotted, "sm_count, hbm_gb, hbm_bandwidth_tb_s, dense_tflops, source")
+        c.keys(spec, dotted, (*_PRODUCT_FIELDS, "dense_tflops", *_META),
+               [k for k, f in _PRODUCT_FIELDS.items() if f.required] + ["source"])
+        item = {k: c.value(spec[k], f, f"{dotted}.{k}") for k, f in _PRODUCT_FIELDS.items() if k in spec}
+        rates = c.mapping(spec.get("dense_tflops") or {}, f"{dotted}.dense_tflops", "dtype -> TFLOP/s")
+        peak_field = _num(0.001, 1e6, "TFLOP/s (dense, 1e12 FLOP/s)")
+        item["dense_tflops"] = {}
+        for dtype, value in rates.items():
+            if dtype not in d["peak"]["dense_tflops"]:
+                c.fail(f"{dotted}.dense_tflops.{dtype}", f"no architecture peak for {dtype} to differ from",
+                       f"add peak.dense_tflops.{dtype} first ({', '.join(d['peak']['dense_tflops']) or 'none'})")
+            item["dense_tflops"][dtype] = float(c.value(value, peak_field, f"{dotted}.dense_tflops.{dtype}"))
+        if "notes" in spec:
+            item["notes"] = c.value(spec["notes"], _NOTES, f"{dotted}.notes")
+        item["source"] = c.source(spec["source"], f"{dotted}.source", (*_PRODUCT_FIELDS, "dense_tflops"),
+                                  sources)
+        out["items"][name] = item
+    missing = [p for p in listed if p not in out["items"]]
+    if missing:
+        c.fail("products", f"identity.products lists {', '.join(missing)} without figures here",
+               "give each listed product its sm_count, hbm_gb and hbm_bandwidth_tb_s")
+    default = out["default"]
+    if default not in out["items"]:
+        c.fail("products.default", f"{_show(default)} is not one of the products listed here",
+               f"use one of {', '.join(out['items'])}")
+    # The default product's figures are the ones the architecture sections state: a
+    # mismatch would make `porter target` and `--product DEFAULT` disagree.
+    base = {"sm_count": d["limits"]["sm_count"], "l2_mib": d["memory"]["l2_mib"],
+            "hbm_gb": d["memory"]["hbm_gb"], "hbm_bandwidth_tb_s": d["memory"]["hbm_bandwidth_tb_s"]}
+    for key, value in out["items"][default].items():
+        if key in base and value != base[key]:
+            c.fail(f"products.{default}.{key}", f"the default product says {value}, the architecture "
+                   f"sections say {base[key]}", "make them agree (the sections describe the default product)")
+    for dtype, value in out["items"][default]["dense_tflops"].items():
+        if value != d["peak"]["dense_tflops"][dtype]:
+            c.fail(f"products.{default}.dense_tflops.{dtype}", f"the default product says {value}, "
+                   f"peak.dense_tflops says {d['peak']['dense_tflops'][dtype]}", "make them agree")
     return out
 
 

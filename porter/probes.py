@@ -9,12 +9,17 @@ feature and declares, in its leading comment block::
     // kind: f16                    (the descriptor's MMA kind it issues, if any)
     // generation: mma_sync         (the tensor-core generation whose MMA it issues; a probe
                                     with a kind that needs tcgen05 or wgmma implies it)
-    // sass: ^UTCHMMA               (opcode regexes that must all appear)
-    // sass-line: ^UTCQMMA\\b.*tmem  (instruction-text regexes, for evidence in operands)
+    // shows: kind:f16, op:mma_commit   (descriptor SASS spellings that must all appear)
     // proves: / note: / seen: / denied:   (free text; indented '//   ' lines continue it)
 
+A probe spells no SASS itself: each ``shows:`` entry names a spelling in the descriptor
+(``Arch.sass_patterns``): a feature's ``sass_signatures``, an MMA kind's ``sass``
+(``kind:f16``), an instruction of ``sass_ops`` (``op:tmem_copy``), optionally with
+``sass_modifiers`` after it (``kind:f16/pair``, ``kind:mxf4nvf4/scale_vec_4x``). So a target
+whose disassembly spells a feature differently is checked by editing its YAML alone.
+
 ``check_arch(arch)`` compiles every probe for ``arch.target`` and compares with the
-descriptor: a claimed feature must compile and show the probe's SASS; a denied one
+descriptor: a claimed feature must compile and show what the probe names; a denied one
 must be rejected by the compiler *because of the target*. Every claimed feature needs
 at least one probe of it that is confirmed on the target: a claim that no probe can
 confirm (none exists, or each one is rejected or not judged) is a contradiction,
@@ -47,7 +52,9 @@ from porter.toolchain import compile_cuda
 
 _HEADER = re.compile(r"^//\s?(?P<key>[a-z][a-z-]*):\s*(?P<value>.*)$")
 _CONTINUATION = re.compile(r"^//\s{2,}(?P<text>\S.*)$")
-_LIST_KEYS = ("sass", "sass-line")
+_LIST_KEYS = ("shows",)
+# One spelling a probe names: FEATURE, kind:KIND or op:NAME, then /MODIFIER or /!MODIFIER parts.
+_SHOWS_REF = re.compile(r"(?:kind:|op:)?[a-z][a-z0-9_]*(?:/!?[a-z][a-z0-9_]*)*")
 _TEXT_KEYS = ("proves", "note", "seen", "denied")
 NOT_JUDGED = "not judged"   # a probe whose prerequisites the arch denies proves nothing either way
 # Tensor-core generations and their accumulator storage: the routes a probe takes to a capability.
@@ -70,8 +77,7 @@ class Probe:
     feature: str
     also_needs: tuple[str, ...]
     kind: str
-    sass: tuple[str, ...]
-    sass_lines: tuple[str, ...]
+    shows: tuple[str, ...]         # descriptor spellings (Arch.sass_patterns refs) it must show
     text: dict
     source: str = field(repr=False, default="")
     declared_generation: str = ""
@@ -112,7 +118,7 @@ class ProbeResult(_Judged):
     claimed: bool                  # the descriptor claims the probe's feature
     denied_prereqs: list[str]      # prerequisites the descriptor denies
     compiled: bool
-    sass_found: dict               # regex -> matching opcodes / instruction texts
+    sass_found: dict               # shows ref -> matching opcodes / instruction texts
     sass_missing: list[str]
     signature_hits: dict           # needed feature -> descriptor patterns seen here
     verdict: str
@@ -204,10 +210,19 @@ def parse_probe(path: Path, source: str | None = None) -> Probe:
             raise PorterError(f"{path}:{lineno}: unknown probe header key '{key}'; "
                               f"known: {', '.join(_KNOWN_KEYS)}")
         if key in _LIST_KEYS:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise PorterError(f"{path}:{lineno}: bad {key} regex {value!r}: {exc}") from None
+            refs = [v.strip() for v in value.split(",") if v.strip()]
+            for ref in refs:
+                if not _SHOWS_REF.fullmatch(ref):
+                    raise PorterError(f"{path}:{lineno}: '// shows: {ref}' is not a descriptor spelling; write "
+                                      "FEATURE, kind:KIND or op:NAME, optionally with /MODIFIER (SASS itself "
+                                      "lives in arch/*.yaml)")
+                base = ref.split("/")[0]
+                if ":" not in base and base not in FEATURES:
+                    raise PorterError(f"{path}:{lineno}: '// shows: {ref}': '{base}' is not a feature porter "
+                                      f"knows; known: {', '.join(FEATURES)} (or kind:KIND, op:NAME)")
+            values.setdefault(key, []).extend(refs)
+            last_text_key = None
+            continue
         values.setdefault(key, []).append(value)
         last_text_key = key if key in _TEXT_KEYS else None
 
@@ -224,13 +239,14 @@ def parse_probe(path: Path, source: str | None = None) -> Probe:
     for feature in needs:
         if feature not in FEATURES:
             raise PorterError(f"{path}: feature '{feature}' is not one porter knows; known: {', '.join(FEATURES)}")
-    if not values.get("sass"):
-        raise PorterError(f"{path}: a probe must declare at least one '// sass: REGEX' opcode it produces")
+    if not values.get("shows"):
+        raise PorterError(f"{path}: a probe must name at least one descriptor SASS spelling it shows "
+                          "('// shows: kind:f16, op:mma_commit')")
     generation = one("generation", False)
     if generation and generation not in GENERATIONS:
         raise PorterError(f"{path}: generation '{generation}' is not one porter knows; known: {', '.join(GENERATIONS)}")
     return Probe(name=name, path=path, feature=needs[0], also_needs=tuple(needs[1:]), kind=one("kind", False),
-                 sass=tuple(values["sass"]), sass_lines=tuple(values.get("sass-line", ())),
+                 shows=tuple(values["shows"]),
                  text={k: " ".join(values[k]) for k in _TEXT_KEYS if k in values}, source=source,
                  declared_generation=generation)
 
@@ -269,18 +285,30 @@ def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, second
     found: dict[str, list[str]] = {}
     missing: list[str] = []
     hits: dict[str, list[str]] = {}
+    unspelled: list[str] = []
     if compiled:
         hist = sasslib.opcode_histogram(sass_text)
         texts = instruction_texts(sass_text)
-        # Opcode regexes match the full opcode (like SassRule); line regexes the whole
-        # instruction text, for evidence that lives in operands (block-scale TMEM operands).
-        evidence = [(p, sorted(op for op in hist if re.match(p, op))) for p in probe.sass]
-        evidence += [(p, [t for t in texts if re.search(p, t)][:2]) for p in probe.sass_lines]
-        for pattern, seen in evidence:
-            if seen:
-                found[pattern] = seen
-            else:
-                missing.append(pattern)
+        if not foreign:
+            # Each named spelling is the descriptor's: regexes matched (re.match) against the
+            # instruction texts, opcode first, so a spelling may reach into the operands
+            # (block-scale TMEM or register operands). Another generation's probe is not
+            # judged here, so the arch need not spell what it shows.
+            for ref in probe.shows:
+                try:
+                    pats = arch.sass_patterns(ref)
+                except PorterError as exc:
+                    unspelled.append(f"{ref} ({exc})")
+                    missing.append(ref)
+                    continue
+                regexes = [re.compile(p) for p in pats]
+                # The opcode, or the whole instruction where the match reaches into operands.
+                seen = sorted({t if m.end() > len(t.split()[0]) else t.split()[0]
+                               for t in texts for r in regexes if (m := r.match(t))})[:3]
+                if seen:
+                    found[ref] = seen
+                else:
+                    missing.append(ref)
         for feature in probe.needs:
             pats = arch.sass_signatures.get(feature, ())
             seen = [p for p in pats if sasslib.count_matching(hist, p)]
@@ -298,8 +326,11 @@ def judge(probe: Probe, arch, compiled: bool, sass_text: str, error: str, second
         verdict = (f"{NOT_JUDGED}: it issues {probe.generation} MMA and this arch's tensor core is "
                    f"{own_generation} (the compiler {'accepts' if compiled else 'rejects'} it for {arch.target})")
     elif claimed and compiled:
-        if missing:
-            verdict = f"contradicted: compiles but its SASS lacks {', '.join(missing)}"
+        if unspelled:
+            verdict = f"contradicted: the descriptor does not spell what the probe shows: {'; '.join(unspelled)}"
+        elif missing:
+            pats = "; ".join(f"{ref} = {', '.join(arch.sass_patterns(ref))}" for ref in missing)
+            verdict = f"contradicted: compiles but its SASS lacks the descriptor's {pats}"
         elif denied_prereqs:
             verdict = (f"contradicted: the compiler accepts it, yet the descriptor denies "
                        f"{', '.join(denied_prereqs)}, which it uses")

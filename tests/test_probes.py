@@ -53,26 +53,35 @@ def test_every_feature_has_a_probe_with_sass():
     probes = discover()
     assert {p.feature for p in probes} == set(FEATURES)
     for p in probes:
-        assert p.sass, p.name
+        assert p.shows, p.name
         assert p.text.get("proves"), f"{p.name} says what it proves"
         assert re.search(r"__global__", p.source), f"{p.name} is a kernel"
 
 
 def test_header_errors_name_file_and_line(tmp_path):
     bad_key = tmp_path / "x.cu"
-    bad_key.write_text("// probe: x\n// feature: tma\n// colour: red\n// sass: ^UTMALDG\n")
+    bad_key.write_text("// probe: x\n// feature: tma\n// colour: red\n// shows: op:tma_load\n")
     with pytest.raises(PorterError, match=r"x\.cu:3: unknown probe header key 'colour'"):
         parse_probe(bad_key)
-    bad_regex = tmp_path / "y.cu"
-    bad_regex.write_text("// probe: y\n// feature: tma\n// sass: ^UTMA(LDG\n")
-    with pytest.raises(PorterError, match=r"y\.cu:3: bad sass regex"):
-        parse_probe(bad_regex)
+    # SASS lives in the descriptor: a probe names spellings, it cannot carry a regex.
+    bad_ref = tmp_path / "y.cu"
+    bad_ref.write_text("// probe: y\n// feature: tma\n// shows: ^UTMA(LDG\n")
+    with pytest.raises(PorterError, match=r"y\.cu:3: '// shows: \^UTMA\(LDG' is not a descriptor spelling"):
+        parse_probe(bad_ref)
+    old_key = tmp_path / "v.cu"
+    old_key.write_text("// probe: v\n// feature: tma\n// sass: ^UTMALDG\n")
+    with pytest.raises(PorterError, match=r"v\.cu:3: unknown probe header key 'sass'"):
+        parse_probe(old_key)
+    bad_feature_ref = tmp_path / "u.cu"
+    bad_feature_ref.write_text("// probe: u\n// feature: tma\n// shows: tmaa/pair\n")
+    with pytest.raises(PorterError, match=r"'tmaa' is not a feature porter knows"):
+        parse_probe(bad_feature_ref)
     wrong_name = tmp_path / "z.cu"
-    wrong_name.write_text("// probe: other\n// feature: tma\n// sass: ^UTMALDG\n")
+    wrong_name.write_text("// probe: other\n// feature: tma\n// shows: op:tma_load\n")
     with pytest.raises(PorterError, match="must match the file name 'z'"):
         parse_probe(wrong_name)
     unknown_feature = tmp_path / "w.cu"
-    unknown_feature.write_text("// probe: w\n// feature: warp_drive\n// sass: ^X\n")
+    unknown_feature.write_text("// probe: w\n// feature: warp_drive\n// shows: op:x\n")
     with pytest.raises(PorterError, match="feature 'warp_drive' is not one porter knows"):
         parse_probe(unknown_feature)
 
@@ -84,8 +93,9 @@ def test_hopper_agrees(hopper_check):
     assert hopper_check.ok, hopper_check.contradictions
     r = by_probe(hopper_check)
     assert r["wgmma_bf16"].verdict == "confirmed"
-    assert r["wgmma_bf16"].sass_found["^HGMMA\\.64x8x16\\.F32\\.BF16"] == ["HGMMA.64x8x16.F32.BF16"]
-    assert r["wgmma_fp8"].sass_found["^QGMMA\\.64x8x32\\.F32\\.E4M3\\.E4M3"]
+    assert r["wgmma_bf16"].sass_found["kind:f16"] == ["HGMMA.64x8x16.F32.BF16"]
+    assert r["wgmma_bf16"].sass_found["op:warpgroup_arrive"] == ["WARPGROUP.ARRIVE"]
+    assert r["wgmma_fp8"].sass_found["kind:f8"] == ["QGMMA.64x8x32.F32.E4M3.E4M3"]
     for name in ("tcgen05_f16", "tmem_ld_st", "tcgen05_cta_pair", "cvt_fp4", "cvt_fp6"):
         assert r[name].verdict == "denied-confirmed", name
         assert "not supported on .target 'sm_90a'" in r[name].error
@@ -98,13 +108,14 @@ def test_blackwell_agrees(blackwell_check):
     for name in ("wgmma_bf16", "wgmma_fp8"):
         assert r[name].verdict == "denied-confirmed"
         assert "not supported on .target 'sm_100a'" in r[name].error
-    assert r["tcgen05_f16"].sass_found["^UTCHMMA"] == ["UTCHMMA"]
-    assert r["tcgen05_cta_pair"].sass_found["^UTCHMMA\\S*\\.2CTA"] == ["UTCHMMA.2CTA"]
-    assert r["tcgen05_mxf4nvf4"].sass_found["^UTCOMMA\\.4X"] == ["UTCOMMA.4X"]
+    assert r["tcgen05_f16"].sass_found["kind:f16"] == ["UTCHMMA"]
+    assert r["tcgen05_cta_pair"].sass_found["kind:f16/pair"] == ["UTCHMMA.2CTA"]
+    assert r["tcgen05_cta_pair"].sass_found["op:mma_commit/pair"] == ["UTCBAR.2CTA.MULTICAST"]
+    assert r["tcgen05_mxf4nvf4"].sass_found["kind:mxf4nvf4/scale_vec_4x"] == ["UTCOMMA.4X"]
     # Block scaling shows as TMEM scale operands after the idesc, not as an opcode.
     scaled = r["tcgen05_mxf8f6f4"].sass_found
     assert any("idesc" in line and line.endswith("!UPT") for hits in scaled.values() for line in hits)
-    assert set(r["tmem_ld_st"].sass_found) >= {"^STTM", "^LDTM"}
+    assert set(r["tmem_ld_st"].sass_found) >= {"op:tmem_store", "op:tmem_load"}
     assert blackwell_check.kinds_without_probe == ["tf32", "i8", "mxf4"]
 
 
@@ -160,9 +171,11 @@ def test_wrong_sass_signature_is_contradicted(tmp_path, blackwell_check):
     assert count == 1
     path = edited(tmp_path, text, [], "bad_sig.yaml")
     check = check_arch(load_arch(path))
-    assert by_probe(check)["tcgen05_cta_pair"].verdict == "confirmed"  # the probe's own regexes hold
+    # The probe names the descriptor's cta_pair signature, so the wrong spelling fails it too.
+    assert by_probe(check)["tcgen05_cta_pair"].verdict.startswith(
+        "contradicted: compiles but its SASS lacks the descriptor's cta_pair = ^UTCHMMA\\.PAIR")
     verdict = by_feature(check)["cta_pair"].verdict
-    assert verdict.startswith("contradicted: the descriptor's SASS signature (^UTCHMMA\\.PAIR)")
+    assert verdict.startswith("contradicted: claimed but unproven") and "^UTCHMMA\\.PAIR" in verdict
 
 
 def test_denial_needs_a_target_reason():
@@ -181,7 +194,7 @@ def test_missing_probe_sass_is_contradicted():
     # A cubin that compiled but whose SASS has no tensor-core MMA.
     sass_text = "        /*0000*/                   MOV R1, c[0x0][0x28] ;\n        /*0010*/  EXIT ;\n"
     result = judge(probe, arch, compiled=True, sass_text=sass_text, error="")
-    assert result.verdict.startswith("contradicted: compiles but its SASS lacks ^UTCHMMA")
+    assert result.verdict.startswith("contradicted: compiles but its SASS lacks the descriptor's kind:f16 = UTCHMMA")
 
 
 def test_probe_through_a_denied_prerequisite_does_not_judge_the_feature(tmp_path):
@@ -261,7 +274,7 @@ def test_every_shipped_claim_has_a_confirming_probe(hopper_check, blackwell_chec
 def test_local_include_is_inlined_and_a_missing_one_is_named(tmp_path):
     from porter.probes import parse_probe
     (tmp_path / "shared.cuh").write_text("__device__ int helper() { return 7; }\n")
-    header = "// probe: p\n// feature: tma\n// sass: ^UTMALDG\n\n"
+    header = "// probe: p\n// feature: tma\n// shows: op:tma_load\n\n"
     probe = tmp_path / "p.cu"
     probe.write_text(header + '#include "shared.cuh"\n__global__ void k(int* o) { *o = helper(); }\n')
     assert "return 7;" in parse_probe(probe).source          # what is compiled and cache-keyed

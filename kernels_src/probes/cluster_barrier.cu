@@ -1,7 +1,6 @@
 // probe: cluster_barrier
 // feature: clusters
-// sass: ^UCGABAR_ARV
-// sass: ^UCGABAR_WAIT
+// shows: op:cluster_arrive, op:cluster_wait
 // proves: thread-block clusters: a kernel declared with __cluster_dims__(2,1,1) reads its
 //   rank and the cluster size from the cluster special registers and synchronises the
 //   whole cluster with barrier.cluster.arrive.release / wait.acquire; the ranks go to

@@ -1,7 +1,6 @@
 // probe: cp_async
 // feature: cp_async
-// sass: ^LDGSTS
-// sass: ^LDGDEPBAR
+// shows: cp_async, op:cp_async_commit
 // proves: the asynchronous global -> shared copy of sm_80: each thread issues a 16-byte
 //   cp.async.cg.shared.global (bypassing L1), the warp commits the group and waits for
 //   it with cp.async.wait_group 0, then the tile is read back from shared memory and

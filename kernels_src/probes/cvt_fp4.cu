@@ -1,7 +1,6 @@
 // probe: cvt_fp4
 // feature: fp4
-// sass: ^F2FP\.SATFINITE\.E2M1\.F32
-// sass: ^F2FP\.F16\.E2M1
+// shows: op:cvt_to_e2m1, op:cvt_from_e2m1
 // proves: hardware fp4 conversions: two f32 -> e2m1x2 with round-to-nearest and
 //   saturation (cvt.rn.satfinite.e2m1x2.f32) and back (cvt.rn.f16x2.e2m1x2); the
 //   round-tripped pair is written to global memory.

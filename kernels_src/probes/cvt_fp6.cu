@@ -1,9 +1,6 @@
 // probe: cvt_fp6
 // feature: fp6
-// sass: ^F2FP\.SATFINITE\.E2M3\.F32
-// sass: ^F2FP\.SATFINITE\.E3M2\.F32
-// sass: ^F2FP\.F16\.E2M3
-// sass: ^F2FP\.F16\.E3M2
+// shows: op:cvt_to_e2m3, op:cvt_to_e3m2, op:cvt_from_e2m3, op:cvt_from_e3m2
 // proves: hardware fp6 conversions: two f32 -> e2m3x2 and e3m2x2 with round-to-nearest
 //   and saturation (cvt.rn.satfinite.e2m3x2.f32 / e3m2x2.f32) and back to f16x2; both
 //   round-tripped pairs are written to global memory.

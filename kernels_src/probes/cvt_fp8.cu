@@ -1,7 +1,6 @@
 // probe: cvt_fp8
 // feature: fp8
-// sass: ^F2FP\.SATFINITE\.E4M3\.F16
-// sass: ^F2FP\.F16\.E4M3
+// shows: op:cvt_to_e4m3, op:cvt_from_e4m3
 // proves: hardware fp8 conversions: f16x2 -> e4m3x2 with round-to-nearest and
 //   saturation (cvt.rn.satfinite.e4m3x2.f16x2) and back (cvt.rn.f16x2.e4m3x2); the
 //   round-tripped pair is written to global memory.

@@ -1,10 +1,7 @@
 // probe: dsmem
 // feature: dsmem
 // also-needs: clusters
-// sass: ^UCGABAR_(ARV|WAIT)
-// sass: ^LD\.E\b
-// sass-line: ^S2R R\d+, SR_SWINHI
-// sass-line: ^S2R R\d+, SR_CgaCtaId
+// shows: op:cluster_arrive, op:cluster_wait, op:generic_load, op:shared_window, op:cta_rank_in_cluster
 // proves: distributed shared memory: each CTA of a 2-CTA cluster fills its shared
 //   buffer, the cluster synchronises, then every thread maps the peer CTA's buffer with
 //   mapa.shared::cluster and reads it with ld.shared::cluster; a second cluster barrier

@@ -1,8 +1,6 @@
 // probe: mbarrier
 // feature: mbarrier
-// sass: ^SYNCS\.EXCH\.64
-// sass: ^SYNCS\.ARRIVE\.TRANS64
-// sass: ^SYNCS\.PHASECHK\.TRANS64
+// shows: op:mbarrier_init, op:mbarrier_arrive_tx, op:mbarrier_wait
 // proves: a shared-memory mbarrier as pipelines use it: one thread initialises it for
 //   all 128 threads, each thread arrives and then polls try_wait.parity until the
 //   phase completes; data staged before the arrive is read after the wait.

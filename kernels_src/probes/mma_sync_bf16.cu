@@ -2,7 +2,7 @@
 // feature: mma_sync
 // generation: mma_sync
 // kind: f16
-// sass: ^HMMA\.16816\.F32\.BF16
+// shows: kind:f16, mma_sync
 // proves: the warp-level tensor core of sm_80: one warp issues mma.sync m16n8k16
 //   bf16 x bf16 -> f32 twice into the same register accumulator (A, B, C and D in
 //   registers, each lane holding its fragment), then writes D to global memory.

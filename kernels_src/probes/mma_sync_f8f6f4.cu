@@ -2,8 +2,7 @@
 // feature: fp8
 // generation: mma_sync
 // kind: f8f6f4
-// sass: ^QMMA\.16832\.F32\.E4M3\.E4M3
-// sass: ^HMMA\.16816\.F32\.BF16
+// shows: kind:f8f6f4, fp8, kind:f16
 // proves: the warp-level tensor core of consumer Blackwell: one warp issues
 //   mma.sync m16n8k16 bf16 x bf16 -> f32 and then mma.sync m16n8k32 kind::f8f6f4
 //   e4m3 x e4m3 -> f32 into the same register accumulator (A, B, C and D all in

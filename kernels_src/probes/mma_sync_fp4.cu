@@ -2,7 +2,7 @@
 // feature: fp4
 // generation: mma_sync
 // kind: f8f6f4
-// sass: ^QMMA\.16832\.F32\.E2M1\.E2M1
+// shows: kind:f8f6f4, fp4
 // proves: one warp issues mma.sync m16n8k32 kind::f8f6f4 with fp4 operands (e2m1 x e2m1
 //   -> f32, one element per byte in registers, as the unscaled kind takes them) and
 //   writes the register accumulator to global memory.

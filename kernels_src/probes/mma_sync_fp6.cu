@@ -2,7 +2,7 @@
 // feature: fp6
 // generation: mma_sync
 // kind: f8f6f4
-// sass: ^QMMA\.16832\.F32\.E2M3\.E3M2
+// shows: kind:f8f6f4, fp6
 // proves: one warp issues mma.sync m16n8k32 kind::f8f6f4 with fp6 operands (e2m3 x e3m2
 //   -> f32, one element per byte in registers) and writes the register accumulator to
 //   global memory.

@@ -3,8 +3,7 @@
 // generation: mma_sync
 // also-needs: fp4
 // kind: mxf4
-// sass: ^OMMA\.SF\.16864\.F32\.E2M1\.E2M1\.E8
-// sass-line: ^OMMA\.SF\S* R\d+, R\d+, R\d+, R(Z|\d+), R\d+, R\d+
+// shows: kind:mxf4, block_scale_mx, kind:mxf4/scale_operands
 // proves: MXFP4 block-scaled MMA: one warp runs mma.sync m16n8k64
 //   kind::mxf4.block_scale.scale_vec::2X (e2m1 x e2m1 -> f32, two e2m1 per byte, two
 //   ue8m0 scales per row of A and per column of B: one per 32 elements of K); each lane

@@ -3,8 +3,7 @@
 // generation: mma_sync
 // also-needs: fp4
 // kind: mxf4nvf4
-// sass: ^OMMA\.SF\.16864\.F32\.E2M1\.E2M1\.UE4M3\.4X
-// sass-line: ^OMMA\.SF\S*\.4X R\d+, R\d+, R\d+, R(Z|\d+), R\d+, R\d+
+// shows: kind:mxf4nvf4/scale_vec_4x, block_scale_nvfp4, kind:mxf4nvf4/scale_vec_4x/scale_operands
 // proves: NVFP4 block-scaled MMA as an NVFP4 GEMM on consumer Blackwell issues it: one
 //   warp runs mma.sync m16n8k64 kind::mxf4nvf4.block_scale.scale_vec::4X (e2m1 x e2m1 ->
 //   f32, two e2m1 per byte, four ue4m3 scales per row of A and per column of B: one per

@@ -3,8 +3,7 @@
 // generation: mma_sync
 // also-needs: fp8
 // kind: mxf8f6f4
-// sass: ^QMMA\.SF\.16832\.F32\.E4M3\.E4M3\.E8
-// sass-line: ^QMMA\.SF\S* R\d+, R\d+, R\d+, R(Z|\d+), R\d+, R\d+
+// shows: kind:mxf8f6f4, block_scale_mx, kind:mxf8f6f4/scale_operands
 // proves: MX block-scaled MMA as an MXFP8 GEMM on consumer Blackwell issues it: one warp
 //   runs mma.sync m16n8k32 kind::mxf8f6f4.block_scale.scale_vec::1X (e4m3 x e4m3 -> f32,
 //   one ue8m0 scale per row of A and per column of B for the 32 elements of K); each lane

@@ -1,6 +1,6 @@
 // probe: setmaxnreg
 // feature: setmaxnreg
-// sass: ^USETMAXREG
+// shows: setmaxnreg
 // proves: warp-specialised register reallocation: in a 256-thread block the producer
 //   warpgroup gives registers back (setmaxnreg.dec 40) and the consumer warpgroup takes
 //   more (setmaxnreg.inc 232); both then write to global memory.

@@ -2,8 +2,7 @@
 // feature: cta_pair
 // also-needs: tcgen05, tmem, clusters
 // kind: f16
-// sass: ^UTCHMMA\S*\.2CTA
-// sass: ^UTCBAR\S*\.2CTA
+// shows: kind:f16/pair, op:mma_commit/pair, cta_pair
 // proves: a 2-CTA cluster shares one MMA: both CTAs allocate Tensor Memory with
 //   cta_group::2, the even CTA's elected thread issues tcgen05.mma cta_group::2 kind::f16
 //   (bf16 -> f32, M=256 N=64 K=16: each CTA holds 128 rows of A and half of B), and

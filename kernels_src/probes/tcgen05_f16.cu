@@ -2,8 +2,7 @@
 // feature: tcgen05
 // also-needs: tmem
 // kind: f16
-// sass: ^UTCHMMA
-// sass: ^UTCBAR
+// shows: kind:f16, op:mma_commit
 // proves: one thread issues tcgen05.mma cta_group::1 kind::f16 (bf16 x bf16 -> f32,
 //   M=128 N=64 K=16) from shared-memory descriptors into a Tensor Memory accumulator,
 //   tcgen05.commit arrives on an mbarrier, a warp per 32 lanes reads D back with

@@ -2,8 +2,7 @@
 // feature: tcgen05
 // also-needs: tmem, fp8
 // kind: f8f6f4
-// sass: ^UTCQMMA
-// sass: ^UTCBAR
+// shows: kind:f8f6f4, op:mma_commit, fp8
 // proves: one thread issues tcgen05.mma cta_group::1 kind::f8f6f4 (e4m3 x e4m3 -> f32,
 //   M=128 N=64 K=32) from shared-memory descriptors into a Tensor Memory accumulator,
 //   tcgen05.commit arrives on an mbarrier, a warp per 32 lanes reads D back with

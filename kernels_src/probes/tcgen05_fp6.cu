@@ -2,8 +2,7 @@
 // feature: tcgen05
 // also-needs: tmem, fp6
 // kind: f8f6f4
-// sass: ^UTCQMMA
-// sass: ^UTCBAR
+// shows: kind:f8f6f4, op:mma_commit, fp6
 // proves: the kind::f8f6f4 tcgen05.mma form that takes fp6 operands compiles and
 //   assembles (e2m3 x e3m2 -> f32, M=128 N=64 K=32, one element per byte in shared
 //   memory), issued by one thread into a Tensor Memory accumulator and read back with

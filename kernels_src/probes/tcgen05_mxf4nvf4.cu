@@ -2,9 +2,7 @@
 // feature: block_scale_nvfp4
 // also-needs: tcgen05, tmem, fp4
 // kind: mxf4nvf4
-// sass: ^UTCOMMA\.4X
-// sass: ^UTCCP
-// sass-line: ^UTCOMMA\.4X\b.*idesc\[[^]]*\], tmem\[
+// shows: kind:mxf4nvf4/scale_vec_4x, op:tmem_copy, kind:mxf4nvf4/scale_vec_4x/scale_operands
 // proves: NVFP4 block-scaled MMA as an NVFP4 GEMM issues it: ue4m3 scale factors (one
 //   per 16 e2m1 elements along K, four per instruction) are staged shared -> Tensor
 //   Memory with tcgen05.cp, then one thread issues tcgen05.mma cta_group::1

@@ -2,9 +2,7 @@
 // feature: block_scale_mx
 // also-needs: tcgen05, tmem, fp8
 // kind: mxf8f6f4
-// sass: ^UTCQMMA
-// sass: ^UTCCP
-// sass-line: ^UTCQMMA\b.*idesc\[[^]]*\], tmem\[
+// shows: kind:mxf8f6f4, op:tmem_copy, kind:mxf8f6f4/scale_operands
 // note: block scaling shows in the operands, not the opcode: the block-scaled UTCQMMA
 //   carries Tensor Memory scale operands after the idesc; plain kind::f8f6f4 has none.
 // proves: block-scaled MMA as an MX GEMM issues it: ue8m0 scale factors (one per 32

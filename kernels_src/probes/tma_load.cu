@@ -1,9 +1,7 @@
 // probe: tma_load
 // feature: tma
 // also-needs: mbarrier
-// sass: ^UTMALDG\.2D
-// sass: ^SYNCS\.ARRIVE\.TRANS64
-// sass: ^SYNCS\.PHASECHK\.TRANS64
+// shows: op:tma_load, op:mbarrier_arrive_tx, op:mbarrier_wait
 // proves: a 2-D TMA tensor load: the kernel takes a 128-byte tensor map as a
 //   __grid_constant__ parameter (built on the host by cuTensorMapEncodeTiled), one thread
 //   arms an mbarrier with the expected byte count and issues cp.async.bulk.tensor.2d,

@@ -1,10 +1,7 @@
 // probe: tmem_ld_st
 // feature: tmem
 // also-needs: tcgen05
-// sass: ^UTCATOMSWS\.FIND_AND_SET
-// sass: ^UTCATOMSWS\.AND
-// sass: ^STTM
-// sass: ^LDTM
+// shows: op:tmem_alloc, op:tmem_dealloc, op:tmem_store, op:tmem_load
 // proves: Tensor Memory as storage: warp 0 allocates 32 columns (tcgen05.alloc writes
 //   the base address to shared memory) and gives up the allocation permit, every warp
 //   stores its 32 lanes x 4 columns with tcgen05.st, reads them back with tcgen05.ld

@@ -1,8 +1,7 @@
 // probe: wgmma_bf16
 // feature: wgmma
 // kind: f16
-// sass: ^HGMMA\.64x8x16\.F32\.BF16
-// sass: ^WARPGROUP\.(ARRIVE|DEPBAR)
+// shows: kind:f16, op:warpgroup_arrive, op:warpgroup_wait
 // proves: one warpgroup issues wgmma.mma_async m64n8k16 bf16 -> f32 with A and B read
 //   from shared memory through 64-bit matrix descriptors; the accumulator lives in
 //   registers and is written to global memory so nothing is optimised away.

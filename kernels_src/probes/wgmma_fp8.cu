@@ -2,7 +2,7 @@
 // feature: wgmma
 // also-needs: fp8
 // kind: f8
-// sass: ^QGMMA\.64x8x32\.F32\.E4M3\.E4M3
+// shows: kind:f8, fp8
 // proves: one warpgroup issues wgmma.mma_async m64n8k32 e4m3 x e4m3 -> f32 from shared
 //   memory descriptors (the fp8 tensor-core path of a warpgroup MMA).
 // denied: ptxas rejects wgmma for any target but sm_90a.

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from porter.kernels import attention as family
 from porter.kernels import encodings_tcgen05 as enc
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 
 MAINLOOP = "tcgen05"
 FEATURES = ("tcgen05", "tmem", "tma", "mbarrier")
@@ -95,34 +95,33 @@ def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int) -> dict
 
 
 def _sass_rules(arch, pair: bool):
-    kind_ops = arch.tensor_core.kind_sass.get(MMA_KIND) or ("UTCHMMA",)
-    op = kind_ops[0]
+    """Required and forbidden SASS, every spelling read from the descriptor."""
+    def rule(ref: str, why: str) -> SassRule:
+        return SassRule(arch.sass_pattern(ref), f"{why} ({ref})")
+
+    mma = f"kind:{MMA_KIND}"
     required = [
-        SassRule(rf"{op}\b", "tcgen05.mma kind::f16 for S = Q K^T and O += P V"),
-        SassRule(r"LDTM", "softmax reads S (and O) from Tensor Memory with tcgen05.ld"),
-        SassRule(r"STTM", "softmax writes P and the rescaled O to Tensor Memory with tcgen05.st"),
-        SassRule(r"MUFU\.EX2", "softmax exponentials through ex2.approx"),
-        SassRule(r"UTMALDG", "Q, K and V streamed by TMA"),
-        SassRule(r"UTCBAR", "tcgen05.commit signals S ready, stage free and P V done"),
-        SassRule(r"SYNCS\.", "mbarrier handshakes between producer, MMA and softmax warps"),
-        SassRule(r"UTCATOMSWS", "tcgen05.alloc / dealloc of the S, O and P columns"),
+        rule(mma, "tcgen05.mma kind::f16 for S = Q K^T and O += P V"),
+        rule("op:tmem_load", "softmax reads S (and O) from Tensor Memory with tcgen05.ld"),
+        rule("op:tmem_store", "softmax writes P and the rescaled O to Tensor Memory with tcgen05.st"),
+        rule("op:exp2", "softmax exponentials through ex2.approx"),
+        rule("op:tma_load", "Q, K and V streamed by TMA"),
+        rule("op:mma_commit", "tcgen05.commit signals S ready, stage free and P V done"),
+        rule("mbarrier", "mbarrier handshakes between producer, MMA and softmax warps"),
+        rule("op:tmem_alloc", "tcgen05.alloc of the S, O and P columns"),
     ]
-    forbidden = list(NO_SPILLS) + [
-        SassRule(r"HGMMA\b", "warpgroup wgmma (absent on tcgen05 targets)"),
-        SassRule(r"HMMA\b", "mma.sync fallback instead of tcgen05"),
-    ]
+    forbidden = list(no_spills(arch)) + [rule("op:fallback_mma", "an MMA of another generation instead of tcgen05")]
     if pair:
-        pair_sig = arch.sass_signatures.get("cta_pair") or (rf"{op}\S*\.2CTA",)
         required += [
-            SassRule(pair_sig[0], "cta_group::2: one MMA spans the CTA pair (sass_signatures.cta_pair)"),
-            SassRule(rf"{op}\.2CTA", "both MMAs in the pair form"),
-            SassRule(r"UTCBAR\.2CTA\.MULTICAST", "commits reach the barriers of both CTAs"),
-            SassRule(r"UTMALDG\S*\.2CTA", "both CTAs' loads complete on the even CTA's barriers"),
+            rule("cta_pair", "cta_group::2: one MMA spans the CTA pair"),
+            rule(f"{mma}/pair", "both MMAs in the pair form"),
+            rule("op:mma_commit/pair/multicast", "commits reach the barriers of both CTAs"),
+            rule("op:tma_load/pair", "both CTAs' loads complete on the even CTA's barriers"),
         ]
         # Every tcgen05 op of a kernel must use one cta_group: no single-CTA MMA may remain.
-        forbidden.append(SassRule(rf"{op}(?!\S*\.2CTA)", "a cta_group::1 MMA in a pair kernel"))
+        forbidden.append(rule(f"{mma}/!pair", "a cta_group::1 MMA in a pair kernel"))
     else:
-        forbidden.append(SassRule(rf"{op}\S*\.2CTA", "a single-CTA kernel must issue cta_group::1"))
+        forbidden.append(rule(f"{mma}/pair", "a single-CTA kernel must issue cta_group::1"))
     return tuple(required), tuple(forbidden)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from porter.kernels import attention as family
 from porter.kernels import encodings_wgmma as enc
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 
 MAINLOOP = "wgmma"
 FEATURES = ("wgmma", "tma", "mbarrier", "setmaxnreg")
@@ -41,12 +41,20 @@ BARRIER_BYTES = 8
 PRODUCER_REGS = 24
 CONSUMER_REGS = 240
 
+# What the SASS must show (descriptor spellings, Arch.sass_patterns refs).
 SASS_REQUIRED = (
-    SassRule(r"HGMMA\.64x", "warpgroup MMAs for S = Q K^T and O += P V"),
-    SassRule(r"MUFU\.EX2", "softmax exponentials through ex2.approx"),
-    SassRule(r"UTMALDG", "Q, K and V streamed by TMA"),
-    SassRule(r"SYNCS\.", "mbarrier ring between the producer and the consumers"),
+    ("kind:f16", "warpgroup MMAs for S = Q K^T and O += P V"),
+    ("op:exp2", "softmax exponentials through ex2.approx"),
+    ("op:tma_load", "Q, K and V streamed by TMA"),
+    ("mbarrier", "mbarrier ring between the producer and the consumers"),
 )
+
+
+def sass_rules(arch) -> tuple[tuple[SassRule, ...], tuple[SassRule, ...]]:
+    required = tuple(SassRule(arch.sass_pattern(ref), f"{why} ({ref})") for ref, why in SASS_REQUIRED)
+    forbidden = no_spills(arch) + (SassRule(arch.sass_pattern("op:fallback_mma"),
+                                            "an MMA of another generation instead of wgmma (op:fallback_mma)"),)
+    return required, forbidden
 
 
 def kv_tile(head_dim: int) -> int:
@@ -114,6 +122,6 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         family=family.FAMILY, name=name, variant=variant,
         entry=family.entry_name(head_dim, causal, MAINLOOP),
         config=cfg, features=FEATURES,
-        sass_required=SASS_REQUIRED, sass_forbidden=NO_SPILLS,
+        sass_required=sass_rules(arch)[0], sass_forbidden=sass_rules(arch)[1],
         threads=THREADS, smem_bytes=plan["smem_bytes"], template=family.TEMPLATE,
     )

@@ -34,7 +34,7 @@ from __future__ import annotations
 from porter.errors import PorterError
 from porter.kernels import block_scale_layout as bsl
 from porter.kernels import encodings_tcgen05 as enc
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule
+from porter.kernels.base import KernelSpec, SassRule, no_spills
 
 WARPS = 6
 THREADS = WARPS * 32
@@ -142,47 +142,39 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme):
                       f"and {arch.tmem.columns} TMEM columns with >= {MIN_STAGES} stages")
 
 
-def _sass_rules(arch, kind: str, pair: bool, block_scaled: bool):
-    sig = arch.sass_signatures
-    ops = arch.tensor_core.kind_sass.get(kind) or ()
-    if not ops:
-        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
-    op = ops[0]
-    required = [SassRule(rf"{op}\b", f"tcgen05.mma kind::{kind} main loop (tensor_core.kinds.{kind}.sass)")]
-    if kind == "mxf4nvf4":
-        # UTCOMMA.4X, or UTCOMMA.2CTA.4X in the pair form (nvdisasm 13.x).
-        required.append(SassRule(rf"{op}\S*\.4X", "scale_vec::4X: NVFP4 ue4m3 scale per 16 elements"))
+def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = ""):
+    """Required and forbidden SASS, every spelling read from the descriptor
+    (``Arch.sass_patterns``): a target that spells a kind or a modifier differently is a
+    YAML edit, not a change here."""
+    def rule(ref: str, why: str) -> SassRule:
+        return SassRule(arch.sass_pattern(ref), f"{why} ({ref})")
+
+    mma = f"kind:{kind}"
+    required = [rule(mma, f"tcgen05.mma kind::{kind} main loop")]
+    if scale_vec == "scale_vec::4X":
+        # NVFP4: ue4m3 scales per 16 elements, scale_vec::4X (also in the pair form).
+        required.append(rule(f"{mma}/scale_vec_4x", "scale_vec::4X: NVFP4 ue4m3 scale per 16 elements"))
     if pair:
-        # nvdisasm 13.x prints the cta_group::2 forms with a .2CTA modifier: UTCHMMA.2CTA,
-        # UTCQMMA.2CTA, UTCOMMA.2CTA.4X, UTMALDG.2D.2CTA, UTCBAR.2CTA.MULTICAST (verified).
-        pair_sig = sig.get("cta_pair") or (rf"{op}\.2CTA",)
-        required.append(SassRule(pair_sig[0], "cta_group::2: one MMA spans the CTA pair (sass_signatures.cta_pair)"))
-        required.append(SassRule(rf"{op}\.2CTA", f"the pair form of this kernel's own MMA ({op}.2CTA)"))
-        required.append(SassRule(r"UTCBAR\.2CTA\.MULTICAST", "commit multicast to both CTAs of the pair"))
-    # Descriptor signatures this kernel must show: of tma only the load (no TMA store here),
-    # of tmem only the epilogue's LDTM, of mbarrier all it lists.
-    for feature, wanted, why in (("tma", "UTMALDG", "TMA tile loads of A and B"),
-                                 ("tmem", "LDTM", "epilogue reads the accumulator with tcgen05.ld"),
-                                 ("mbarrier", "", "mbarrier ring synchronisation")):
-        for pattern in sig.get(feature, ()):
-            if pattern.lstrip("^").startswith(wanted):
-                required.append(SassRule(pattern, f"{why} (sass_signatures.{feature})"))
-    required.append(SassRule(r"UTCBAR", "tcgen05.commit arrives on the stage / accumulator mbarriers"))
-    if block_scaled:
-        required.append(SassRule(r"UTCCP", "tcgen05.cp stages the scale factors into TMEM"))
+        required.append(rule("cta_pair", "cta_group::2: one MMA spans the CTA pair"))
+        required.append(rule(f"{mma}/pair", "the pair form of this kernel's own MMA"))
+        required.append(rule("op:mma_commit/pair/multicast", "commit multicast to both CTAs of the pair"))
+    required += [rule("op:tma_load", "TMA tile loads of A and B"),
+                 rule("op:tmem_load", "epilogue reads the accumulator with tcgen05.ld"),
+                 rule("mbarrier", "mbarrier ring synchronisation"),
+                 rule("op:mma_commit", "tcgen05.commit arrives on the stage / accumulator mbarriers")]
+    if scale_vec:
+        required.append(rule("op:tmem_copy", "tcgen05.cp stages the scale factors into TMEM"))
     # The coalesced epilogue: 16-byte staging writes and read-backs, 16-byte global stores.
-    required += [SassRule(r"STS\.128\b", "epilogue writes its bf16 row units into the staging buffer (16 B)"),
-                 SassRule(r"LDS\.128\b", "epilogue reads the staged chunk back row-contiguously (16 B)"),
-                 SassRule(r"STG\.E\.128\b", "epilogue stores whole 128-byte row segments of C, 16 B per lane")]
-    forbidden = list(NO_SPILLS) + [
-        SassRule(r"HMMA\b", "mma.sync fallback instead of tcgen05"),
-        SassRule(r"QMMA\b", "mma.sync fp8 fallback instead of tcgen05"),
-        SassRule(r"HGMMA\b", "Hopper wgmma (absent on tcgen05 targets)"),
+    required += [rule("op:shared_store/width_16b", "epilogue writes its bf16 row units into the staging buffer (16 B)"),
+                 rule("op:shared_load/width_16b", "epilogue reads the staged chunk back row-contiguously (16 B)"),
+                 rule("op:global_store/width_16b", "epilogue stores whole 128-byte row segments of C, 16 B per lane")]
+    forbidden = list(no_spills(arch)) + [
+        rule("op:fallback_mma", "an MMA of another generation instead of tcgen05"),
         # C is the only global store: anything narrower than 16 B per lane breaks the full lines.
-        SassRule(r"STG(?!\.E\.128\b)", "a global store narrower than 16 B (uncoalesced epilogue)"),
+        rule("op:global_store/!width_16b", "a global store narrower than 16 B (uncoalesced epilogue)"),
     ]
     if not pair:
-        forbidden.append(SassRule(rf"{op}\S*\.2CTA", "a single-CTA kernel must issue cta_group::1"))
+        forbidden.append(rule(f"{mma}/pair", "a single-CTA kernel must issue cta_group::1"))
     return tuple(required), tuple(forbidden)
 
 
@@ -314,7 +306,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
     config["sfb_stage_chunks"] = layout["sfb_chunks"]
     config["sf_k_chunks"] = layout["sf_k_chunks"]
     config["tma_maps"] = _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme)
-    required, forbidden = _sass_rules(arch, kind, pair, scheme is not None)
+    required, forbidden = _sass_rules(arch, kind, pair, scheme.scale_vec if scheme else "")
     features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ())
     return KernelSpec(
         family=gemm.FAMILY, name=gemm.spec_name(variant, pair), variant=variant.variant,

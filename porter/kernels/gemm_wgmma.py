@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from porter.errors import PorterError
 from porter.kernels import encodings_wgmma as enc
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule
+from porter.kernels.base import KernelSpec, SassRule, no_spills
 
 CONSUMERS = 2              # consumer warpgroups per CTA (2 x 64 rows = 128-row tiles)
 WARPGROUP = 128            # threads
@@ -138,24 +138,18 @@ def register_note(arch, mma_n: int, consumer_regs: int, accumulation: str) -> st
 
 
 def _sass_rules(arch, kind: str, ptx_type: str, mma_n: int, mma_k: int):
-    sig = arch.sass_signatures
-    kind_ops = arch.tensor_core.kind_sass.get(kind) or ()
-    if not kind_ops:
-        raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
-    op = kind_ops[0]
+    """Required and forbidden SASS, every spelling read from the descriptor."""
+    def rule(ref: str, why: str, **fill) -> SassRule:
+        return SassRule(arch.sass_pattern(ref, **fill), f"{why} ({ref})")
+
     # The exact shape proves the chosen N and the operand types reached the SASS
-    # (HGMMA.64x256x16.F32.BF16, QGMMA.64x256x32.F32.E4M3.E4M3).
-    required = [SassRule(rf"{op}\.64x{mma_n}x{mma_k}\.F32\.{ptx_type.upper()}",
-                         f"wgmma m64n{mma_n}k{mma_k} {ptx_type} main loop ({op}, tensor_core.kinds.{kind}.sass)")]
-    for feature, why in (("tma", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
-        if sig.get(feature):
-            pattern = sig[feature][0]
-            required.append(SassRule(pattern, f"{why} (sass_signatures.{feature})"))
-    required.append(SassRule(r"USETMAXREG", "setmaxnreg register reallocation between producer and consumers"))
-    forbidden = list(NO_SPILLS) + [
-        SassRule(r"HMMA\b", "mma.sync fallback instead of wgmma"),
-        SassRule(r"QMMA\b", "mma.sync fp8 fallback instead of wgmma"),
-    ]
+    # (sass_modifiers.shape fills M, N, K and the operand type into the kind's opcode).
+    required = [rule(f"kind:{kind}/shape", f"wgmma m64n{mma_n}k{mma_k} {ptx_type} main loop",
+                     m=64, n=mma_n, k=mma_k, a=ptx_type.upper()),
+                rule("op:tma_load", "TMA tile loads of A and B"),
+                rule("mbarrier", "mbarrier ring synchronisation"),
+                rule("setmaxnreg", "setmaxnreg register reallocation between producer and consumers")]
+    forbidden = list(no_spills(arch)) + [rule("op:fallback_mma", "an MMA of another generation instead of wgmma")]
     return tuple(required), tuple(forbidden)
 
 
@@ -294,9 +288,11 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
     }
     required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
     if accumulation == "promoted":
-        required += (SassRule(r"FADD\b", "fp32 promotion of each wgmma chain into the register accumulator"),)
+        required += (SassRule(arch.sass_pattern("op:fp32_add"),
+                              "fp32 promotion of each wgmma chain into the register accumulator (op:fp32_add)"),)
     if cluster_m > 1:
-        required += (SassRule(r"UTMALDG\.2D\.MULTICAST", "B tile shared across the cluster by TMA multicast"),)
+        required += (SassRule(arch.sass_pattern("op:tma_load/multicast"),
+                              "B tile shared across the cluster by TMA multicast (op:tma_load/multicast)"),)
     return KernelSpec(
         family=gemm.FAMILY,
         name=gemm.spec_name(variant, pair),

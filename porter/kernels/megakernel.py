@@ -22,7 +22,7 @@ import numpy as np
 
 from porter import render as renderlib
 from porter.errors import PorterError
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 from porter.megakernel import isa
 from porter.megakernel.hw import PAGE_BYTES
 
@@ -127,23 +127,23 @@ def compute_warps_for(arch) -> int:
 
 
 def sass_rules(arch) -> tuple[tuple[SassRule, ...], tuple[SassRule, ...]]:
-    required = []
-    if arch.has("tma"):
-        required.append(SassRule(r"UBLKCP", "cp.async.bulk weight pages (copy engine)"))
-    else:
-        required.append(SassRule(r"LDGSTS", "cp.async weight pages"))
-    for pattern in arch.sass_signatures.get("mbarrier", ("SYNCS",)):
-        required.append(SassRule(pattern, "mbarrier full/empty handshake of the page ring (sass_signatures.mbarrier)"))
+    """Required and forbidden SASS, every spelling read from the descriptor."""
+    def rule(ref: str, why: str) -> SassRule:
+        return SassRule(arch.sass_pattern(ref), f"{why} ({ref})")
+
+    required = [rule("op:bulk_copy", "cp.async.bulk weight pages (copy engine)") if arch.has("tma")
+                else rule("cp_async", "cp.async weight pages")]
     required += [
-        SassRule(r"MUFU\.EX2", "base-2 online softmax and SiLU on the SFU"),
-        SassRule(r"REDG?\.E\.ADD\.S32\.STRONG\.GPU", "counter signal: red.release.gpu.global.add"),
-        SassRule(r"LDG\.E\.STRONG\.GPU", "counter wait: ld.acquire.gpu spin"),
-        SassRule(r"CCTL\.IVALL", "acquire invalidates L1 so later loads see other SMs' stores"),
-        SassRule(r"NANOSLEEP", "spin-wait backoff"),
-        SassRule(r"SHFL\.BFLY", "warp-level matvec and softmax reductions"),
+        rule("mbarrier", "mbarrier full/empty handshake of the page ring"),
+        rule("op:exp2", "base-2 online softmax and SiLU on the SFU"),
+        rule("op:counter_signal", "counter signal: red.release.gpu.global.add"),
+        rule("op:counter_wait", "counter wait: ld.acquire.gpu spin"),
+        rule("op:l1_invalidate", "acquire invalidates L1 so later loads see other SMs' stores"),
+        rule("op:backoff", "spin-wait backoff"),
+        rule("op:warp_shuffle_xor", "warp-level matvec and softmax reductions"),
     ]
-    forbidden = list(NO_SPILLS) + [
-        SassRule(r"ATOMG?\.E\.ADD", "counter signals must be fire-and-forget reductions, not returning atomics"),
+    forbidden = list(no_spills(arch)) + [
+        rule("op:returning_atomic_add", "counter signals must be fire-and-forget reductions, not returning atomics"),
     ]
     return tuple(required), tuple(forbidden)
 
