@@ -193,3 +193,20 @@ def test_cp_128x256b_lane_per_row():
             smem[a:a + 16] = data[r, 16 * half:16 * half + 16]
     t.cp(0, smem, _desc(0, lbo, sbo), "128x256b")
     assert (t.cells[:, :8] == data.view("<u4").reshape(128, 8)).all()
+
+
+@pytest.mark.parametrize("shape,thread,reg,lane,col", [
+    ("16x64b", 1, 0, 8, 0), ("16x64b", 2, 0, 0, 1), ("16x64b", 5, 1, 9, 2),
+    ("16x128b", 5, 1, 9, 1), ("16x128b", 31, 0, 7, 3),
+    ("16x256b", 6, 3, 9, 5), ("16x256b", 3, 0, 0, 6),
+])
+def test_16_lane_shapes_thread_map(shape, thread, reg, lane, col):
+    """Thread t serves row t/4 (and t/4 + 8); .16x64b puts odd threads on rows 8..15."""
+    t = TensorMemory()
+    t.alloc(0, 32)
+    regs = {"16x64b": 1, "16x128b": 2, "16x256b": 4}[shape] * (2 if shape == "16x64b" else 1)
+    vals = np.zeros((32, regs), np.uint32)
+    vals[thread, reg] = 0xABCD
+    t.st(0, 0, shape, 2 if shape == "16x64b" else 1, vals)
+    assert t.cells[lane, col] == 0xABCD
+    assert np.count_nonzero(t.cells) == 1

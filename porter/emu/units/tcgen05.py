@@ -34,11 +34,15 @@ Arithmetic:
 Emulation choices: products and sums in float64, rounded once to float32 (or float16 when the
 D type is F16); the hardware's internal accumulation order and precision are not modelled.
 
-Doubts (figures the text only names; recalled, not read): the lane maps of data-path Layouts B
-(M=128, cta_group::2) and F (M=64); the scale-factor placement (row r of a 32-row group in
-lane r%32 of every quarter, column r//32, the byte picked by the scale-factor id); the
-K-order of e2m1 nibbles; ``.ws``, sparsity, fp4/fp6 in 8-bit containers, the 32B-atomic 128B
-swizzle and a non-zero base offset are ``Unsupported``.
+The ISA gives several of these only as figures (data-path Layouts A-F, Figures 205-216;
+scale-factor sub-columns, Figures 231-242; packing, Figures 199-204). Their content here was
+checked, as facts and not code, against CUTLASS's TMEM fragment layouts (``tmem_frg``,
+``tmem_sf_frg`` in ``mma_traits_sm100.hpp``): Layout F puts rows 16q..16q+15 in lanes
+32q..32q+15 (+16 for the second tile), Layout B puts the two N halves in lane quarters {0,1}
+and {2,3}, scale factors of row r sit in lane r%32 of every quarter, column r//32, byte = id +
+block. Remaining doubts: the K order of e2m1 nibbles (low nibble = lower K, the usual packing);
+``.ws``, sparsity, fp4/fp6 in 8-bit containers (kind::f8f6f4), the 32B-atomic 128B swizzle and
+a non-zero base offset are ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -447,8 +451,7 @@ def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0) -> DLayout:
     * Layout A (M=256, cta_group::2): rows 0-127 in the even CTA, 128-255 in the odd one, row r
       in lane r % 128, column n.
     * Layout B (M=128, cta_group::2, 2x2): rows 0-63 in the even CTA, 64-127 in the odd one; in
-      each, row r (of 64) and column n sit in lane 32*(r//32) + 64*(n // (N/2)) + r%32, column
-      n % (N/2).
+      each, row r (of 64) and column n sit in lane r + 64*(n // (N/2)), column n % (N/2).
     """
     r = np.arange(m, dtype=np.int64)[:, None] + np.zeros((1, n), dtype=np.int64)
     c = np.arange(n, dtype=np.int64)[None, :] + np.zeros((m, 1), dtype=np.int64)
@@ -470,7 +473,7 @@ def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0) -> DLayout:
             raise EmuError(f"Layout B (M=128, cta_group::2): D's lane must be 0, not {lane_base}")
         half = n // 2
         rr = r % 64
-        return DLayout("B", m, n, r // 64, 32 * (rr // 32) + 64 * (c // half) + rr % 32, c % half)
+        return DLayout("B", m, n, r // 64, rr + 64 * (c // half), c % half)
     raise Unsupported(f"no data-path layout for M={m} with .cta_group::{cta_group}")
 
 

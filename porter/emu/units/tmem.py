@@ -46,10 +46,12 @@ Emulation choices (the ISA leaves them open) and doubts:
   ``UTCATOMSWS.FIND_AND_SET.ALIGN``); a kernel must not depend on which one it gets.
 * ``dealloc`` must come from the warp that allocated (``same_warp_dealloc=True``): the ISA's
   "one warp ... must perform the allocation and de-allocation" read strictly.
-* ``.16x64b``, ``.16x128b`` and ``.16x256b`` follow Figures 184-186, which the text only names
-  (the thread-to-lane map below is the figures as recalled, not checked against them; porter
-  emits only ``.32x32b``). ``.16x32bx2``, ``.pack::16b`` and the ``.cp`` shapes ``.4x256b`` and
-  ``.64x128b`` (warp-pair halves) are ``Unsupported``.
+* ``.16x64b``, ``.16x128b`` and ``.16x256b`` follow Figures 184-186, which the text only names;
+  the thread maps in ``_fragment`` were checked (as facts, not code) against the value layouts
+  of CUTLASS's ``SM100_TMEM_LOAD_16dp*`` copy traits: thread ``t`` serves row ``t/4`` (+8 for
+  its second half of registers), ``.16x64b`` interleaves ``t%2`` over the two 8-lane halves.
+  Porter emits only ``.32x32b``. ``.16x32bx2``, ``.pack::16b`` and the ``.cp`` shapes
+  ``.4x256b`` and ``.64x128b`` (warp-pair halves) are ``Unsupported``.
 * ``tcgen05.cp`` rows are read as a K-major operand of 8-bit elements, ``row_bytes`` wide
   (16 for ``x128b``, 32 for ``x256b``), by ``tcgen05.read_matrix``; row ``r`` goes to lane ``r``.
 """
@@ -246,8 +248,8 @@ class TensorMemory:
         r = np.arange(regs)[None, :]
         if shape == "32x32b":        # thread t: lane t; register r: column r
             lanes, cols = t + 0 * r, r + 0 * t
-        elif shape == "16x64b":      # lane t/2, column 2*r + t%2
-            lanes, cols = t // 2 + 0 * r, 2 * r + t % 2
+        elif shape == "16x64b":      # lane t/4 + 8*(t%2), column 2*r + (t/2)%2
+            lanes, cols = t // 4 + 8 * (t % 2) + 0 * r, 2 * r + (t // 2) % 2
         elif shape == "16x128b":     # r = 2*i + h: lane t/4 + 8h, column 4*i + t%4
             lanes = t // 4 + 8 * (r % 2)
             cols = 4 * (r // 2) + t % 4
