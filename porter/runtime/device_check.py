@@ -1,0 +1,620 @@
+"""The prepared device check: validate and benchmark every kernel of an arch in one short GPU visit.
+
+``prepare`` (here, with the toolchain) builds every supported kernel, records in
+``manifest.json`` the cubins (sha256), their level, SASS checks and resources, porter's
+commit, the NVRTC version, a digest of every source file and the shapes the run will
+use, and, where an nvcc no newer than CUDA 13.0 is found, a fallback cubin set for a
+driver that refuses the NVRTC cubins. ``run`` (on the GPU machine, no toolchain) checks
+the manifest is this checkout's, then gives each kernel its own child process:
+
+* the child prints each launch before it starts and each check as it finishes (JSON
+  lines), launches a smoke case (the smallest shape) first, validates at every shape,
+  and benchmarks only a kernel that passed;
+* every launch has a watchdog (polled, not a blocking synchronize): a hang becomes a
+  "hang" naming kernel, shape and seed, and the child ends; a sticky fault loses only
+  that child; any exception is reported with the partial results kept;
+* the parent kills a child past its time limit and stops starting kernels when the
+  run's budget is spent, saying so for each kernel not run.
+
+It writes ``results.json`` and ``run.log`` to ``--out`` and prints a compact table last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from porter.errors import PorterError
+from porter.runtime import cubins
+
+EVENT_PREFIX = "@@porter "
+ARCH = "hopper"
+FAMILIES = ("gemm", "attention", "megakernel")
+BUDGET_S = 300.0
+# Per-kernel time limits (s) on an H200, CPU references included (16 cores there).
+LIMITS = {"gemm": 75.0, "attention": 45.0, "megakernel": 60.0}
+REHEARSAL_LIMIT_S = 60.0
+MAX_PRINT_LINES = 100
+
+
+# ---- shapes per profile -------------------------------------------------------------------------
+
+def plan_shapes(spec, profile: str) -> dict:
+    """{validate: [...], seeds, bench: [...]} for ``spec`` in ``profile`` ("full" or "rehearsal")."""
+    from porter.validation import device_runs as dr
+
+    fam = spec.family
+    if fam == "gemm":
+        validate = [list(s) for s in dr.gemm_shapes(spec)]
+        bench = [list(s) for s in dr.GEMM_BENCH_SHAPES]
+        seeds = 2
+    elif fam == "attention":
+        validate = [list(s) for s in dr.attention_shapes(spec)]
+        bench = [list(s) for s in dr.ATTENTION_BENCH_SHAPES]
+        if spec.config.get("head_dim") != 128:
+            bench = bench[:1]           # the long case for the head dim the issue benchmarks
+        seeds = 1
+    else:
+        validate = list(dr.MEGAKERNEL_VALIDATE_MODELS)
+        bench = list(dr.MEGAKERNEL_BENCH_POS)
+        seeds = 2
+    if profile == "rehearsal":
+        if fam == "gemm":
+            validate, bench = validate[:2], [[256, 256, validate[0][2]]]
+        elif fam == "attention":
+            validate = validate[:2] + ([list(dr.ATTENTION_CAUSAL_WIDE)] if spec.config.get("causal") else [])
+            bench = [[1, 2, 2, 128, 128]]
+        else:
+            validate, bench = validate[:1], []
+        seeds = 1
+    elif profile != "full":
+        raise PorterError(f"--profile {profile!r}: full or rehearsal")
+    limit = REHEARSAL_LIMIT_S if profile == "rehearsal" else LIMITS[fam]
+    return {"validate": validate, "seeds": seeds, "bench": bench, "limit_s": limit}
+
+
+# ---- prepare ----------------------------------------------------------------------------------
+
+def _nvcc_fallback() -> tuple[str | None, str]:
+    """(nvcc path, "nvcc 13.0") when an nvcc no newer than CUDA 13.0 is here, else (None, why not)."""
+    import re
+    import shutil
+
+    for nvcc in filter(None, (os.environ.get("PORTER_FALLBACK_NVCC"), shutil.which("nvcc"),
+                              "/usr/local/cuda-13.0/bin/nvcc")):
+        if not Path(nvcc).is_file():
+            continue
+        try:
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        m = re.search(r"release (\d+)\.(\d+)", out)
+        if m and (int(m.group(1)), int(m.group(2))) <= (13, 0):
+            return nvcc, f"nvcc {m.group(1)}.{m.group(2)}"
+    return None, "no nvcc <= 13.0 found (PORTER_FALLBACK_NVCC names one)"
+
+
+def _nvcc_cubin(nvcc: str, source: str, target: str, name: str) -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.cubin"
+        src.write_text(source)
+        done = subprocess.run([nvcc, "-cubin", f"-arch={target}", "-std=c++17", "-lineinfo", "-o", str(out), str(src)],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise PorterError(f"nvcc failed for {name}: {last[:200]}")
+        return out.read_bytes()
+
+
+def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: bool = True,
+            kernels: list[str] | None = None, echo=print) -> int:
+    """Build every supported kernel of ``arch_name`` into ``out``; write the manifest. Exit 0, or 1 if a build failed."""
+    from porter import kernels as kfam
+    from porter import sass, toolchain
+    from porter.arch import load_arch
+    from porter.fsutil import atomic_write
+    from porter.kernels.base import Unsupported
+    from porter.kernels.build import build_kernel
+    from porter.pipeline.work import jsonable
+
+    arch = load_arch(arch_name)
+    out = Path(out)
+    (out / "cubins").mkdir(parents=True, exist_ok=True)
+    nvcc, fallback_tool = _nvcc_fallback() if fallback else (None, "fallback off")
+    sources = cubins.source_digests()
+    manifest = {"format": cubins.FORMAT, "arch": arch.name, "target": arch.target, "profile": profile,
+                "built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                "porter_commit": cubins.porter_commit(), "nvrtc": toolchain.nvrtc_version(),
+                "nvdisasm": sass.nvdisasm_version(), "fallback_toolchain": fallback_tool if nvcc else None,
+                "fallback_note": "" if nvcc else fallback_tool,
+                "sources_sha256": cubins.tree_digest(sources), "sources": sources, "kernels": {}, "failed": {}}
+    for family in FAMILIES:
+        for spec in kfam.family_module(family).variants(arch):
+            if isinstance(spec, Unsupported) or (kernels and spec.name not in kernels):
+                continue
+            t0 = time.time()
+            key = f"{arch.name}/{spec.name}"
+            build = build_kernel(spec, arch)
+            if not build.ok:
+                failed = next((c for c in build.checks if not c.passed), None)
+                manifest["failed"][key] = build.compile_error or (f"{failed.name}: {failed.detail}" if failed else "")
+                echo(f"FAILED {key}: {manifest['failed'][key]}")
+                continue
+            rel = f"cubins/{spec.name}.cubin"
+            atomic_write(out / rel, build.compiled.cubin)
+            source = kfam.family_module(family).render(spec, arch)
+            entry = {"spec": jsonable(spec.to_dict()), "cubin": rel, "cubin_sha256": cubins.sha256(build.compiled.cubin),
+                     "nvrtc": f"NVRTC {manifest['nvrtc']}", "level": build.level.label,
+                     "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in build.checks],
+                     "resources": jsonable(build.resources) if build.resources else None,
+                     "source_sha256": cubins.sha256(source.encode()), "shapes": plan_shapes(spec, profile)}
+            if nvcc:
+                try:
+                    blob = _nvcc_cubin(nvcc, source, arch.target, spec.name)
+                    frel = f"cubins/{spec.name}.fallback.cubin"
+                    atomic_write(out / frel, blob)
+                    entry.update(fallback_cubin=frel, fallback_cubin_sha256=cubins.sha256(blob),
+                                 fallback_toolchain=fallback_tool)
+                except (PorterError, subprocess.SubprocessError, OSError) as exc:
+                    entry["fallback_error"] = str(exc)[:300]
+            manifest["kernels"][key] = entry
+            echo(f"built {key} ({build.level.label}, {time.time() - t0:.1f} s"
+                 + (", + fallback" if entry.get("fallback_cubin") else "") + ")")
+    atomic_write(out / cubins.MANIFEST, json.dumps(manifest, indent=1))
+    echo(f"wrote {out / cubins.MANIFEST}: {len(manifest['kernels'])} kernels, {len(manifest['failed'])} failed; "
+         f"fallback cubins: {fallback_tool if nvcc else 'none (' + fallback_tool + ')'}")
+    return 1 if manifest["failed"] else 0
+
+
+# ---- the child: one kernel ------------------------------------------------------------------------
+
+def _emit(event: dict) -> None:
+    from porter.pipeline.work import jsonable
+
+    sys.stdout.write(EVENT_PREFIX + json.dumps(jsonable(event)) + "\n")
+    sys.stdout.flush()
+
+
+def _shape_of(shape, family):
+    if family == "gemm":
+        return tuple(shape)
+    if family == "attention":
+        return tuple(shape)
+    return shape
+
+
+def child(kernel: str) -> int:
+    """Validate (smoke first) and, when it passed on a GPU, benchmark one prepared kernel,
+    streaming events to stdout. Ends with os._exit so a lost context is not torn down."""
+    code = 1
+    try:
+        code = _child(kernel)
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, with what finished kept
+        from porter.runtime.driver import KernelFault, KernelHang
+
+        kind = ("hang" if isinstance(exc, KernelHang) else "fault" if isinstance(exc, KernelFault)
+                else "error" if isinstance(exc, PorterError) else "bug")
+        event = {"event": "error", "kind": kind, "message": f"{type(exc).__name__}: {exc}"
+                 if kind == "bug" else str(exc)}
+        if kind == "bug":
+            event["traceback"] = traceback.format_exc()[-3000:]
+        _emit(event)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def _child(kernel: str) -> int:
+    from porter.arch import load_arch
+    from porter.pipeline.work import spec_from_dict
+    from porter.runtime.device import get_device
+    from porter.validation import device_runs as dr
+
+    folder = os.environ.get(cubins.CUBIN_DIR_ENV)
+    if not folder:
+        raise PorterError(f"{cubins.CUBIN_DIR_ENV} is not set: the child runs prepared kernels only")
+    manifest = cubins.read_manifest(folder)
+    entry = manifest["kernels"][f"{manifest['arch']}/{kernel}"]
+    arch = load_arch(manifest["arch"])
+    spec = spec_from_dict(entry["spec"])
+    shapes = entry["shapes"]
+    dev = get_device()
+    t0 = time.time()
+    fn = dev.load(spec, arch)
+    loaded = {"event": "loaded", "kernel": kernel, "from": getattr(fn, "source", dev.kind),
+              "notes": list(getattr(dev, "load_notes", []))}
+    if dev.kind == "cuda" and hasattr(fn, "handle"):
+        from porter.runtime import driver
+
+        loaded["attributes"] = driver.function_attributes(fn.handle)
+    _emit(loaded)
+    validate = [_shape_of(s, spec.family) for s in shapes["validate"]]
+
+    def log(event):
+        _emit(event)
+
+    smoke = dr.validate_family(spec, arch, validate[:1], shapes["seeds"], device=dev, log=log)
+    passed = all(c["passed"] for c in smoke)
+    if not passed:
+        _emit({"event": "validated", "kernel": kernel, "passed": False, "smoke_failed": True,
+               "seconds": time.time() - t0})
+        return 1
+    rest = dr.validate_family(spec, arch, validate[1:], shapes["seeds"], device=dev, log=log) if validate[1:] else []
+    passed = all(c["passed"] for c in rest)
+    _emit({"event": "validated", "kernel": kernel, "passed": passed, "seconds": time.time() - t0})
+    if not passed:
+        return 1
+    if dev.kind != "cuda":
+        _emit({"event": "bench_skipped", "kernel": kernel, "why": f"benchmarks need a GPU (device is {dev.kind})"})
+        return 0
+    if not shapes["bench"]:
+        _emit({"event": "bench_skipped", "kernel": kernel, "why": "no benchmark shapes in this profile"})
+        return 0
+    for shape in shapes["bench"]:
+        rows = dr.bench_family(spec, arch, [_shape_of(shape, spec.family)], baseline=True)
+        for row in rows:
+            _emit({"event": "bench", "kernel": kernel, "row": row})
+    return 0
+
+
+# ---- the parent: every kernel, bounded ---------------------------------------------------------------
+
+class Printer:
+    """stdout, bounded: progress lines while the run goes, the table last (within MAX_PRINT_LINES)."""
+
+    def __init__(self, log_file, quiet: bool = False):
+        self.log, self.lines, self.quiet, self.partial = log_file, 0, quiet, ""
+
+    def logline(self, text: str) -> None:
+        self.log.write(text.rstrip("\n") + "\n")
+        self.log.flush()
+
+    def say(self, text: str, budget: int = MAX_PRINT_LINES - 30) -> None:
+        """A progress line, if the progress share of the line budget is not spent."""
+        self.logline(text)
+        if self.lines < budget and not self.quiet:
+            self.flush_partial()
+            print(text, flush=True)
+            self.lines += 1
+
+    def token(self, text: str, budget: int = MAX_PRINT_LINES - 30) -> None:
+        """Part of a progress line (a launch before it starts, its verdict after), wrapped at 110 columns."""
+        if self.quiet or self.lines >= budget:
+            return
+        if len(self.partial) + len(text) > 110:
+            self.flush_partial()
+        if not self.partial:
+            text = "    " + text.lstrip()
+        self.partial += text
+        print(text, end="", flush=True)
+
+    def flush_partial(self) -> None:
+        if self.partial:
+            print(flush=True)
+            self.partial = ""
+            self.lines += 1
+
+    def table(self, lines: list[str]) -> None:
+        self.flush_partial()
+        for line in lines:
+            self.logline(line)
+            print(line, flush=True)
+        self.lines += len(lines)
+
+
+def _where(event: dict) -> str:
+    shape, seed = event.get("shape"), event.get("seed")
+    if isinstance(shape, dict):
+        shape = "x".join(str(v) for v in shape.values())
+    elif isinstance(shape, (list, tuple)):
+        shape = "x".join(map(str, shape))
+    return f"{shape} seed {seed}"
+
+
+def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Printer, record: dict) -> None:
+    """One child, streamed into ``record``; killed at ``limit_s``."""
+    import selectors
+    import signal
+
+    cmd = [sys.executable, str(script), "child", kernel]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(script.parent.parent),
+                            start_new_session=True)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf, last_launch, killed, other = b"", None, False, []
+    while True:
+        left = limit_s - (time.monotonic() - t0)
+        if left <= 0:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
+            break
+        if not sel.select(timeout=min(left, 1.0)):
+            if proc.poll() is not None:
+                break
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            raw, buf = buf.split(b"\n", 1)
+            line = raw.decode(errors="replace")
+            if not line.startswith(EVENT_PREFIX):
+                printer.logline(f"[{kernel}] {line}")
+                other.append(line)
+                continue
+            printer.logline(f"[{kernel}] {line[len(EVENT_PREFIX):]}")
+            try:
+                event = json.loads(line[len(EVENT_PREFIX):])
+            except ValueError:
+                continue
+            kind = event.get("event")
+            if kind == "launch":
+                last_launch = event
+                printer.token(f"{_where(event)} ")
+            elif kind == "check":
+                record["checks"].append(event["check"])
+                printer.token("ok, " if event["check"].get("passed") else "FAIL, ")
+            elif kind == "loaded":
+                record["loaded_from"], record["attributes"] = event.get("from"), event.get("attributes")
+                record["load_notes"] = event.get("notes") or []
+                for note in record["load_notes"]:
+                    printer.say(f"    {note}")
+            elif kind == "validated":
+                record["validated"] = bool(event["passed"])
+                if event.get("smoke_failed"):
+                    record["smoke_failed"] = True
+            elif kind == "bench":
+                record["bench"].append(event["row"])
+            elif kind == "bench_skipped":
+                record["bench_skipped"] = event["why"]
+            elif kind == "error":
+                record["error"] = {k: event[k] for k in ("kind", "message", "traceback") if k in event}
+    sel.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    record["seconds"] = round(time.monotonic() - t0, 1)
+    record["exit_code"] = proc.returncode
+    if last_launch is not None:
+        record["last_launch"] = {k: last_launch.get(k) for k in ("shape", "seed")}
+    if killed:
+        record["error"] = {"kind": "timeout", "message": f"killed after {limit_s:.0f} s (the child's limit)"
+                           + (f"; last launch {_where(last_launch)}" if last_launch else "")}
+    elif "error" not in record and proc.returncode not in (0, 1):
+        tail = " | ".join(other[-3:])[-300:]
+        record["error"] = {"kind": "crash", "message": f"the child died (exit {proc.returncode})"
+                           + (f": {tail}" if tail else "") + (f"; last launch {_where(last_launch)}" if last_launch else "")}
+    if record.get("error", {}).get("kind") == "hang" and last_launch:
+        record["error"]["message"] += f" (at {_where(last_launch)})"
+
+
+def _status(record: dict) -> str:
+    err = (record.get("error") or {}).get("kind")
+    if err:
+        return {"hang": "HANG", "fault": "FAULT", "timeout": "TIMEOUT", "crash": "CRASH"}.get(err, "ERROR")
+    if record.get("not_run"):
+        return "NOT RUN"
+    if not record.get("validated"):
+        return "FAILED"
+    if any(not (r.get("spot_check") or {}).get("passed", True) for r in record["bench"]):
+        return "BENCH FAIL"
+    return "passed"
+
+
+def _level(record: dict, manifest_level: str, rehearsal: bool, kind: str) -> str:
+    from porter.levels import Level
+
+    if rehearsal or _status(record) not in ("passed",):
+        return manifest_level
+    if kind != "cuda":
+        return manifest_level
+    return (Level.BENCHMARKED if record["bench"] else Level.DEVICE_VALIDATED).label
+
+
+def _worst_check(checks: list[dict]) -> str:
+    bad = [c for c in checks if not c.get("passed")]
+    if not bad:
+        return ""
+    c = bad[0]
+    where = c.get("shape") or c.get("model")
+    where = "x".join(str(v) for v in where.values()) if isinstance(where, dict) else \
+        "x".join(map(str, where)) if isinstance(where, (list, tuple)) else str(where)
+    bits = [f"{len(bad)} failed, first {where} seed {c.get('seed')}"]
+    for key in ("rel_fro_err", "deepgemm_diff", "max_abs_err", "logits_rel_err"):
+        if isinstance(c.get(key), float):
+            bits.append(f"{key} {c[key]:.3g}")
+    written = c.get("written")
+    for w in written if isinstance(written, list) else [written] if written else []:
+        if w and not w.get("passed"):
+            bits.append(f"{w['unwritten']} {w['what']} unwritten")
+    if c.get("counters_ok") is False:
+        bits.append("counters short")
+    return ", ".join(bits)
+
+
+def _bench_cell(rows: list[dict]) -> tuple[str, str]:
+    if not rows:
+        return "-", "-"
+    row = rows[-1]
+    if row.get("family") == "megakernel":
+        base = row.get("copy_floor_us")
+        return f"{row['us_per_step']:.1f} us", (f"floor {base:.1f} us" if base else "-")
+    base = row.get("baseline") or {}
+    ours = f"{row['tflops']:.0f} TF/s"
+    if base.get("tflops"):
+        return ours, f"{base['tflops']:.0f} TF/s ({row['pct_of_baseline']:.0f}%)"
+    return ours, "skipped" if base.get("skipped") else "-"
+
+
+def table_lines(results: dict) -> list[str]:
+    env = results["environment"]
+    head = (f"==== porter device check: {results['arch']} on {env.get('gpu', '?')}; "
+            f"{len(results['kernels'])} kernels in {results['seconds']:.0f} s; {results['out']} ====")
+    lines = [head, f"{'kernel':<25} {'result':<10} {'checks':>7}  {'level':<17} {'porter':>12}  {'baseline':<20} {'s':>5}"]
+    for r in results["kernels"]:
+        checks = r.get("checks", [])
+        ok = sum(bool(c.get("passed")) for c in checks)
+        ours, base = _bench_cell(r.get("bench", []))
+        lines.append(f"{r['name']:<25} {_status(r):<10} {ok:>3}/{len(checks):<3}  {r['level']:<17} {ours:>12}  "
+                     f"{base:<20} {r.get('seconds', 0):>5.0f}")
+        why = (r.get("error") or {}).get("message") or r.get("not_run") or _worst_check(checks) \
+            or ("bench: " + r["bench_skipped"] if r.get("bench_skipped") else "")
+        if why:
+            lines.append(f"    {why[:180]}")
+    n_ok = sum(_status(r) == "passed" for r in results["kernels"])
+    lines.append(f"{n_ok} of {len(results['kernels'])} kernels passed; results.json and run.log in {results['out']}")
+    return lines
+
+
+def _environment(dev) -> dict:
+    """GPU, driver, CUDA, cuda-bindings, torch; clocks read with nvidia-smi where it is."""
+    env = {"python": sys.version.split()[0], "device_kind": dev.kind}
+    try:
+        import cuda.bindings
+
+        env["cuda_bindings"] = getattr(cuda.bindings, "__version__", "?")
+    except ImportError:
+        env["cuda_bindings"] = None
+    try:
+        from porter.runtime import driver
+
+        info = driver.device()
+        env.update(gpu=info.name, compute_capability=list(info.compute_capability), sm_count=info.sm_count)
+        drv = driver.bindings()
+        version = int(driver.check(driver.call(drv.cuDriverGetVersion, what="cuDriverGetVersion"),
+                                   "cuDriverGetVersion"))
+        env["driver_cuda"] = f"{version // 1000}.{version % 1000 // 10}"
+        a = drv.CUdevice_attribute
+        dev0 = driver.check(drv.cuDeviceGet(0), "cuDeviceGet")
+        env["max_sm_clock_mhz"] = int(driver.check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev0),
+                                                   "clock rate")) // 1000
+    except PorterError as exc:
+        env["gpu"], env["why_no_gpu"] = None, str(exc)
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["torch_cuda"] = getattr(torch.version, "cuda", None)
+    except ImportError:
+        env["torch"] = None
+    return env
+
+
+def clocks() -> dict | None:
+    """SM / memory clocks, temperature and power now (nvidia-smi), or None without it."""
+    import shutil
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    fields = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw"
+    try:
+        out = subprocess.run([smi, f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=15).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out:
+        return None
+    return dict(zip(fields.split(","), (v.strip() for v in out[0].split(","))))
+
+
+def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | None = None,
+        kernels: list[str] | None = None) -> int:
+    """The whole check; exit 0 all passed, 1 some did not, 2 bad manifest, 3 no GPU of the arch."""
+    from porter.fsutil import atomic_write
+    from porter.pipeline.work import jsonable
+    from porter.runtime.device import get_device
+
+    t_start = time.monotonic()
+    folder = Path(prepared or os.environ.get(cubins.CUBIN_DIR_ENV) or cubins.checkout_root() / "build" / "device_check")
+    manifest = cubins.read_manifest(folder)
+    cubins.check_manifest(manifest, manifest.get("arch", ARCH), folder)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **{cubins.CUBIN_DIR_ENV: str(folder.resolve())})
+    dev = get_device()
+    rehearsal = bool(getattr(dev, "rehearsal", False))
+    environment = _environment(dev)
+    environment["clocks_before"] = clocks()
+    environment["manifest"] = {k: manifest.get(k) for k in ("porter_commit", "nvrtc", "built", "profile",
+                                                             "fallback_toolchain", "fallback_note")}
+    results = {"arch": manifest["arch"], "out": str(out), "environment": environment, "rehearsal": rehearsal,
+               "kernels": [], "seconds": 0.0}
+    entries = [(key.split("/", 1)[1], e) for key, e in manifest["kernels"].items()
+               if not kernels or key.split("/", 1)[1] in kernels]
+    with open(out / "run.log", "w") as log_file:
+        printer = Printer(log_file)
+        printer.logline(f"environment: {json.dumps(jsonable(environment))}")
+        if environment.get("gpu") is None:
+            printer.say(f"{environment.get('why_no_gpu')}; device validation and benchmarks of "
+                        f"{manifest['arch']} still open")
+            for name, e in entries:
+                results["kernels"].append({"name": name, "not_run": "no GPU", "checks": [], "bench": [],
+                                           "level": e["level"]})
+            results["seconds"] = time.monotonic() - t_start
+            atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))
+            return 3
+        want = manifest.get("target")
+        cc = environment.get("compute_capability")
+        if want and cc and f"sm_{cc[0]}{cc[1]}" != want.rstrip("af"):
+            printer.say(f"compute capability mismatch: {environment['gpu']} is {cc[0]}.{cc[1]}, the prepared "
+                        f"kernels are {want}")
+            return 3
+        printer.say(f"porter device check: {len(entries)} {manifest['arch']} kernels on {environment['gpu']}"
+                    + (" (REHEARSAL: no GPU, levels not raised)" if rehearsal else ""))
+        deadline = t_start + budget_s
+        for name, entry in entries:
+            record = {"name": name, "checks": [], "bench": [], "level": entry["level"]}
+            left = deadline - time.monotonic()
+            limit = min(entry["shapes"]["limit_s"], left)
+            if limit < 10:
+                record["not_run"] = f"the run's {budget_s:.0f} s budget is spent"
+                results["kernels"].append(record)
+                continue
+            printer.say(f"  {name} (limit {limit:.0f} s):")
+            _run_child(script, name, limit, env, printer, record)
+            printer.flush_partial()
+            record["level"] = _level(record, entry["level"], rehearsal, dev.kind)
+            results["kernels"].append(record)
+            results["seconds"] = time.monotonic() - t_start
+            atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))   # partial results survive
+        environment["clocks_after"] = clocks()
+        sdpa = {r.get("baseline", {}).get("backend") for k in results["kernels"] for r in k["bench"]
+                if r.get("family") == "attention"} - {None}
+        environment["sdpa_backend"] = sorted(sdpa) or None
+        results["seconds"] = time.monotonic() - t_start
+        atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))
+        printer.table(table_lines(results))
+    return 0 if all(_status(r) == "passed" for r in results["kernels"]) else 1
+
+
+# ---- the rehearsal: prepare + run on the rehearsal GPU ------------------------------------------
+
+REHEARSAL_BEHAVIOURS = "gemm.fp8=fail,attention.hd64.causal=fault,megakernel.llama-decode=hang"
+
+
+def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[str] | None = None) -> int:
+    """``prepare --profile rehearsal`` then ``run`` against porter.runtime.fakedriver (every
+    driver call through the real binding's argument conversion), with kernels that pass,
+    fail, fault and hang (PORTER_REHEARSAL, default REHEARSAL_BEHAVIOURS). Exit as ``run``."""
+    from porter.runtime import fakedriver
+    from porter.runtime.device import DEVICE_ENV
+
+    out = Path(out)
+    os.environ[DEVICE_ENV] = "porter.runtime.fakedriver:rehearsal_device"
+    os.environ.setdefault(fakedriver.REHEARSAL_ENV, REHEARSAL_BEHAVIOURS)
+    os.environ.setdefault(fakedriver.TIMEOUT_ENV, "2")
+    rc = prepare(out / "prepared", profile="rehearsal", fallback=False, kernels=kernels)
+    if rc:
+        return rc
+    return run(out / "results", script, budget_s, prepared=out / "prepared", kernels=kernels)
