@@ -1,0 +1,170 @@
+"""Run PTX text in porter's simulator: ``porter.emu.launch`` and the ``Memory`` it runs on.
+
+Example::
+
+    from porter import emu
+    out = np.zeros(32, np.float32)
+    res = emu.launch(ptx_text, "my_kernel", grid=1, block=32, args=[out, 32, 2.0])
+    res.outputs[0]        # the copy of ``out`` after the kernel ran
+    res.summary           # warp-instructions, warps, CTAs, seconds, ...
+
+Arguments, in the kernel's parameter order:
+
+* a numpy array: copied to a fresh device buffer; the parameter gets its address;
+  after the run ``outputs[i]`` holds the buffer's contents in the array's dtype/shape;
+* a ``Buffer`` (from ``Memory.alloc``/``upload``): its address;
+* an int or float: packed as the parameter's PTX type;
+* ``emu.tensor_map(params, array_or_buffer)``: a 128-byte tensor map (``params`` as
+  ``porter.runtime.tensormap.TensorMapParams``) over that array's device copy;
+* 128 raw bytes: a tensor map already encoded with ``porter.emu.units.tma.encode``.
+
+Results are "emulated": executed in porter's PTX simulator, not on a GPU.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.errors import EmuError
+from porter.emu.machine import LaunchState, RunSummary, Scheduler, build_program
+from porter.emu.units import tma as tma_unit
+
+
+@dataclass
+class Buffer:
+    """Device memory in the simulator: ``ptr`` is its address, ``nbytes`` its size."""
+    memory: "Memory"
+    ptr: int
+    nbytes: int
+
+    def to_host(self, shape=None, dtype=np.uint8) -> np.ndarray:
+        raw = self.memory.gmem.read(self.ptr, self.nbytes)
+        arr = raw.view(dtype)
+        return arr.reshape(shape) if shape is not None else arr
+
+
+class Memory:
+    """The simulated device's global memory and its loaded modules."""
+
+    def __init__(self):
+        self.gmem = mem.GlobalMemory()
+        self._modules: dict = {}
+
+    def alloc(self, nbytes: int, name: str = "buffer") -> Buffer:
+        return Buffer(self, self.gmem.alloc(nbytes, name), max(int(nbytes), 1))
+
+    def upload(self, arr: np.ndarray, name: str = "buffer") -> Buffer:
+        host = np.ascontiguousarray(arr)
+        buf = self.alloc(host.nbytes, name)
+        self.gmem.write(buf.ptr, host.view(np.uint8).reshape(-1))
+        return buf
+
+    def program(self, ptx_text: str, entry: str, file: str = "<ptx>"):
+        key = (hash(ptx_text), file, entry)
+        prog = self._modules.get(key)
+        if prog is None:
+            module = ptx.parse(ptx_text, file)
+            prog = self._modules[key] = build_program(module, entry, self.gmem)
+        return prog
+
+
+@dataclass
+class TensorMapArg:
+    params: object
+    source: object          # numpy array or Buffer
+
+
+def tensor_map(params, source) -> TensorMapArg:
+    """A tensor-map kernel argument over ``source`` (a numpy array argument or a Buffer)."""
+    return TensorMapArg(params, source)
+
+
+@dataclass
+class LaunchResult:
+    outputs: list                # per argument: the array after the run (numpy args), else None
+    summary: RunSummary
+
+
+def _dim3(v) -> tuple[int, int, int]:
+    if isinstance(v, int):
+        return (v, 1, 1)
+    t = tuple(int(x) for x in v)
+    return (t + (1, 1, 1))[:3]
+
+
+_PACK = {"u8": "<B", "s8": "<b", "b8": "<B", "u16": "<H", "s16": "<h", "b16": "<H", "u32": "<I", "s32": "<i",
+         "b32": "<I", "u64": "<Q", "s64": "<q", "b64": "<Q", "f32": "<f", "f64": "<d"}
+
+
+def launch(ptx_text: str, entry: str, grid, block, args: list, cluster=(1, 1, 1), smem: int = 0,
+           memory: Memory | None = None, seed: int | None = None, regs_per_thread: int | None = None,
+           cooperative: bool = False, budget: int | None = None, file: str = "<ptx>") -> LaunchResult:
+    """Run ``entry`` of ``ptx_text`` on a fresh (or the given) simulated device."""
+    memory = memory or Memory()
+    prog = memory.program(ptx_text, entry, file)
+    kernel = prog.kernel
+    grid, block, cluster = _dim3(grid), _dim3(block), _dim3(cluster)
+    if kernel.cluster is not None:
+        want = _dim3(kernel.cluster)
+        if cluster == (1, 1, 1):
+            cluster = want
+        elif cluster != want:
+            raise EmuError(f"{file}: {entry} declares cluster {want} (.reqnctapercluster) but was launched with "
+                           f"cluster {cluster}")
+    for i in range(3):
+        if grid[i] % cluster[i]:
+            raise EmuError(f"{file}: grid {grid} is not a multiple of the cluster shape {cluster}")
+    threads = block[0] * block[1] * block[2]
+    limit = kernel.maxntid or kernel.reqntid
+    if limit is not None and threads > limit[0] * limit[1] * limit[2]:
+        raise EmuError(f"{file}: {entry} takes at most {limit} threads (.maxntid) but was launched with {block}")
+    if threads > 1024 or threads <= 0:
+        raise EmuError(f"{file}: a block of {block} threads is outside 1..1024")
+    if len(args) != len(kernel.params):
+        raise EmuError(f"{file}: {entry} takes {len(kernel.params)} parameters, {len(args)} arguments given")
+    params = bytearray(-(-max(kernel.param_bytes, 1) // 16) * 16)
+    outputs: list = [None] * len(args)
+    buffers: dict[int, Buffer] = {}
+
+    def device_copy(x) -> Buffer:
+        if isinstance(x, Buffer):
+            return x
+        if id(x) not in buffers:
+            buffers[id(x)] = memory.upload(x, f"argument {len(buffers)}")
+        return buffers[id(x)]
+
+    for i, (p, a) in enumerate(zip(kernel.params, args)):
+        if isinstance(a, TensorMapArg):
+            buf = device_copy(a.source)
+            raw = tma_unit.encode(a.params, buf.ptr)
+        elif isinstance(a, (bytes, bytearray)):
+            raw = bytes(a)
+        elif isinstance(a, (np.ndarray, Buffer)):
+            raw = struct.pack("<Q", device_copy(a).ptr)
+        elif isinstance(a, (bool, int, float, np.integer, np.floating)):
+            fmt = _PACK.get(p.type)
+            if fmt is None or p.size != struct.calcsize(fmt):
+                raise EmuError(f"{file}: parameter {i} ({p.name}, .{p.type}[{p.size}]) cannot take the scalar {a!r}")
+            v = float(a) if p.type[0] == "f" else int(a) & ((1 << (8 * p.size)) - 1)
+            raw = struct.pack(fmt, v)
+        else:
+            raise EmuError(f"{file}: argument {i} for {p.name} is a {type(a).__name__}; pass a numpy array, a "
+                           "Buffer, a number, a tensor_map(...) or 128 bytes")
+        if len(raw) != p.size:
+            raise EmuError(f"{file}: argument {i} for {p.name} is {len(raw)} bytes but the parameter takes {p.size}")
+        params[p.offset:p.offset + p.size] = raw
+    state = LaunchState(prog, grid, block, cluster, int(smem), bytes(params), memory.gmem, regs_per_thread,
+                        cooperative)
+    sched = Scheduler(state, seed=seed, **({"budget": budget} if budget else {}))
+    summary = sched.run()
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            outputs[i] = buffers[id(a)].to_host(a.shape, a.dtype)
+        elif isinstance(a, TensorMapArg) and isinstance(a.source, np.ndarray):
+            outputs[i] = buffers[id(a.source)].to_host(a.source.shape, a.source.dtype)
+    return LaunchResult(outputs, summary)

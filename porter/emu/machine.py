@@ -1,0 +1,599 @@
+"""The machine: warps, CTAs, clusters, the scheduler and the async engine.
+
+Execution is warp-vectorised: each warp steps one instruction at a time for the lanes
+at its lowest pc (per-lane pcs; lanes reconverge when their pcs meet again). The
+scheduler runs every resident warp of every resident CTA and cluster in turn (round
+robin, or a seeded random order per round), a quantum of instructions each, so
+producer and consumer warps interleave. Waits park a warp with a wake condition instead
+of spinning; asynchronous work (TMA copies) completes a seeded number of rounds after
+it was issued, before the warp that waits for it can proceed. When every live warp is
+parked and nothing asynchronous is pending, the run stops with a deadlock report naming
+each waiter; an instruction budget stops runaway loops the same way.
+
+The machine is functional and untimed: memory is sequentially consistent, there are no
+weak-memory reorderings, and virtual time (``%globaltimer``) advances one nanosecond per
+warp-instruction, jumping ahead when every warp sleeps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.control import DEFER, HANDLED, Park
+from porter.emu.decode import STORE, Decoder
+from porter.emu.errors import CheckFailed, Deadlock, Unsupported
+
+WARP = 32
+QUANTUM = 64
+DEFAULT_BUDGET = 200_000_000
+
+
+# ---- the program: one kernel decoded ------------------------------------------------------------
+
+class KernelLayout:
+    """Where a kernel's variables live: module globals in global memory, ``.shared``
+    variables at fixed offsets of every CTA's shared memory, parameters in the param buffer."""
+
+    def __init__(self, module: ptx.Module, kernel: ptx.Kernel, gmem: mem.GlobalMemory):
+        self.globals: dict[str, tuple[str, int]] = {}
+        for v in module.globals:
+            if v.space in ("global", "const"):
+                addr = gmem.alloc(max(v.size, 1), f"{v.space} {v.name}")
+                if v.init:
+                    gmem.write(addr, v.init)
+                self.globals[v.name] = (v.space, addr)
+        off = mem.SHARED_RESERVED
+        self.shared: dict[str, int] = {}
+        dynamic = []
+        for v in [g for g in module.globals if g.space == "shared"] + kernel.shared:
+            if v.extern or v.size == 0:
+                dynamic.append(v)
+                continue
+            off = -(-off // v.align) * v.align
+            self.shared[v.name] = off
+            off += v.size
+        align = max([v.align for v in dynamic], default=16)
+        self.dynamic_base = -(-off // align) * align
+        for v in dynamic:
+            self.shared[v.name] = self.dynamic_base
+        self.static_end = off
+        self.params = {p.name: p for p in kernel.params}
+
+    def symbol_address(self, name: str, d: Decoder) -> tuple[str, int]:
+        if name in self.params:
+            return "param", self.params[name].offset
+        if name in self.shared:
+            return "shared", self.shared[name]
+        if name in self.globals:
+            return self.globals[name]
+        raise d.unsupported(f"(symbol {name!r} is not a variable or parameter)")
+
+    def symbol_value(self, name: str, d: Decoder) -> int:
+        return self.symbol_address(name, d)[1]
+
+    def shared_size(self, dynamic: int) -> int:
+        return self.dynamic_base + dynamic
+
+
+@dataclass
+class Program:
+    """A kernel decoded once per module load."""
+    module: ptx.Module
+    kernel: ptx.Kernel
+    layout: KernelLayout
+    ops: list
+    srcs: list                      # per instruction: frozenset of register ids it reads
+    reg_names: list[str]
+    reg_dtypes: list
+    file: str
+
+    def line(self, pc: int) -> int:
+        code = self.kernel.code
+        return code[pc].line if 0 <= pc < len(code) else 0
+
+    def where(self, pc: int) -> str:
+        code = self.kernel.code
+        if 0 <= pc < len(code):
+            return f"{self.file}:{code[pc].line} `{code[pc].opcode}`"
+        return f"{self.file}: pc {pc}"
+
+
+def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) -> Program:
+    from porter.emu.ops import builder_for
+
+    if kernel_name not in module.kernels:
+        raise Unsupported(f"{module.file}: no .entry {kernel_name!r} (entries: {', '.join(module.kernels) or 'none'})")
+    kernel = module.kernels[kernel_name]
+    layout = KernelLayout(module, kernel, gmem)
+    d = Decoder(kernel, layout, module.file)
+    ops, srcs = [], []
+    for ins in kernel.code:
+        d.ins = ins
+        build = builder_for(ins, d)
+        fn = build(ins, d)
+        if ins.guard is not None and not getattr(fn, "handles_guard", False):
+            fn = _guarded(fn, d.rid(ptx.Reg(ins.guard)), ins.guard_neg)
+        ops.append(fn)
+        regs = set()
+        for op in ins.operands[getattr(build, "n_dst", 1):]:
+            regs.update(d.regs_of(op))
+        if ins.guard is not None:
+            regs.add(d.rid(ptx.Reg(ins.guard)))
+        srcs.append(frozenset(regs))
+    names = list(kernel.regs)
+    dtypes = [STORE[b] for b in d.reg_bits]
+    return Program(module, kernel, layout, ops, srcs, names, dtypes, module.file)
+
+
+def _guarded(fn, g: int, neg: bool):
+    def run(w, m):
+        p = w.r[g]
+        if neg:
+            p = ~p
+        gm = p if m is None else (p & m)
+        if not gm.any():
+            return None
+        if m is None and gm.all():
+            return fn(w, None)
+        r = fn(w, gm)
+        return r
+    return run
+
+
+# ---- warps, CTAs, clusters ---------------------------------------------------------------------
+
+class Warp:
+    def __init__(self, cta: "CTA", index: int, nthreads: int, prog: Program, sched: "Scheduler"):
+        self.cta = cta
+        self.index = index
+        self.prog = prog
+        self.sched = sched
+        zeros = {dt: np.zeros(WARP, dtype=dt) for dt in set(prog.reg_dtypes)}
+        self.r = [zeros[dt] for dt in prog.reg_dtypes]   # shared zero arrays: never written in place
+        lanes = np.arange(WARP)
+        self.live = lanes < nthreads
+        self.full = bool(self.live.all())
+        self.pc = 0
+        self.cur = 0
+        self.pcs = np.zeros(WARP, dtype=np.int64)
+        self.converged = True
+        self.deferred = np.zeros(WARP, dtype=bool)
+        self.done = not self.live.any()
+        self.park: Park | None = None
+        self.poisoned: dict[int, str] = {}
+        self.executed = 0
+        tid = index * WARP + lanes
+        bx, by, bz = cta.block
+        self.tid = tid
+        self.special = cta.special_regs(tid, lanes, index)
+        self.units: dict = {}        # per-warp unit state (wgmma groups, ...)
+
+    @property
+    def name(self) -> str:
+        return f"{self.cta.name} warp {self.index}"
+
+    def where(self) -> str:
+        pc = self.pc if self.converged else int(np.where(self.live, self.pcs, 1 << 40).min())
+        return self.prog.where(pc)
+
+    def current_pc(self) -> int:
+        """The pc of the instruction being executed (or, between steps, the next one)."""
+        return self.cur
+
+    def lanes(self, m) -> np.ndarray:
+        return self.live if m is None else m
+
+    # -- pcs ------------------------------------------------------------------------------------
+    def set_pcs(self, m, target: int, pc: int, taken) -> None:
+        """Lanes ``m`` at ``pc``: those in ``taken`` go to ``target``, the rest fall through."""
+        if self.converged:
+            self.pcs = np.full(WARP, pc + 1, dtype=np.int64)
+            self.converged = False
+        sel = self.live if m is None else m
+        self.pcs = np.where(sel & taken, target, np.where(sel, pc + 1, self.pcs))
+        self.reconverge()
+
+    def reconverge(self) -> None:
+        live_pcs = self.pcs[self.live]
+        if live_pcs.size and (live_pcs == live_pcs[0]).all():
+            self.converged = True
+            self.pc = int(live_pcs[0])
+            self.deferred[:] = False
+
+    def exit_lanes(self, m) -> None:
+        sel = self.live if m is None else m
+        self.live = self.live & ~sel
+        self.full = False
+        if not self.live.any():
+            self.done = True
+            self.sched.warp_exited(self)
+
+    # -- checkers ---------------------------------------------------------------------------------
+    def poison_read(self, regs) -> None:
+        i = next(iter(regs & self.poisoned.keys()))
+        raise CheckFailed(f"{self.prog.where(self.current_pc())}: {self.name} reads {self.prog.reg_names[i]}, "
+                          f"{self.poisoned[i]}")
+
+    def poison_write(self, i: int) -> None:
+        raise CheckFailed(f"{self.prog.where(self.current_pc())}: {self.name} writes {self.prog.reg_names[i]}, "
+                          f"{self.poisoned[i]}")
+
+
+class CTA:
+    def __init__(self, launch: "LaunchState", ctaid: tuple, cluster: "Cluster", rank: int):
+        self.launch = launch
+        self.ctaid = ctaid
+        self.cluster = cluster
+        self.rank = rank
+        self.block = launch.block
+        self.name = f"CTA {ctaid[0]}" if launch.grid[1] * launch.grid[2] == 1 else f"CTA {ctaid}"
+        self.smem = mem.SharedMemory(launch.prog.layout.shared_size(launch.smem_dynamic), self.name)
+        self.mbarriers: dict = {}
+        self.named_barriers: dict = {}
+        self.units: dict = {}
+        self.regs_per_thread = launch.regs_per_thread
+        nthreads = launch.block[0] * launch.block[1] * launch.block[2]
+        self.nthreads = nthreads
+        self.reg_pool = 0            # registers released by setmaxnreg.dec, available to .inc
+        self.warp_regs: dict[int, int] = {}
+        self.warps: list[Warp] = []
+        self.done = False
+
+    def special_regs(self, tid, lanes, warp_index) -> dict:
+        bx, by, bz = self.block
+        g = self.launch.grid
+        cl = self.launch.cluster_dims
+        cid = self.cluster.cluster_id
+        ncl = tuple(g[i] // cl[i] for i in range(3))
+        lm = np.uint32(1) << lanes.astype(np.uint32)
+
+        def full(v):
+            return np.full(WARP, v, dtype=np.uint32)
+        rank_xyz = tuple(self.ctaid[i] % cl[i] for i in range(3))
+        return {
+            "tid.x": (tid % bx).astype(np.uint32), "tid.y": ((tid // bx) % by).astype(np.uint32),
+            "tid.z": (tid // (bx * by)).astype(np.uint32),
+            "ntid.x": full(bx), "ntid.y": full(by), "ntid.z": full(bz),
+            "ctaid.x": full(self.ctaid[0]), "ctaid.y": full(self.ctaid[1]), "ctaid.z": full(self.ctaid[2]),
+            "nctaid.x": full(g[0]), "nctaid.y": full(g[1]), "nctaid.z": full(g[2]),
+            "laneid": lanes.astype(np.uint32), "warpid": full(warp_index),
+            "nwarpid": full(-(-self.nthreads // WARP)),
+            "cluster_ctarank": full(self.rank), "cluster_nctarank": full(cl[0] * cl[1] * cl[2]),
+            "cluster_ctaid.x": full(rank_xyz[0]), "cluster_ctaid.y": full(rank_xyz[1]),
+            "cluster_ctaid.z": full(rank_xyz[2]),
+            "cluster_nctaid.x": full(cl[0]), "cluster_nctaid.y": full(cl[1]), "cluster_nctaid.z": full(cl[2]),
+            "clusterid.x": full(cid[0]), "clusterid.y": full(cid[1]), "clusterid.z": full(cid[2]),
+            "nclusterid.x": full(ncl[0]), "nclusterid.y": full(ncl[1]), "nclusterid.z": full(ncl[2]),
+            "is_explicit_cluster": full(1 if self.launch.explicit_cluster else 0),
+            "smid": full(self.launch.cta_index(self.ctaid)), "nsmid": full(self.launch.n_ctas),
+            "lanemask_eq": lm, "lanemask_lt": lm - np.uint32(1), "lanemask_le": (lm - np.uint32(1)) | lm,
+            "lanemask_gt": ~((lm - np.uint32(1)) | lm), "lanemask_ge": ~(lm - np.uint32(1)),
+            "dynamic_smem_size": full(self.launch.smem_dynamic),
+            "total_smem_size": full(self.smem.size - mem.SHARED_RESERVED),
+        }
+
+    def peer(self, rank: int, who: str) -> "CTA":
+        """CTA ``rank`` of this cluster, checked to be there and not exited."""
+        ctas = self.cluster.ctas
+        if not 0 <= rank < len(ctas):
+            raise CheckFailed(f"{who}: shared::cluster address names CTA rank {rank}, but the cluster has "
+                              f"{len(ctas)} CTA(s)")
+        peer = ctas[rank]
+        if peer.done:
+            raise CheckFailed(f"{who}: {self.name} accesses the shared memory of {peer.name}, which has "
+                              "already exited (missing cluster barrier before exit?)")
+        return peer
+
+
+class Cluster:
+    def __init__(self, cluster_id: tuple):
+        self.cluster_id = cluster_id
+        self.ctas: list[CTA] = []
+        self.barrier_arrived = 0
+        self.barrier_generation = 0
+        self.warp_phase: dict[int, int] = {}   # id(warp) -> generation it arrived in
+
+    def live_warps(self) -> int:
+        return sum(1 for c in self.ctas for w in c.warps if not w.done)
+
+    def live_warps_arrived_needed(self) -> int:
+        """Arrivals that complete a cluster-barrier phase: every non-exited warp of the cluster."""
+        return self.live_warps()
+
+
+# ---- the async engine ----------------------------------------------------------------------------
+
+class AsyncEngine:
+    """Asynchronous work (TMA copies, bulk copies): each completes a few rounds after issue."""
+
+    def __init__(self, rng, max_delay: int):
+        self.pending: list = []      # (due_round, seq, fn, describe)
+        self.seq = 0
+        self.rng = rng
+        self.max_delay = max_delay
+
+    def submit(self, round_now: int, fn, describe: str) -> None:
+        delay = 1 if self.rng is None else int(self.rng.integers(1, self.max_delay + 1))
+        self.seq += 1
+        self.pending.append((round_now + delay, self.seq, fn, describe))
+
+    def tick(self, round_now: int) -> bool:
+        if not self.pending:
+            return False
+        due = [p for p in self.pending if p[0] <= round_now]
+        if not due:
+            return False
+        self.pending = [p for p in self.pending if p[0] > round_now]
+        for p in sorted(due, key=lambda p: (p[0], p[1])):
+            p[2]()
+        return True
+
+    def complete_next(self) -> None:
+        first = min(self.pending, key=lambda p: (p[0], p[1]))
+        self.pending.remove(first)
+        first[2]()
+
+
+# ---- one launch --------------------------------------------------------------------------------
+
+@dataclass
+class RunSummary:
+    warp_instructions: int
+    thread_instructions: int
+    warps: int
+    ctas: int
+    seconds: float
+    rounds: int
+    virtual_ns: int
+    wgmma: int = 0
+    tma: int = 0
+    notes: list = field(default_factory=list)
+
+    @property
+    def warp_instr_per_s(self) -> float:
+        return self.warp_instructions / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict:
+        return {"warp_instructions": self.warp_instructions, "thread_instructions": self.thread_instructions,
+                "warps": self.warps, "ctas": self.ctas, "seconds": round(self.seconds, 4), "rounds": self.rounds,
+                "virtual_ns": self.virtual_ns, "warp_instr_per_s": round(self.warp_instr_per_s),
+                "wgmma": self.wgmma, "tma": self.tma}
+
+
+class LaunchState:
+    def __init__(self, prog: Program, grid, block, cluster, smem_dynamic: int, params: bytes,
+                 gmem: mem.GlobalMemory, regs_per_thread: int | None, cooperative: bool):
+        self.prog = prog
+        self.grid = grid
+        self.block = block
+        self.cluster_dims = cluster
+        self.explicit_cluster = prog.kernel.cluster is not None or cluster != (1, 1, 1)
+        self.smem_dynamic = smem_dynamic
+        self.params = np.frombuffer(bytes(params), dtype=np.uint8).copy()
+        self.gmem = gmem
+        self.regs_per_thread = regs_per_thread
+        self.cooperative = cooperative
+        self.n_ctas = grid[0] * grid[1] * grid[2]
+
+    def cta_index(self, ctaid) -> int:
+        return ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2])
+
+
+class Scheduler:
+    def __init__(self, launch: LaunchState, seed: int | None = None, budget: int = DEFAULT_BUDGET,
+                 max_resident_clusters: int = 16, max_async_delay: int = 3):
+        self.launch = launch
+        self.rng = np.random.default_rng(seed) if seed is not None else None
+        self.budget = budget
+        self.engine = AsyncEngine(self.rng, max_async_delay)
+        self.round = 0
+        self.executed = 0
+        self.thread_executed = 0
+        self.time_ns = 0
+        self.counters = {"wgmma": 0, "tma": 0}
+        self.warps: list[Warp] = []
+        self.clusters_waiting: list[tuple] = []
+        self.resident: list[Cluster] = []
+        self.all_ctas: list[CTA] = []
+        self.max_resident = max_resident_clusters
+        self.exit_hooks: list = []       # fn(cta) called when a CTA exits (unit checks)
+        self.random_elect = self.rng is not None
+        g, cl = launch.grid, launch.cluster_dims
+        for cz in range(g[2] // cl[2]):
+            for cy in range(g[1] // cl[1]):
+                for cx in range(g[0] // cl[0]):
+                    self.clusters_waiting.append((cx, cy, cz))
+
+    def now_ns(self) -> int:
+        return self.time_ns
+
+    # -- residency --------------------------------------------------------------------------------
+    def _start_clusters(self) -> None:
+        limit = len(self.clusters_waiting) + len(self.resident) if self.launch.cooperative else self.max_resident
+        while self.clusters_waiting and len(self.resident) < limit:
+            cid = self.clusters_waiting.pop(0)
+            cl = Cluster(cid)
+            dims = self.launch.cluster_dims
+            rank = 0
+            for z in range(dims[2]):
+                for y in range(dims[1]):
+                    for x in range(dims[0]):
+                        ctaid = (cid[0] * dims[0] + x, cid[1] * dims[1] + y, cid[2] * dims[2] + z)
+                        cta = CTA(self.launch, ctaid, cl, rank)
+                        cl.ctas.append(cta)
+                        rank += 1
+            for cta in cl.ctas:
+                n = cta.nthreads
+                for wi in range(-(-n // WARP)):
+                    w = Warp(cta, wi, min(WARP, n - wi * WARP), self.launch.prog, self)
+                    cta.warps.append(w)
+                    self.warps.append(w)
+                self.all_ctas.append(cta)
+            self.resident.append(cl)
+
+    def warp_exited(self, w: Warp) -> None:
+        from porter.emu.ops.sync import cluster_barrier_recheck
+
+        for hook in w.units.get("exit_checks", ()):
+            hook(w)
+        cta = w.cta
+        cluster_barrier_recheck(cta.cluster)
+        if all(x.done for x in cta.warps):
+            for hook in self.exit_hooks:
+                hook(cta)
+            cta.done = True
+            cta.smem.exited = True
+
+    # -- running ----------------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        t0 = time.perf_counter()
+        self._start_clusters()
+        while True:
+            progressed = False
+            order = self.warps
+            if self.rng is not None and len(order) > 1:
+                order = [order[i] for i in self.rng.permutation(len(order))]
+            for w in order:
+                if w.done:
+                    continue
+                if w.park is not None:
+                    if not w.park.ready():
+                        continue
+                    w.park = None
+                n = self.run_warp(w, QUANTUM)
+                if n:
+                    progressed = True
+                    self.executed += n
+                    self.time_ns += n
+            self.round += 1
+            if self.engine.tick(self.round):
+                progressed = True
+            if any(w.done for w in self.warps):
+                self.warps = [w for w in self.warps if not w.done]
+                finished = [c for c in self.resident if all(cta.done for cta in c.ctas)]
+                if finished:
+                    self.resident = [c for c in self.resident if c not in finished]
+                    self._start_clusters()
+            if not self.warps and not self.clusters_waiting:
+                if self.engine.pending:
+                    self.engine.complete_next()
+                    continue
+                break
+            if self.executed > self.budget:
+                raise Deadlock(self.report(f"instruction budget of {self.budget:,} warp-instructions exhausted "
+                                           "(a runaway loop?)"))
+            if not progressed:
+                if self.engine.pending:
+                    self.engine.complete_next()
+                    continue
+                timed = [w.park.wake_ns for w in self.warps if w.park is not None and w.park.wake_ns is not None]
+                if timed:
+                    self.time_ns = max(self.time_ns, min(timed))
+                    continue
+                raise Deadlock(self.report("deadlock: every live warp is parked and nothing asynchronous is pending"))
+        for cta in self.all_ctas:
+            for hook in self.launch_end_hooks():
+                hook(cta)
+        return RunSummary(self.executed, self.thread_executed, sum(len(c.warps) for c in self.all_ctas),
+                          len(self.all_ctas), time.perf_counter() - t0, self.round, self.time_ns,
+                          self.counters["wgmma"], self.counters["tma"])
+
+    def launch_end_hooks(self):
+        return []
+
+    def run_warp(self, w: Warp, quantum: int) -> int:
+        ops = w.prog.ops
+        srcs = w.prog.srcs
+        n = 0
+        threads = 0
+        while n < quantum and not w.done:
+            if w.converged:
+                pc = w.pc
+                m = None if w.full else w.live
+            else:
+                sel = w.live & ~w.deferred
+                if not sel.any():
+                    raise CheckFailed(self._diverged_collective(w))
+                pc = int(np.where(sel, w.pcs, 1 << 40).min())
+                m = sel & (w.pcs == pc)
+            w.cur = pc
+            if w.poisoned and srcs[pc] & w.poisoned.keys():
+                w.poison_read(srcs[pc])
+            try:
+                res = ops[pc](w, m)
+            except (CheckFailed, Unsupported) as exc:
+                if not getattr(exc, "located", False):
+                    exc.args = (f"{w.prog.where(pc)}: {w.name}: {exc.args[0]}" if not str(exc.args[0]).startswith(w.prog.file)
+                                else exc.args[0],)
+                    exc.located = True
+                raise
+            except IndexError:
+                if pc >= len(ops):
+                    raise CheckFailed(f"{w.prog.file}: {w.name} ran past the end of {w.prog.kernel.name} "
+                                      "(no ret/exit)") from None
+                raise
+            n += 1
+            threads += WARP if m is None else int(m.sum())
+            if res is None:
+                if w.converged:
+                    w.pc = pc + 1
+                else:
+                    w.pcs = np.where(m, pc + 1, w.pcs)
+                    w.reconverge()
+            elif type(res) is int:
+                if w.converged:
+                    w.pc = res
+                else:
+                    w.pcs = np.where(m, res, w.pcs)
+                    w.reconverge()
+            elif res is HANDLED:
+                continue
+            elif res is DEFER:
+                if w.converged:
+                    w.pcs = np.full(WARP, pc, dtype=np.int64)
+                    w.converged = False
+                w.deferred = w.deferred | (w.live if m is None else m)
+            elif isinstance(res, Park):
+                if res.advance:
+                    if w.converged:
+                        w.pc = pc + 1
+                    else:
+                        w.pcs = np.where(m, pc + 1, w.pcs)
+                        w.reconverge()
+                if not res.ready():
+                    w.park = res
+                    break
+            else:
+                raise TypeError(f"instruction at {w.prog.where(pc)} returned {res!r}")
+        w.executed += n
+        self.thread_executed += threads
+        return n
+
+    def _diverged_collective(self, w: Warp) -> str:
+        lines = sorted({w.prog.line(int(p)) for p in w.pcs[w.live]})
+        return (f"{w.prog.file}: {w.name}: a warp-collective (.sync/.aligned) instruction was reached by a diverged "
+                f"warp: its lanes wait at PTX lines {', '.join(map(str, lines))}")
+
+    # -- reports ----------------------------------------------------------------------------------
+    def report(self, headline: str) -> str:
+        lines = [f"{self.launch.prog.file}: {headline}; {self.executed:,} warp-instructions run"]
+        shown = 0
+        for w in self.warps:
+            if w.done:
+                continue
+            what = w.park.describe() if w.park is not None else "runnable"
+            lines.append(f"  {w.name} at {w.where()}: {what}")
+            shown += 1
+            if shown >= 24:
+                rest = sum(1 for x in self.warps if not x.done) - shown
+                if rest > 0:
+                    lines.append(f"  ... and {rest} more warps")
+                break
+        if self.clusters_waiting:
+            lines.append(f"  {len(self.clusters_waiting)} cluster(s) not yet started")
+        return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""The machine's memory spaces: global (with bounds), param, shared per CTA, generic windows.
+
+Address map (the simulator's own; the PTX ISA leaves it to the implementation):
+
+* global: allocations from ``GLOBAL_BASE`` up, 256-byte aligned, separated by
+  unallocated guard gaps so an access one past a buffer's end is caught; a generic
+  address of global memory equals its global address (``cvta.to.global`` is identity).
+* param: a launch's parameter buffer is the ``.param`` space, addressed from 0; its
+  generic window starts at ``PARAM_GENERIC``.
+* shared: each CTA's shared memory is addressed from 0 in ``.shared::cta``, with the
+  first ``SHARED_RESERVED`` bytes reserved (as the hardware's system reserve is), so
+  address 0 is never valid; its generic window starts at ``SHARED_GENERIC``.
+* shared::cluster: ``CLUSTER_BIT | rank << 24 | offset`` names CTA ``rank``'s shared
+  memory; an address without ``CLUSTER_BIT`` is the executing CTA's own (as the ISA says,
+  the shared::cta window is contained in the shared::cluster window).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from porter.emu.errors import CheckFailed, EmuError
+
+GLOBAL_BASE = 0x7F00_0000_0000
+GLOBAL_ALIGN = 256
+GUARD = 4096
+PARAM_GENERIC = 0x5000_0000_0000
+SHARED_GENERIC = 0x6000_0000_0000
+WINDOW = 1 << 32
+SHARED_RESERVED = 1024
+CLUSTER_BIT = 1 << 31
+RANK_SHIFT = 24
+OFFSET_MASK = (1 << RANK_SHIFT) - 1
+
+
+class GlobalMemory:
+    """Device memory: bump-allocated buffers with guard gaps, bounds-checked on every access."""
+
+    def __init__(self):
+        self.heap = np.zeros(1 << 20, dtype=np.uint8)
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.names: list[str] = []
+        self.top = 0                     # next free offset from GLOBAL_BASE
+        self._np_starts = np.zeros(0, dtype=np.uint64)
+        self._np_ends = np.zeros(0, dtype=np.uint64)
+
+    # ---- allocation -------------------------------------------------------------------------
+    def alloc(self, nbytes: int, name: str = "buffer") -> int:
+        nbytes = max(int(nbytes), 1)
+        off = -(-self.top // GLOBAL_ALIGN) * GLOBAL_ALIGN
+        end = off + nbytes
+        need = -(-(end + GUARD) // 16) * 16
+        if need > self.heap.size:
+            grown = np.zeros(max(need, self.heap.size * 2), dtype=np.uint8)
+            grown[:self.heap.size] = self.heap
+            self.heap = grown
+        self.top = end + GUARD
+        addr = GLOBAL_BASE + off
+        self.starts.append(addr)
+        self.ends.append(addr + nbytes)
+        self.names.append(name)
+        self._np_starts = np.array(self.starts, dtype=np.uint64)
+        self._np_ends = np.array(self.ends, dtype=np.uint64)
+        self.heap[off:end] = 0
+        return addr
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        raw = np.frombuffer(bytes(data), dtype=np.uint8) if not isinstance(data, np.ndarray) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self._check_span(addr, raw.size, "host write")
+        off = addr - GLOBAL_BASE
+        self.heap[off:off + raw.size] = raw
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        self._check_span(addr, nbytes, "read")
+        off = addr - GLOBAL_BASE
+        return self.heap[off:off + nbytes].copy()
+
+    def fill(self, addr: int, byte: int, nbytes: int) -> None:
+        self._check_span(addr, nbytes, "memset")
+        off = addr - GLOBAL_BASE
+        self.heap[off:off + nbytes] = byte
+
+    def contains(self, addr: int) -> bool:
+        return GLOBAL_BASE <= addr < GLOBAL_BASE + WINDOW * 256
+
+    def _check_span(self, addr: int, nbytes: int, what: str) -> None:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i < 0 or addr + nbytes > self.ends[i]:
+            raise CheckFailed(f"global {what} of {nbytes} B at 0x{addr:x} is outside every allocation"
+                              + self._nearest(addr))
+
+    def _nearest(self, addr: int) -> str:
+        if not self.starts:
+            return " (nothing is allocated)"
+        i = max(bisect.bisect_right(self.starts, addr) - 1, 0)
+        return (f" (nearest: {self.names[i]} at 0x{self.starts[i]:x}..0x{self.ends[i]:x})")
+
+    # ---- lane-vector access ---------------------------------------------------------------------
+    def check_lanes(self, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+        """Offsets into the heap for each lane's access; raises on any out-of-bounds lane."""
+        a = addrs.astype(np.uint64, copy=False)
+        idx = np.searchsorted(self._np_starts, a, side="right") - 1
+        bad = idx < 0
+        if not bad.any():
+            bad = a + np.uint64(nbytes) > self._np_ends[idx]
+        if bad.any():
+            lane = int(np.argmax(bad))
+            raise CheckFailed(f"global {what} of {nbytes} B at 0x{int(a[lane]):x} (lane {lane}) is outside "
+                              "every allocation" + self._nearest(int(a[lane])))
+        return (a - np.uint64(GLOBAL_BASE)).astype(np.int64)
+
+
+def check_aligned(addrs: np.ndarray, align: int, what: str) -> None:
+    if align > 1:
+        bad = (addrs.astype(np.int64) & (align - 1)) != 0
+        if bad.any():
+            lane = int(np.argmax(bad))
+            raise CheckFailed(f"misaligned {what}: address 0x{int(addrs[lane]):x} (lane {lane}) "
+                              f"is not {align}-byte aligned")
+
+
+def gather(buf: np.ndarray, offs: np.ndarray, nbytes: int, count: int = 1) -> np.ndarray:
+    """Per lane, ``count`` consecutive elements of ``nbytes`` from ``buf`` at byte offsets ``offs``
+    (aligned): uint{8*nbytes} array of shape (lanes, count)."""
+    dt = _UINT[nbytes]
+    view = buf[: buf.size - buf.size % nbytes].view(dt)
+    base = offs // nbytes
+    if count == 1:
+        return view[base][:, None]
+    return view[base[:, None] + np.arange(count)]
+
+
+def scatter(buf: np.ndarray, offs: np.ndarray, nbytes: int, values: np.ndarray) -> None:
+    """Store ``values`` (lanes, count) of ``nbytes`` each at byte offsets ``offs`` (aligned);
+    later lanes win where lanes collide, as one of the hardware's allowed outcomes."""
+    dt = _UINT[nbytes]
+    view = buf[: buf.size - buf.size % nbytes].view(dt)
+    base = offs // nbytes
+    count = values.shape[1]
+    if count == 1:
+        view[base] = values[:, 0]
+    else:
+        view[base[:, None] + np.arange(count)] = values
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class SharedMemory:
+    """One CTA's shared memory: ``size`` bytes addressed from 0, the first SHARED_RESERVED reserved."""
+
+    def __init__(self, size: int, cta_name: str):
+        self.data = np.zeros(max(size, SHARED_RESERVED + 16), dtype=np.uint8)
+        self.size = size
+        self.cta_name = cta_name
+        self.exited = False
+
+    def check_lanes(self, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+        a = addrs.astype(np.int64, copy=False)
+        bad = (a < SHARED_RESERVED) | (a + nbytes > self.size)
+        if bad.any():
+            lane = int(np.argmax(bad))
+            raise CheckFailed(f"shared {what} of {nbytes} B at 0x{int(a[lane]):x} (lane {lane}) is outside "
+                              f"{self.cta_name}'s shared memory (0x{SHARED_RESERVED:x}..0x{self.size:x})")
+        return a
+
+    def check_span(self, addr: int, nbytes: int, what: str) -> None:
+        if addr < SHARED_RESERVED or addr + nbytes > self.size:
+            raise CheckFailed(f"shared {what} of {nbytes} B at 0x{addr:x} is outside {self.cta_name}'s "
+                              f"shared memory (0x{SHARED_RESERVED:x}..0x{self.size:x})")
+
+
+def split_cluster_address(addr: int, own_rank: int) -> tuple[int, int]:
+    """(rank, shared::cta offset) of a shared::cluster address."""
+    if addr & CLUSTER_BIT:
+        return (addr >> RANK_SHIFT) & 0x7F, addr & OFFSET_MASK
+    return own_rank, addr
+
+
+def cluster_address(offset: int, rank: int) -> int:
+    if offset & CLUSTER_BIT:
+        offset &= OFFSET_MASK
+    if offset > OFFSET_MASK:
+        raise EmuError(f"shared address 0x{offset:x} does not fit the simulator's shared::cluster window")
+    return CLUSTER_BIT | (rank << RANK_SHIFT) | offset

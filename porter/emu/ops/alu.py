@@ -1,0 +1,562 @@
+"""Integer, bit, floating-point, compare, select and convert instructions (PTX ISA 9.7.1-9.7.9).
+
+Each builder takes the parsed instruction and the kernel's ``Decoder`` and returns
+``fn(warp, mask)``. Values are computed over the warp's 32 lanes with numpy in the
+instruction's type; ``Decoder.dst`` stores them back as raw bits.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from porter.emu import ptx
+from porter.emu.decode import NP, SINT, UINT, bits, is_float, is_signed, type_of
+
+
+
+def _binary(ins, d, f):
+    t = type_of(ins.parts)
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, t)
+
+    def run(w, m):
+        wd(w, f(ra(w), rb(w)), m)
+    return run
+
+
+def _binary_masked(ins, d, f):
+    """Like _binary, but ``f(a, b, sel)`` sees which lanes execute (for checks that must
+    ignore the stale values of lanes that do not)."""
+    t = type_of(ins.parts)
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, t)
+
+    def run(w, m):
+        wd(w, f(ra(w), rb(w), w.live if m is None else m), m)
+    return run
+
+
+def _unary(ins, d, f, t=None):
+    t = t or type_of(ins.parts)
+    dst, a = ins.operands
+    ra, wd = d.src(a, t), d.dst(dst, t)
+
+    def run(w, m):
+        wd(w, f(ra(w)), m)
+    return run
+
+
+def _shift_amount(x, width):
+    return np.minimum(np.asarray(x).astype(np.uint32), np.uint32(width))
+
+
+def build_mov(ins, d):
+    t = type_of(ins.parts)
+    dst, a = ins.operands
+    if isinstance(a, ptx.Vec):                       # mov.b64 d, {lo, hi}: pack
+        n = len(a.items)
+        part = {64: 32, 32: 16}[bits(t)] if n == 2 else bits(t) // n
+        srcs = [d.src(x, f"b{part}") for x in a.items]
+        wd = d.dst(dst, t)
+        wide = UINT[bits(t)]
+
+        def pack(w, m):
+            v = np.zeros(32, dtype=wide)
+            for k, s in enumerate(srcs):
+                v = v | (np.asarray(s(w)).astype(wide) << wide(k * part))
+            wd(w, v.view(NP[t]), m)
+        return pack
+    if isinstance(dst, ptx.Vec):                     # mov.b64 {lo, hi}, d: unpack
+        n = len(dst.items)
+        part = bits(t) // n
+        ra = d.src(a, t)
+        outs = [d.dst(x, f"b{part}") for x in dst.items]
+        wide, narrow = UINT[bits(t)], UINT[part]
+
+        def unpack(w, m):
+            v = np.asarray(ra(w)).view(wide) if np.ndim(ra(w)) else np.full(32, ra(w)).view(wide)
+            for k, o in enumerate(outs):
+                o(w, (v >> wide(k * part)).astype(narrow), m)
+        return unpack
+    ra, wd = d.src(a, t), d.dst(dst, t)
+
+    def mov(w, m):
+        wd(w, ra(w), m)
+    return mov
+
+
+def _wrap_int(f):
+    def g(a, b):
+        with np.errstate(over="ignore"):
+            return f(a, b)
+    return g
+
+
+def build_add(ins, d):
+    return _binary(ins, d, _wrap_int(lambda a, b: a + b))
+
+
+def build_sub(ins, d):
+    return _binary(ins, d, _wrap_int(lambda a, b: a - b))
+
+
+def build_mul(ins, d):
+    t = type_of(ins.parts)
+    mode = ins.parts[1] if len(ins.parts) > 2 else ""
+    if is_float(t):
+        return _binary(ins, d, lambda a, b: a * b)
+    if mode == "wide":
+        dst, a, b = ins.operands
+        wt = ("s" if is_signed(t) else "u") + str(2 * bits(t))
+        ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, wt)
+        wdt = NP[wt]
+
+        def wide(w, m):
+            wd(w, np.asarray(ra(w)).astype(wdt) * np.asarray(rb(w)).astype(wdt), m)
+        return wide
+    if mode == "hi":
+        dst, a, b = ins.operands
+        ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, t)
+        nb = bits(t)
+        if nb == 64:
+            raise d.unsupported()
+        wdt = np.int64 if is_signed(t) else np.uint64
+
+        def hi(w, m):
+            p = np.asarray(ra(w)).astype(wdt) * np.asarray(rb(w)).astype(wdt)
+            wd(w, (p >> nb).astype(NP[t]), m)
+        return hi
+    return _binary(ins, d, _wrap_int(lambda a, b: a * b))
+
+
+def build_mad(ins, d):
+    t = type_of(ins.parts)
+    dst, a, b, c = ins.operands
+    mode = ins.parts[1]
+    if mode == "wide":
+        wt = ("s" if is_signed(t) else "u") + str(2 * bits(t))
+        ra, rb, rc, wd = d.src(a, t), d.src(b, t), d.src(c, wt), d.dst(dst, wt)
+        wdt = NP[wt]
+
+        def madw(w, m):
+            with np.errstate(over="ignore"):
+                wd(w, np.asarray(ra(w)).astype(wdt) * np.asarray(rb(w)).astype(wdt) + rc(w), m)
+        return madw
+    if mode != "lo":
+        raise d.unsupported()
+    ra, rb, rc, wd = d.src(a, t), d.src(b, t), d.src(c, t), d.dst(dst, t)
+
+    def mad(w, m):
+        with np.errstate(over="ignore"):
+            wd(w, ra(w) * rb(w) + rc(w), m)
+    return mad
+
+
+def build_fma(ins, d):
+    t = type_of(ins.parts)
+    if t != "f32" and t != "f64":
+        raise d.unsupported()
+    dst, a, b, c = ins.operands
+    ra, rb, rc, wd = d.src(a, t), d.src(b, t), d.src(c, t), d.dst(dst, t)
+    if t == "f64":
+        def fma64(w, m):
+            wd(w, ra(w) * rb(w) + rc(w), m)
+        return fma64
+
+    # the f32 product is exact in f64; one f64 add then one rounding to f32 (a double
+    # rounding that can differ from a fused f32 FMA in the last ulp in rare ties)
+    def fma(w, m):
+        with np.errstate(all="ignore"):
+            wd(w, (np.asarray(ra(w), np.float64) * rb(w) + rc(w)).astype(np.float32), m)
+    return fma
+
+
+def build_div(ins, d):
+    t = type_of(ins.parts)
+    if is_float(t):
+        approx = "approx" in ins.parts or "full" in ins.parts
+
+        def fdiv(a, b):
+            with np.errstate(all="ignore"):
+                return (a * (np.float32(1) / b)) if approx else a / b
+        return _binary(ins, d, fdiv)
+    where = d.where(ins)
+
+    def idiv(a, b, sel):
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        if (b[sel] == 0).any():
+            from porter.emu.errors import CheckFailed
+            raise CheckFailed(f"{where}: integer division by zero ({ins.opcode})")
+        b = np.where(b == 0, b.dtype.type(1), b)
+        if is_signed(t):
+            q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
+            return (q * np.sign(a.astype(np.int64)) * np.sign(b.astype(np.int64))).astype(NP[t])
+        return a // b
+    return _binary_masked(ins, d, idiv)
+
+
+def build_rem(ins, d):
+    t = type_of(ins.parts)
+    where = d.where(ins)
+
+    def irem(a, b, sel):
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        if (b[sel] == 0).any():
+            from porter.emu.errors import CheckFailed
+            raise CheckFailed(f"{where}: integer remainder by zero ({ins.opcode})")
+        b = np.where(b == 0, b.dtype.type(1), b)
+        if is_signed(t):
+            a64, b64 = a.astype(np.int64), b.astype(np.int64)
+            q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)
+            return (a64 - q * b64).astype(NP[t])
+        return a % b
+    return _binary_masked(ins, d, irem)
+
+
+def build_min(ins, d):
+    t = type_of(ins.parts)
+    return _binary(ins, d, np.fmin if is_float(t) else np.minimum)
+
+
+def build_max(ins, d):
+    t = type_of(ins.parts)
+    return _binary(ins, d, np.fmax if is_float(t) else np.maximum)
+
+
+def build_neg(ins, d):
+    return _unary(ins, d, lambda a: -a)
+
+
+def build_abs(ins, d):
+    return _unary(ins, d, np.abs)
+
+
+def build_and(ins, d):
+    return _binary(ins, d, np.bitwise_and)
+
+
+def build_or(ins, d):
+    return _binary(ins, d, np.bitwise_or)
+
+
+def build_xor(ins, d):
+    return _binary(ins, d, np.bitwise_xor)
+
+
+def build_not(ins, d):
+    t = type_of(ins.parts)
+    return _unary(ins, d, np.logical_not if t == "pred" else np.invert)
+
+
+def build_shl(ins, d):
+    t = type_of(ins.parts)
+    nb = bits(t)
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, t), d.src(b, "u32"), d.dst(dst, t)
+    u = UINT[nb]
+
+    def shl(w, m):
+        s = _shift_amount(rb(w), nb)
+        v = np.asarray(ra(w)).view(u) if np.ndim(ra(w)) else np.full(32, ra(w)).view(u)
+        out = np.where(s >= nb, u(0), v << np.minimum(s, nb - 1).astype(u))
+        wd(w, out.view(NP[t]), m)
+    return shl
+
+
+def build_shr(ins, d):
+    t = type_of(ins.parts)
+    nb = bits(t)
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, t), d.src(b, "u32"), d.dst(dst, t)
+    if is_signed(t):
+        def sar(w, m):
+            s = np.minimum(np.asarray(rb(w)).astype(np.uint32), nb - 1).astype(NP[t])
+            wd(w, np.asarray(ra(w)) >> s, m)
+        return sar
+    u = UINT[nb]
+
+    def shr(w, m):
+        s = _shift_amount(rb(w), nb)
+        v = np.asarray(ra(w)).view(u) if np.ndim(ra(w)) else np.full(32, ra(w)).view(u)
+        out = np.where(s >= nb, u(0), v >> np.minimum(s, nb - 1).astype(u))
+        wd(w, out.view(NP[t]), m)
+    return shr
+
+
+def build_clz(ins, d):
+    t = type_of(ins.parts)
+    nb = bits(t)
+
+    def clz(a):
+        # binary search on the leading zero run: exact for any width
+        v = np.asarray(a).astype(np.uint64) << np.uint64(64 - nb)
+        n = np.zeros(v.shape, dtype=np.uint32)
+        s = nb // 2
+        while s:
+            top_zero = (v >> np.uint64(64 - s)) == 0
+            n += np.where(top_zero, np.uint32(s), np.uint32(0))
+            v = np.where(top_zero, v << np.uint64(s), v)
+            s //= 2
+        return np.where(np.asarray(a).astype(np.uint64) == 0, np.uint32(nb), n)
+    dst, a = ins.operands
+    ra, wd = d.src(a, t), d.dst(dst, "u32")
+
+    def run(w, m):
+        wd(w, clz(ra(w)), m)
+    return run
+
+
+def build_popc(ins, d):
+    t = type_of(ins.parts)
+    dst, a = ins.operands
+    ra, wd = d.src(a, t), d.dst(dst, "u32")
+
+    def popc(w, m):
+        v = np.asarray(ra(w)).astype(np.uint64)
+        c = np.zeros(v.shape, dtype=np.uint32)
+        for k in range(bits(t)):
+            c += ((v >> np.uint64(k)) & np.uint64(1)).astype(np.uint32)
+        wd(w, c, m)
+    return popc
+
+
+def build_selp(ins, d):
+    t = type_of(ins.parts)
+    dst, a, b, p = ins.operands
+    ra, rb, rp, wd = d.src(a, t), d.src(b, t), d.src(p, "pred"), d.dst(dst, t)
+
+    def selp(w, m):
+        wd(w, np.where(rp(w), ra(w), rb(w)), m)
+    return selp
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}
+
+
+def build_setp(ins, d):
+    parts = ins.parts
+    cmp, t = parts[1], type_of(parts)
+    combine = parts[2] if len(parts) > 3 and parts[2] in ("and", "or", "xor") else None
+    ops = ins.operands
+    dst = ops[0]
+    second = None
+    if isinstance(dst, ptx.Pair):
+        dst, second = dst.first, dst.second
+    a, b = ops[1], ops[2]
+    ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, "pred")
+    wd2 = d.dst(second, "pred") if second is not None and second is not ptx.SINK else None
+    rc = d.src(ops[3], "pred") if combine else None
+    if is_float(t):
+        unordered = cmp in ("equ", "neu", "ltu", "leu", "gtu", "geu", "nan")
+        base = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}.get(cmp, cmp)
+        if cmp == "num":
+            def f(x, y):
+                return ~(np.isnan(x) | np.isnan(y))
+        elif cmp == "nan":
+            def f(x, y):
+                return np.isnan(x) | np.isnan(y)
+        else:
+            fn = _CMP[base]
+
+            def f(x, y):
+                with np.errstate(invalid="ignore"):
+                    nan = np.isnan(x) | np.isnan(y)
+                    r = fn(x, y)
+                return (r | nan) if unordered else (r & ~nan)
+    else:
+        if cmp not in _CMP:
+            raise d.unsupported()
+        f = _CMP[cmp]
+    comb = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(combine)
+
+    def setp(w, m):
+        r = np.broadcast_to(f(ra(w), rb(w)), (32,))
+        if comb is not None:
+            c = rc(w)
+            wd(w, comb(r, c), m)
+            if wd2 is not None:
+                wd2(w, comb(~r, c), m)
+        else:
+            wd(w, r, m)
+            if wd2 is not None:
+                wd2(w, ~r, m)
+    return setp
+
+
+def _float_unary(ins, d, f, ftz_in=False):
+    t = type_of(ins.parts)
+    ftz = "ftz" in ins.parts
+
+    def g(a):
+        with np.errstate(all="ignore"):
+            a = np.asarray(a)
+            if ftz:
+                a = np.where(np.abs(a) < np.finfo(np.float32).tiny, np.float32(0) * np.sign(a), a)
+            r = f(a).astype(NP[t])
+            if ftz:
+                r = np.where(np.abs(r) < np.finfo(np.float32).tiny, np.float32(0) * np.sign(r), r)
+            return r
+    return _unary(ins, d, g, t)
+
+
+def build_ex2(ins, d):
+    return _float_unary(ins, d, np.exp2)
+
+
+def build_lg2(ins, d):
+    return _float_unary(ins, d, np.log2)
+
+
+def build_rsqrt(ins, d):
+    return _float_unary(ins, d, lambda a: np.float32(1) / np.sqrt(a))
+
+
+def build_sqrt(ins, d):
+    return _float_unary(ins, d, np.sqrt)
+
+
+def build_rcp(ins, d):
+    return _float_unary(ins, d, lambda a: np.float32(1) / a)
+
+
+def build_sin(ins, d):
+    return _float_unary(ins, d, np.sin)
+
+
+def build_cos(ins, d):
+    return _float_unary(ins, d, np.cos)
+
+
+def build_tanh(ins, d):
+    return _float_unary(ins, d, np.tanh)
+
+
+def build_copysign(ins, d):
+    return _binary(ins, d, lambda a, b: np.copysign(b, a))
+
+
+# ---- cvt ---------------------------------------------------------------------------------------
+
+def _round_float_to_int(x, mode):
+    with np.errstate(all="ignore"):
+        if mode in ("rzi", "rz"):
+            return np.trunc(x)
+        if mode in ("rmi", "rm"):
+            return np.floor(x)
+        if mode in ("rpi", "rp"):
+            return np.ceil(x)
+        return np.rint(x)
+
+
+def build_cvt(ins, d):
+    parts = ins.parts
+    types = [p for p in parts[1:] if p in NP]
+    mods = [p for p in parts[1:] if p not in NP]
+    if len(types) != 2:
+        raise d.unsupported()
+    dt, st = types
+    mode = next((m for m in mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi")), "")
+    sat = "satfinite" in mods or "sat" in mods
+    if dt == "bf16x2" and st == "f32":            # cvt.rn.bf16x2.f32 d, hi, lo
+        dst, hi, lo = ins.operands
+        rhi, rlo, wd = d.src(hi, "f32"), d.src(lo, "f32"), d.dst(dst, "b32")
+
+        def pack(w, m):
+            h = np.asarray(rhi(w), np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+            lw = np.asarray(rlo(w), np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+            wd(w, (h << np.uint32(16)) | lw, m)
+        return pack
+    if dt == "f16x2" and st == "f32":
+        dst, hi, lo = ins.operands
+        rhi, rlo, wd = d.src(hi, "f32"), d.src(lo, "f32"), d.dst(dst, "b32")
+
+        def pack16(w, m):
+            h = np.asarray(rhi(w), np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+            lw = np.asarray(rlo(w), np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+            wd(w, (h << np.uint32(16)) | lw, m)
+        return pack16
+    dst, a = ins.operands
+    if dt == "bf16" and st == "f32":
+        ra, wd = d.src(a, "f32"), d.dst(dst, "b16")
+        return lambda w, m: wd(w, np.asarray(ra(w), np.float32).astype(ml_dtypes.bfloat16).view(np.uint16), m)
+    if dt == "f32" and st == "bf16":
+        ra, wd = d.src(a, "b16"), d.dst(dst, "f32")
+        return lambda w, m: wd(w, np.asarray(ra(w)).view(ml_dtypes.bfloat16).astype(np.float32), m)
+    if dt == "f32" and st == "f16":
+        ra, wd = d.src(a, "f16"), d.dst(dst, "f32")
+        return lambda w, m: wd(w, np.asarray(ra(w)).astype(np.float32), m)
+    if dt == "f16" and st == "f32":
+        ra, wd = d.src(a, "f32"), d.dst(dst, "f16")
+        return lambda w, m: wd(w, np.asarray(ra(w)).astype(np.float16), m)
+    ra, wd = d.src(a, st), d.dst(dst, dt)
+    ndt = NP[dt]
+    if is_float(dt) and is_float(st):
+        return lambda w, m: wd(w, np.asarray(ra(w)).astype(ndt), m)
+    if is_float(dt):                                # int -> float (round to nearest)
+        return lambda w, m: wd(w, np.asarray(ra(w)).astype(np.float64).astype(ndt), m)
+    if is_float(st):                                # float -> int: round, saturate, NaN -> 0
+        info = np.iinfo(ndt)
+
+        def f2i(w, m):
+            x = _round_float_to_int(np.asarray(ra(w), np.float64), mode)
+            x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
+            wd(w, x.astype(ndt), m)
+        return f2i
+    # integer -> integer: sign/zero extension by the source type, truncation by the
+    # destination's width, saturation with .sat
+    src_dt = NP[st]
+    if sat:
+        info = np.iinfo(ndt)
+
+        def sat_cvt(w, m):
+            x = np.asarray(ra(w)).astype(np.int64 if is_signed(st) else np.uint64)
+            wd(w, np.clip(x, info.min, info.max).astype(ndt), m)
+        return sat_cvt
+    wide = np.int64 if is_signed(st) else np.uint64
+
+    def icvt(w, m):
+        wd(w, np.asarray(ra(w), src_dt).astype(wide).astype(ndt), m)
+    return icvt
+
+
+def build_cvta(ins, d):
+    """cvta.{param,shared,global} (to generic) and cvta.to.{...} (from generic)."""
+    from porter.emu import memory as mem
+
+    parts = ins.parts
+    t = type_of(parts)
+    dst, a = ins.operands
+    ra, wd = d.src(a, t), d.dst(dst, t)
+    to = parts[1] == "to"
+    space = parts[2] if to else parts[1]
+    base = {"global": 0, "param": mem.PARAM_GENERIC, "shared": mem.SHARED_GENERIC, "const": 0}.get(space)
+    if base is None or (space == "shared" and "cluster" in parts):
+        raise d.unsupported()
+    b = np.uint64(base) if t.endswith("64") else np.uint32(base & 0xFFFFFFFF)
+    where = d.where(ins)
+
+    def cvta(w, m):
+        v = np.asarray(ra(w)).astype(np.uint64)
+        if to:
+            if base and ((v < np.uint64(base)) | (v >= np.uint64(base + mem.WINDOW)))[m if m is not None else slice(None)].any():
+                from porter.emu.errors import CheckFailed
+                raise CheckFailed(f"{where}: {ins.opcode} of an address outside the generic {space} window")
+            r = v - np.uint64(base)
+        else:
+            r = v + np.uint64(base)
+        wd(w, r.astype(NP[t]), m)
+    del b
+    return cvta
+
+
+BUILDERS = {
+    "mov": build_mov, "add": build_add, "sub": build_sub, "mul": build_mul, "mad": build_mad,
+    "fma": build_fma, "div": build_div, "rem": build_rem, "min": build_min, "max": build_max,
+    "neg": build_neg, "abs": build_abs, "and": build_and, "or": build_or, "xor": build_xor,
+    "not": build_not, "shl": build_shl, "shr": build_shr, "clz": build_clz, "popc": build_popc,
+    "selp": build_selp, "setp": build_setp, "ex2": build_ex2, "lg2": build_lg2, "rsqrt": build_rsqrt,
+    "sqrt": build_sqrt, "rcp": build_rcp, "sin": build_sin, "cos": build_cos, "tanh": build_tanh,
+    "copysign": build_copysign, "cvt": build_cvt, "cvta": build_cvta,
+}

@@ -1,0 +1,197 @@
+"""Control flow and warp collectives: bra, ret/exit, trap, shfl.sync, vote.sync, elect.sync,
+bar.warp.sync, activemask (PTX ISA 9.7.12, 9.7.13).
+
+A branch whose lanes disagree splits the warp (per-lane pcs); the stepper runs the
+lowest-pc lanes and the warp reconverges where the pcs meet. A ``.sync`` collective
+waits for every lane of its member mask: reached by only some of them (a diverged
+warp), it defers those lanes so the others can catch up (``DEFER``), as independent
+thread scheduling would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import ptx
+from porter.emu.control import DEFER, HANDLED
+from porter.emu.errors import CheckFailed
+
+LANES = np.arange(32)
+
+
+def build_bra(ins, d):
+    target = d.label(ins.operands[0])
+    g = d.rid(ptx.Reg(ins.guard)) if ins.guard is not None else None
+    neg = ins.guard_neg
+    uniform = "uni" in ins.parts
+    where = d.where(ins)
+    if g is None:
+        def bra(w, m):
+            return target
+        return bra
+
+    def cbra(w, m):
+        p = w.r[g]
+        if neg:
+            p = ~p
+        sel = w.live if m is None else m
+        taken = p & sel
+        if not taken.any():
+            return None
+        if (taken == sel).all():
+            return target
+        if uniform:
+            raise CheckFailed(f"{where}: bra.uni with a predicate that differs across the warp's lanes")
+        w.set_pcs(m, target, w.cur, taken)
+        return HANDLED
+    cbra.handles_guard = True
+    return cbra
+
+
+build_bra.n_dst = 0
+
+
+def build_ret(ins, d):
+    def ret(w, m):
+        w.exit_lanes(m)
+        if not w.done and not w.converged:
+            w.reconverge()
+        return HANDLED
+    return ret
+
+
+build_ret.n_dst = 0
+
+
+def build_trap(ins, d):
+    where = d.where(ins)
+
+    def trap(w, m):
+        raise CheckFailed(f"{where}: {w.name} executed trap (the kernel aborted itself: a failed check or "
+                          "watchdog in the kernel)")
+    return trap
+
+
+build_trap.n_dst = 0
+
+
+def _members(w, m, membermask):
+    """Lanes named by the member mask; DEFER unless all of them (live ones) are executing."""
+    mm = ((np.asarray(membermask).astype(np.uint64) >> LANES.astype(np.uint64)) & 1).astype(bool)
+    mm = mm & w.live
+    sel = w.live if m is None else m
+    if (mm & ~sel).any():
+        return None, DEFER
+    return mm, None
+
+
+def build_shfl(ins, d):
+    parts = ins.parts
+    mode = parts[2]
+    if mode not in ("idx", "up", "down", "bfly") or parts[1] != "sync":
+        raise d.unsupported()
+    dst, a, b, c, mask = ins.operands
+    pdst = None
+    if isinstance(dst, ptx.Pair):
+        dst, pdst = dst.first, dst.second
+    ra, rb, rc, rmask = d.src(a, "b32"), d.src(b, "b32"), d.src(c, "b32"), d.src(mask, "b32")
+    wd = d.dst(dst, "b32")
+    wp = d.dst(pdst, "pred") if pdst is not None and pdst is not ptx.SINK else None
+
+    def shfl(w, m):
+        mv = np.asarray(rmask(w))
+        mm, r = _members(w, m, mv if mv.ndim == 0 else mv[int(np.argmax(w.lanes(m)))])
+        if r is not None:
+            return r
+        lane = LANES
+        bval = np.asarray(rb(w)).astype(np.int64) & 0x1F
+        cv = np.asarray(rc(w)).astype(np.int64)
+        cval = cv & 0x1F
+        segmask = (cv >> 8) & 0x1F
+        max_lane = (lane & segmask) | (cval & ~segmask)
+        min_lane = lane & segmask
+        if mode == "idx":
+            j = min_lane | (bval & ~segmask)
+            ok = j <= max_lane
+        elif mode == "up":
+            j = lane - bval
+            ok = j >= max_lane
+        elif mode == "down":
+            j = lane + bval
+            ok = j <= max_lane
+        else:
+            j = lane ^ bval
+            ok = j <= max_lane
+        j = np.where(ok, j, lane)
+        src = np.asarray(ra(w))
+        src = np.full(32, src) if src.ndim == 0 else src
+        wd(w, src[np.clip(j, 0, 31)], m)
+        if wp is not None:
+            wp(w, np.broadcast_to(ok, (32,)), m)
+    return shfl
+
+
+def build_vote(ins, d):
+    parts = ins.parts
+    mode = parts[2]
+    dst, a, mask = ins.operands
+    t = "b32" if mode == "ballot" else "pred"
+    ra, rmask, wd = d.src(a, "pred"), d.src(mask, "b32"), d.dst(dst, t)
+    neg_a = False
+
+    def vote(w, m):
+        mm, r = _members(w, m, rmask(w) if np.ndim(rmask(w)) == 0 else rmask(w)[0])
+        if r is not None:
+            return r
+        p = np.asarray(ra(w))
+        p = ~p if neg_a else p
+        p = p & mm
+        if mode == "any":
+            out = np.full(32, p.any())
+        elif mode == "all":
+            out = np.full(32, bool((p | ~mm).all()))
+        elif mode == "uni":
+            out = np.full(32, bool(p[mm].all() or not p[mm].any()))
+        elif mode == "ballot":
+            out = np.full(32, int(np.sum(p.astype(np.uint64) << LANES.astype(np.uint64))), dtype=np.uint32)
+        else:
+            raise CheckFailed(f"vote mode {mode} is outside the simulator's subset")
+        wd(w, out, m)
+    return vote
+
+
+def build_elect(ins, d):
+    dst, mask = ins.operands
+    first, pred = (dst.first, dst.second) if isinstance(dst, ptx.Pair) else (dst, None)
+    wr = d.dst(first, "b32") if first is not ptx.SINK else None
+    wp = d.dst(pred, "pred") if pred is not None and pred is not ptx.SINK else None
+    rmask = d.src(mask, "b32")
+
+    def elect(w, m):
+        mv = rmask(w)
+        mm, r = _members(w, m, mv if np.ndim(mv) == 0 else mv[0])
+        if r is not None:
+            return r
+        cands = np.nonzero(mm)[0]
+        if cands.size == 0:
+            raise CheckFailed(f"elect.sync with no live lane in its member mask in {w.name}")
+        rng = w.sched.rng
+        leader = int(cands[0]) if (rng is None or not w.sched.random_elect) else int(rng.choice(cands))
+        if wp is not None:
+            wp(w, LANES == leader, m)
+        if wr is not None:
+            wr(w, np.full(32, leader, dtype=np.uint32), m)
+    return elect
+
+
+def build_activemask(ins, d):
+    wd = d.dst(ins.operands[0], "b32")
+
+    def activemask(w, m):
+        sel = w.live if m is None else m
+        wd(w, np.full(32, int(np.sum(sel.astype(np.uint64) << LANES.astype(np.uint64))), dtype=np.uint32), m)
+    return activemask
+
+
+BUILDERS = {"bra": build_bra, "ret": build_ret, "exit": build_ret, "trap": build_trap, "shfl": build_shfl,
+            "vote": build_vote, "elect": build_elect, "activemask": build_activemask}

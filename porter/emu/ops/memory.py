@@ -1,0 +1,211 @@
+"""Loads, stores, reductions and atomics in every space porter's kernels use (PTX ISA 9.7.9).
+
+Spaces: ``.param`` (the launch's parameter buffer), ``.const`` and ``.global`` (device
+memory, bounds-checked per lane), ``.shared`` / ``.shared::cta`` (the CTA's shared
+memory), ``.shared::cluster`` (any CTA of the cluster, by a ``mapa`` address) and
+generic addresses (resolved through the generic windows of ``porter.emu.memory``).
+Every access checks alignment to its size (vector accesses to the whole vector), as
+the ISA requires. Memory ordering qualifiers (``.acquire``, ``.release``,
+``.volatile``, ``.nc``, cache hints) change nothing in this sequentially consistent
+machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.decode import NP, UINT, bits, type_of
+from porter.emu.errors import CheckFailed
+
+_SPACES = ("param", "const", "global", "shared", "local")
+
+
+def _space(parts: list[str]) -> str:
+    for p in parts[1:]:
+        head = p.split("::")[0]
+        if head in _SPACES:
+            return "shared_cluster" if p == "shared::cluster" else head
+    return "generic"
+
+
+def _vector(parts: list[str]) -> int:
+    for p in parts:
+        if p in ("v2", "v4", "v8"):
+            return int(p[1])
+    return 1
+
+
+def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str):
+    """(buffer, byte offsets) for the lanes' addresses in ``space``; checked."""
+    launch = w.cta.launch
+    if space == "generic":
+        a = addrs.astype(np.uint64)
+        if (a >= mem.GLOBAL_BASE).all():
+            space = "global"
+        elif ((a >= mem.SHARED_GENERIC) & (a < mem.SHARED_GENERIC + mem.WINDOW)).all():
+            space, addrs = "shared", (a - np.uint64(mem.SHARED_GENERIC)).astype(np.int64)
+        elif ((a >= mem.PARAM_GENERIC) & (a < mem.PARAM_GENERIC + mem.WINDOW)).all():
+            space, addrs = "param", (a - np.uint64(mem.PARAM_GENERIC)).astype(np.int64)
+        else:
+            lane = int(np.argmax(a < mem.GLOBAL_BASE))
+            raise CheckFailed(f"generic {what} at 0x{int(a[lane]):x} (lane {lane}) is in no memory window "
+                              "(a null or uninitialised pointer?)")
+    if space in ("global", "const"):
+        return launch.gmem.heap, launch.gmem.check_lanes(addrs, nbytes, what)
+    if space == "shared":
+        return w.cta.smem.data, w.cta.smem.check_lanes(addrs, nbytes, what)
+    if space == "shared_cluster":
+        a = addrs.astype(np.int64)
+        ranks = np.where(a & mem.CLUSTER_BIT, (a >> mem.RANK_SHIFT) & 0x7F, w.cta.rank)
+        if (ranks != ranks[0]).any():
+            raise CheckFailed(f"shared::cluster {what} whose lanes address several CTAs; the simulator "
+                              "takes one CTA per instruction")
+        peer = w.cta.peer(int(ranks[0]), w.name) if int(ranks[0]) != w.cta.rank else w.cta
+        offs = np.where(a & mem.CLUSTER_BIT, a & mem.OFFSET_MASK, a)
+        return peer.smem.data, peer.smem.check_lanes(offs, nbytes, what)
+    if space == "param":
+        a = addrs.astype(np.int64)
+        if ((a < 0) | (a + nbytes > launch.params.size)).any():
+            raise CheckFailed(f"param {what} at offset {int(a.max())} is outside the {launch.params.size}-byte "
+                              "parameter buffer")
+        return launch.params, a
+    raise CheckFailed(f"{space} memory is outside the simulator's subset")
+
+
+def build_ld(ins, d):
+    parts = ins.parts
+    t = type_of(parts)
+    space = _space(parts)
+    if space == "local":
+        raise d.unsupported("(local memory: a spill, which porter's kernels must not have)")
+    nvec = _vector(parts)
+    nbytes = max(bits(t) // 8, 1)
+    dst, src = ins.operands[0], ins.operands[1]
+    dsts = dst.items if isinstance(dst, ptx.Vec) else (dst,)
+    if len(dsts) != nvec:
+        raise d.unsupported("(vector width and destination count differ)")
+    addr_fn, sym_space = d.addr(src, space)
+    if sym_space is not None and space == "generic":
+        space = sym_space
+    writers = [d.dst(x, t) for x in dsts]
+    total = nbytes * nvec
+    dt = NP[t]
+    what = f"load ({ins.opcode})"
+
+    def ld(w, m):
+        addrs = addr_fn(w)
+        sel = w.live if m is None else m
+        a = addrs[sel]
+        mem.check_aligned(a, total, what)
+        buf, offs = _resolve(w, space, a, total, what)
+        vals = mem.gather(buf, offs, nbytes, nvec)
+        full = np.zeros((32, nvec), dtype=vals.dtype)
+        full[sel] = vals
+        for k, wr in enumerate(writers):
+            wr(w, full[:, k].view(dt), m)
+    return ld
+
+
+def build_st(ins, d):
+    parts = ins.parts
+    t = type_of(parts)
+    space = _space(parts)
+    if space == "local":
+        raise d.unsupported("(local memory: a spill, which porter's kernels must not have)")
+    nvec = _vector(parts)
+    nbytes = max(bits(t) // 8, 1)
+    dst, src = ins.operands[0], ins.operands[1]
+    srcs = src.items if isinstance(src, ptx.Vec) else (src,)
+    addr_fn, sym_space = d.addr(dst, space)
+    if sym_space is not None and space == "generic":
+        space = sym_space
+    readers = [d.src(x, t) for x in srcs]
+    total = nbytes * nvec
+    u = UINT[max(nbytes * 8, 8)]
+    what = f"store ({ins.opcode})"
+
+    def st(w, m):
+        addrs = addr_fn(w)
+        sel = w.live if m is None else m
+        a = addrs[sel]
+        mem.check_aligned(a, total, what)
+        buf, offs = _resolve(w, space, a, total, what)
+        cols = []
+        for r in readers:
+            v = np.asarray(r(w))
+            if v.ndim == 0:
+                v = np.full(32, v)
+            cols.append(v.view(u)[sel])
+        mem.scatter(buf, offs, nbytes, np.stack(cols, axis=1))
+    return st
+
+
+build_st.n_dst = 0
+
+
+_RED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+        "xor": np.bitwise_xor}
+
+
+def _atomic(ins, d, returns: bool):
+    parts = ins.parts
+    t = type_of(parts)
+    space = _space(parts)
+    op = next((p for p in parts if p in _RED or p in ("exch", "cas", "inc", "dec")), None)
+    if op is None or space not in ("global", "shared", "generic", "shared_cluster"):
+        raise d.unsupported()
+    nbytes = bits(t) // 8
+    ops = ins.operands
+    k = 1 if returns else 0
+    dst = d.dst(ops[0], t) if returns else None
+    addr_fn, _ = d.addr(ops[k], space)
+    b = d.src(ops[k + 1], t)
+    c = d.src(ops[k + 2], t) if op == "cas" else None
+    dt = NP[t]
+    what = f"atomic ({ins.opcode})"
+
+    def atom(w, m):
+        addrs = addr_fn(w)
+        sel = w.live if m is None else m
+        lanes = np.nonzero(sel)[0]
+        a = addrs[sel]
+        mem.check_aligned(a, nbytes, what)
+        buf, offs = _resolve(w, space, a, nbytes, what)
+        view = buf[: buf.size - buf.size % nbytes].view(dt)
+        bv = np.broadcast_to(np.asarray(b(w), dtype=dt), (32,))
+        cv = np.broadcast_to(np.asarray(c(w), dtype=dt), (32,)) if c is not None else None
+        old = np.zeros(32, dtype=dt)
+        with np.errstate(over="ignore"):
+            for j, lane in enumerate(lanes):       # lanes in order: each sees the previous lanes' updates
+                idx = offs[j] // nbytes
+                cur = view[idx]
+                old[lane] = cur
+                if op == "exch":
+                    new = bv[lane]
+                elif op == "cas":
+                    new = cv[lane] if cur == bv[lane] else cur
+                elif op == "inc":
+                    new = dt(0) if cur >= bv[lane] else cur + dt(1)
+                elif op == "dec":
+                    new = bv[lane] if (cur == 0 or cur > bv[lane]) else cur - dt(1)
+                else:
+                    new = _RED[op](cur, bv[lane])
+                view[idx] = new
+        if dst is not None:
+            dst(w, old, m)
+    return atom
+
+
+def build_red(ins, d):
+    return _atomic(ins, d, returns=False)
+
+
+def build_atom(ins, d):
+    return _atomic(ins, d, returns=True)
+
+
+build_red.n_dst = 0
+
+BUILDERS = {"ld": build_ld, "st": build_st, "red": build_red, "atom": build_atom}

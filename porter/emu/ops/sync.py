@@ -1,0 +1,406 @@
+"""Barriers and synchronisation: bar / barrier (named CTA barriers), barrier.cluster,
+mbarrier, fences, mapa, setmaxnreg, nanosleep, and the no-op hints (prefetch,
+createpolicy) (PTX ISA 9.7.13).
+
+Named barriers count threads a warp at a time (the ``.aligned`` forms need the whole
+warp, so a diverged warp defers until it has converged). A barrier with no thread
+count expects every non-exited thread of the CTA; ``barrier.cluster`` every
+non-exited thread of the cluster. mbarrier operations are per thread: each executing
+lane arrives (or waits) on the barrier its own address names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.control import DEFER, Park
+from porter.emu.errors import CheckFailed
+from porter.emu.units.mbarrier import MBarrier
+
+WARP = 32
+
+
+def _whole_warp(w, m) -> bool:
+    return m is None or bool((m == w.live).all())
+
+
+# ---- bar / barrier (named CTA barriers) -------------------------------------------------------
+
+class NamedBarrier:
+    def __init__(self):
+        self.expected = None
+        self.arrived = 0
+        self.generation = 0
+
+
+def _cta_threads(cta) -> int:
+    return sum(WARP for w in cta.warps if not w.done)
+
+
+def build_bar(ins, d):
+    parts = ins.parts
+    if parts[1] == "warp":                                   # bar.warp.sync membermask
+        from porter.emu.ops.control import _members
+        rmask = d.src(ins.operands[0], "b32")
+
+        def warp_sync(w, m):
+            mv = rmask(w)
+            _, r = _members(w, m, mv if np.ndim(mv) == 0 else mv[0])
+            return r
+        return warp_sync
+    kind = parts[1] if parts[0] == "bar" else parts[1]
+    if parts[0] == "barrier" and parts[1] == "cluster":
+        return _build_cluster_barrier(ins, d)
+    if kind == "cta":
+        kind = parts[2]
+    if kind not in ("sync", "arrive", "red"):
+        raise d.unsupported()
+    if kind == "red":
+        raise d.unsupported()
+    ops = ins.operands
+    rid = d.src(ops[0], "u32")
+    rcount = d.src(ops[1], "u32") if len(ops) > 1 else None
+    wait = kind == "sync"
+    where = d.where(ins)
+
+    def bar(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        bid = int(np.asarray(rid(w)).reshape(-1)[0])
+        if not 0 <= bid < 16:
+            raise CheckFailed(f"{where}: named barrier {bid} outside 0..15")
+        count = None
+        if rcount is not None:
+            count = int(np.asarray(rcount(w)).reshape(-1)[0])
+            if count % WARP or count <= 0:
+                raise CheckFailed(f"{where}: barrier {bid} thread count {count} is not a positive multiple of 32")
+        nb = w.cta.named_barriers.setdefault(bid, NamedBarrier())
+        expected = count if count is not None else _cta_threads(w.cta)
+        if nb.arrived and nb.expected != expected:
+            raise CheckFailed(f"{where}: {w.name} arrives at barrier {bid} expecting {expected} threads while "
+                              f"others expect {nb.expected}")
+        nb.expected = expected
+        nb.arrived += WARP
+        gen = nb.generation
+        if nb.arrived >= expected:
+            if nb.arrived > expected:
+                raise CheckFailed(f"{where}: barrier {bid} got {nb.arrived} arrivals for {expected} threads")
+            nb.arrived = 0
+            nb.generation += 1
+            nb.expected = None
+        if not wait:
+            return None
+        return Park(lambda: nb.generation > gen,
+                    lambda: f"bar.sync {bid}: {nb.arrived} of {nb.expected} threads arrived", advance=True)
+    return bar
+
+
+build_bar.n_dst = 0
+
+
+def _build_cluster_barrier(ins, d):
+    parts = ins.parts
+    kind = parts[2]
+    where = d.where(ins)
+
+    if kind == "arrive":
+        def arrive(w, m):
+            if not _whole_warp(w, m):
+                return DEFER
+            cl = w.cta.cluster
+            if id(w) in cl.warp_phase and cl.warp_phase[id(w)] == cl.barrier_generation:
+                raise CheckFailed(f"{where}: {w.name} arrives twice at the cluster barrier in one phase")
+            cl.warp_phase[id(w)] = cl.barrier_generation
+            cl.barrier_arrived += 1
+            cluster_barrier_recheck(cl)
+            return None
+        return arrive
+    if kind == "wait":
+        def wait(w, m):
+            if not _whole_warp(w, m):
+                return DEFER
+            cl = w.cta.cluster
+            gen = cl.warp_phase.get(id(w))
+            if gen is None:
+                raise CheckFailed(f"{where}: {w.name} waits on the cluster barrier without arriving first")
+
+            def ready():
+                return cl.barrier_generation > gen
+            if ready():
+                del cl.warp_phase[id(w)]
+                return None
+            return Park(ready, lambda: f"barrier.cluster.wait: {cl.barrier_arrived} of {cl.live_warps()} warps "
+                                       "of the cluster arrived", advance=False)
+        return wait
+    raise d.unsupported()
+
+
+def cluster_barrier_recheck(cl) -> None:
+    """Complete the cluster barrier's phase once every non-exited warp has arrived."""
+    if cl.barrier_arrived and cl.barrier_arrived >= cl.live_warps_arrived_needed():
+        cl.barrier_arrived = 0
+        cl.barrier_generation += 1
+
+
+# ---- mbarrier -----------------------------------------------------------------------------------
+
+def _barrier_at(w, addr: int, where: str, create: bool = False) -> MBarrier:
+    rank, off = mem.split_cluster_address(addr, w.cta.rank)
+    cta = w.cta if rank == w.cta.rank else w.cta.peer(rank, f"{where}: {w.name}")
+    if off % 8:
+        raise CheckFailed(f"{where}: mbarrier address 0x{off:x} is not 8-byte aligned")
+    cta.smem.check_span(off, 8, "mbarrier access")
+    bar = cta.mbarriers.get(off)
+    if bar is None:
+        bar = MBarrier(f"{cta.name} shared 0x{off:x}")
+        bar.cta = cta
+        cta.mbarriers[off] = bar
+    if cta is not w.cta and not create:
+        check_remote_ready(bar, cta, f"{where}: {w.name}")
+    return bar
+
+
+def check_remote_ready(bar: MBarrier, cta, who: str) -> None:
+    """A barrier another CTA touches must be initialised and the init fenced and published
+    by a cluster barrier (fence.mbarrier_init.release.cluster, then barrier.cluster)."""
+    if not bar.initialised:
+        raise CheckFailed(f"{who}: remote use of the mbarrier at {bar.where} before its mbarrier.init")
+    fenced = getattr(bar, "fence_gen", None)
+    if fenced is None or cta.cluster.barrier_generation <= fenced:
+        raise CheckFailed(f"{who}: remote use of the mbarrier at {bar.where} before its init was made visible "
+                          "to the cluster (fence.mbarrier_init.release.cluster followed by a cluster barrier)")
+
+
+def _lane_addrs(w, m, addr_fn):
+    sel = w.live if m is None else m
+    a = addr_fn(w)
+    return [int(x) for x in a[sel]]
+
+
+def build_mbarrier(ins, d):
+    parts = ins.parts
+    kind = parts[1]
+    ops = ins.operands
+    where = d.where(ins)
+    if kind == "init":
+        addr_fn, _ = d.addr(ops[0], "shared")
+        rc = d.src(ops[1], "u32")
+
+        def init(w, m):
+            sel = w.live if m is None else m
+            counts = np.broadcast_to(np.asarray(rc(w)), (32,))[sel]
+            for a, c in zip(_lane_addrs(w, m, addr_fn), counts):
+                bar = _barrier_at(w, a, where, create=True)
+                bar.init(int(c))
+                bar.fence_gen = None
+        return init
+    if kind in ("arrive", "arrive_drop"):
+        expect = "expect_tx" in parts
+        remote = "shared::cluster" in parts
+        dst, addr = ops[0], ops[1]
+        addr_fn, _ = d.addr(addr, "shared")
+        extra = d.src(ops[2], "u32") if len(ops) > 2 else None
+        wd = d.dst(dst, "b64") if dst is not ptx.SINK and not (isinstance(dst, ptx.Sym) and dst.name == "_") else None
+
+        def arrive(w, m):
+            sel = w.live if m is None else m
+            vals = np.broadcast_to(np.asarray(extra(w)), (32,))[sel] if extra is not None else None
+            state = np.zeros(32, dtype=np.uint64)
+            for j, a in enumerate(_lane_addrs(w, m, addr_fn)):
+                if not remote and a & mem.CLUSTER_BIT:
+                    raise CheckFailed(f"{where}: a shared::cluster address in a shared::cta mbarrier.arrive")
+                bar = _barrier_at(w, a, where)
+                if expect:
+                    bar.expect_tx(int(vals[j]))
+                    bar.arrive(1, w.name)
+                else:
+                    bar.arrive(int(vals[j]) if vals is not None else 1, w.name)
+                if kind == "arrive_drop":
+                    bar.expected -= 1
+                    bar.pending = min(bar.pending, bar.expected)
+                state[np.nonzero(sel)[0][j]] = bar.phase
+            if wd is not None:
+                wd(w, state, m)
+        return arrive
+    if kind == "expect_tx":
+        addr_fn, _ = d.addr(ops[0], "shared")
+        rtx = d.src(ops[1], "u32")
+
+        def expect_tx(w, m):
+            sel = w.live if m is None else m
+            vals = np.broadcast_to(np.asarray(rtx(w)), (32,))[sel]
+            for a, v in zip(_lane_addrs(w, m, addr_fn), vals):
+                _barrier_at(w, a, where).expect_tx(int(v))
+        return expect_tx
+    if kind in ("try_wait", "test_wait"):
+        parity = "parity" in parts
+        dst, addr, phase = ops[0], ops[1], ops[2]
+        addr_fn, _ = d.addr(addr, "shared")
+        rphase = d.src(phase, "u32" if parity else "b64")
+        wd = d.dst(dst, "pred")
+        blocking = kind == "try_wait"
+
+        def try_wait(w, m):
+            sel = w.live if m is None else m
+            lanes = np.nonzero(sel)[0]
+            ph = np.broadcast_to(np.asarray(rphase(w)), (32,))
+            bars = [(_barrier_at(w, a, where), int(ph[lane])) for a, lane in zip(_lane_addrs(w, m, addr_fn), lanes)]
+
+            def done(bar, p):
+                if parity:
+                    return bar.phase_done(p)
+                return bar.phase > p          # the state token from arrive holds the phase number
+            ok = [done(b, p) for b, p in bars]
+            if all(ok) or not blocking:
+                out = np.zeros(32, dtype=bool)
+                out[lanes] = ok
+                wd(w, out, m)
+                for b, _ in bars:
+                    if getattr(b, "waiting", 0):
+                        pass
+                return None
+            first = next(bp for bp, o in zip(bars, ok) if not o)
+            bar, p = first
+            bar.waiters += 1
+
+            def ready():
+                r = all(done(b, pp) for b, pp in bars)
+                if r:
+                    bar.waiters -= 1
+                return r
+            return Park(ready, lambda: f"mbarrier.try_wait{'.parity' if parity else ''} on {bar.where} for "
+                                       f"{'parity ' + str(p & 1) if parity else 'phase ' + str(p)}: {bar.state()}")
+        return try_wait
+    if kind == "inval":
+        addr_fn, _ = d.addr(ops[0], "shared")
+
+        def inval(w, m):
+            for a in _lane_addrs(w, m, addr_fn):
+                bar = _barrier_at(w, a, where, create=True)
+                bar.initialised = False
+        return inval
+    raise d.unsupported()
+
+
+build_mbarrier.n_dst = 0
+
+
+# ---- fences, mapa, setmaxnreg, nanosleep, hints ------------------------------------------------
+
+def build_fence(ins, d):
+    if "mbarrier_init" in ins.opcode:
+        def fence_init(w, m):
+            gen = w.cta.cluster.barrier_generation
+            for bar in w.cta.mbarriers.values():
+                if bar.initialised and getattr(bar, "fence_gen", None) is None:
+                    bar.fence_gen = gen
+        return fence_init
+
+    def fence(w, m):
+        return None
+    return fence
+
+
+build_fence.n_dst = 0
+
+
+def build_noop(ins, d):
+    def noop(w, m):
+        return None
+    return noop
+
+
+build_noop.n_dst = 0
+
+
+def build_createpolicy(ins, d):
+    wd = d.dst(ins.operands[0], "b64")
+
+    def createpolicy(w, m):
+        wd(w, np.zeros(32, dtype=np.uint64), m)     # an opaque cache policy: hints change nothing here
+    return createpolicy
+
+
+def build_mapa(ins, d):
+    parts = ins.parts
+    if "shared::cluster" not in parts:
+        raise d.unsupported("(only mapa.shared::cluster)")
+    t = "u64" if parts[-1] == "u64" else "u32"
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, t), d.src(b, "u32"), d.dst(dst, t)
+    where = d.where(ins)
+
+    def mapa(w, m):
+        addr = np.broadcast_to(np.asarray(ra(w)).astype(np.int64), (32,))
+        rank = np.broadcast_to(np.asarray(rb(w)).astype(np.int64), (32,))
+        n = len(w.cta.cluster.ctas)
+        sel = w.lanes(m)
+        if (rank[sel] >= n).any():
+            raise CheckFailed(f"{where}: mapa to CTA rank {int(rank[sel].max())} of a {n}-CTA cluster")
+        off = np.where(addr & mem.CLUSTER_BIT, addr & mem.OFFSET_MASK, addr)
+        wd(w, (mem.CLUSTER_BIT | (rank << mem.RANK_SHIFT) | off).astype(np.uint64 if t == "u64" else np.uint32), m)
+    return mapa
+
+
+def build_setmaxnreg(ins, d):
+    parts = ins.parts
+    inc = parts[1] == "inc"
+    rn = d.src(ins.operands[0], "u32")
+    where = d.where(ins)
+
+    def setmaxnreg(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        n = int(np.asarray(rn(w)).reshape(-1)[0])
+        if n % 8 or not 24 <= n <= 256:
+            raise CheckFailed(f"{where}: setmaxnreg {n}: must be a multiple of 8 in 24..256")
+        cta = w.cta
+        if cta.regs_per_thread is None:
+            return None                     # the kernel's register count is unknown: rules only
+        cur = cta.warp_regs.get(w.index, cta.regs_per_thread)
+        wg = w.index // 4
+        if inc and n < cur or (not inc and n > cur):
+            raise CheckFailed(f"{where}: setmaxnreg.{parts[1]} {n} in {w.name}, which holds {cur} registers "
+                              "per thread")
+        if not inc:
+            cta.reg_pool += (cur - n) * WARP
+            cta.warp_regs[w.index] = n
+            return None
+        need = (n - cur) * WARP
+
+        def ready():
+            if cta.reg_pool >= need:
+                cta.reg_pool -= need
+                cta.warp_regs[w.index] = n
+                return True
+            return False
+        if ready():
+            return None
+        return Park(ready, lambda: f"setmaxnreg.inc {n} (warpgroup {wg}) waits for {need} registers; the CTA's "
+                                   f"pool has {cta.reg_pool} (is the dec/inc split unbalanced?)", advance=True)
+    return setmaxnreg
+
+
+build_setmaxnreg.n_dst = 0
+
+
+def build_nanosleep(ins, d):
+    rt = d.src(ins.operands[0], "u32")
+
+    def nanosleep(w, m):
+        t = int(np.asarray(rt(w)).reshape(-1).max())
+        wake = w.sched.time_ns + max(t, 1)
+        return Park(lambda: w.sched.time_ns >= wake, lambda: f"nanosleep until {wake} ns", advance=True,
+                    wake_ns=wake)
+    return nanosleep
+
+
+build_nanosleep.n_dst = 0
+
+BUILDERS = {"bar": build_bar, "barrier": build_bar, "mbarrier": build_mbarrier, "fence": build_fence,
+            "membar": build_fence, "mapa": build_mapa, "setmaxnreg": build_setmaxnreg,
+            "nanosleep": build_nanosleep, "prefetch": build_noop, "prefetchu": build_noop,
+            "createpolicy": build_createpolicy, "discard": build_noop, "applypriority": build_noop,
+            "griddepcontrol": build_noop}

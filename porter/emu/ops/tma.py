@@ -1,0 +1,149 @@
+"""Bulk asynchronous copies: ``cp.async.bulk.tensor`` (TMA tile loads, multicast, CTA
+pairs) and the non-tensor ``cp.async.bulk`` global -> shared copy (PTX ISA 9.7.9.25).
+
+The copy is issued per executing thread: its source bytes are read at issue (inputs do
+not change under a kernel), and it lands a seeded number of scheduler rounds later, in
+the async engine: the bytes are written into the destination CTA(s)' shared memory and
+then complete-tx is signalled on the mbarrier at the same CTA-relative offset in each
+destination CTA (multicast), or on the named barrier, which with ``.cta_group::2`` may
+be the peer CTA's. Until then the destination holds its old bytes, so a consumer that
+reads before its barrier says so reads stale data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.errors import CheckFailed
+from porter.emu.units import tma as tma_unit
+
+
+def _read_map(w, addr: int, where: str) -> tma_unit.TensorMap:
+    launch = w.cta.launch
+    if mem.PARAM_GENERIC <= addr < mem.PARAM_GENERIC + mem.WINDOW:
+        off = addr - mem.PARAM_GENERIC
+        if off + tma_unit.MAP_BYTES > launch.params.size:
+            raise CheckFailed(f"{where}: tensor map at param offset {off} runs past the parameter buffer")
+        raw = launch.params[off:off + tma_unit.MAP_BYTES].tobytes()
+    else:
+        raw = launch.gmem.read(addr, tma_unit.MAP_BYTES).tobytes()
+    cache = w.cta.launch.__dict__.setdefault("_tmaps", {})
+    tmap = cache.get(raw)
+    if tmap is None:
+        tmap = cache[raw] = tma_unit.decode(raw, where)
+    return tmap
+
+
+def _destinations(w, dst: int, bar: int, mask: int | None, where: str):
+    """[(cta, dst offset, barrier cta, barrier offset)] for each CTA the copy writes."""
+    from porter.emu.ops.sync import _barrier_at
+
+    rank, dst_off = mem.split_cluster_address(dst, w.cta.rank)
+    bar_rank, bar_off = mem.split_cluster_address(bar, w.cta.rank)
+    ctas = w.cta.cluster.ctas
+    if mask is None:
+        targets = [(rank, bar_rank)]
+    else:
+        ranks = [r for r in range(16) if mask >> r & 1]
+        if not ranks:
+            raise CheckFailed(f"{where}: multicast with an empty CTA mask")
+        if max(ranks) >= len(ctas):
+            raise CheckFailed(f"{where}: multicast mask 0x{mask:x} names CTA ranks beyond the {len(ctas)}-CTA cluster")
+        targets = [(r, r) for r in ranks]
+    out = []
+    for r, br in targets:
+        cta = w.cta if r == w.cta.rank else w.cta.peer(r, f"{where}: {w.name}")
+        bcta = w.cta if br == w.cta.rank else w.cta.peer(br, f"{where}: {w.name}")
+        bar_obj = _barrier_at(w, mem.cluster_address(bar_off, br) if br != w.cta.rank else bar_off, where)
+        out.append((cta, dst_off, bcta, bar_obj))
+    return out
+
+
+def _land(sched, targets, data: np.ndarray, what: str):
+    def complete():
+        for cta, off, bcta, bar in targets:
+            if cta.done:
+                raise CheckFailed(f"{what} lands in the shared memory of {cta.name}, which has already exited")
+            cta.smem.data[off:off + data.size] = data
+        for cta, off, bcta, bar in targets:
+            bar.complete_tx(int(data.size))
+    return complete
+
+
+def build_cp(ins, d):
+    parts = ins.parts
+    if parts[1] != "async" or len(parts) < 3 or parts[2] != "bulk":
+        raise d.unsupported("(only the bulk async copies; cp.async of sm_80 is not simulated yet)")
+    ops = ins.operands
+    where = d.where(ins)
+    multicast = "multicast::cluster" in parts
+    hint = "L2::cache_hint" in parts
+    if "tensor" in parts:
+        if "tile" not in parts or "global" not in parts or not any(p.startswith("shared") for p in parts[4:6]):
+            raise d.unsupported("(only tile-mode tensor loads from global into shared memory)")
+        if parts.index("global") < parts.index(next(p for p in parts if p.startswith("shared"))):
+            raise d.unsupported("(tensor stores to global memory)")
+        dst_fn, _ = d.addr(ops[0], "shared")
+        tm = ops[1]
+        if not isinstance(tm, ptx.TmaAddr):
+            raise d.unsupported("(expected [tensormap, {coordinates}])")
+        map_fn, _ = d.addr(ptx.Addr(tm.map, 0), "generic")
+        coord_fns = [d.src(c, "s32") for c in tm.coords]
+        bar_fn, _ = d.addr(ops[2], "shared")
+        mask_fn = d.src(ops[3], "u16") if multicast else None
+
+        def tensor(w, m):
+            sel = w.live if m is None else m
+            lanes = np.nonzero(sel)[0]
+            dsts, maps, bars = dst_fn(w), map_fn(w), bar_fn(w)
+            coords = [np.broadcast_to(np.asarray(f(w)), (32,)) for f in coord_fns]
+            masks = np.broadcast_to(np.asarray(mask_fn(w)), (32,)) if mask_fn is not None else None
+            gmem = w.cta.launch.gmem
+            for lane in lanes:
+                tmap = _read_map(w, int(maps[lane]), where)
+                dst = int(dsts[lane])
+                c = tuple(int(x[lane]) for x in coords)
+                targets = _destinations(w, dst, int(bars[lane]), int(masks[lane]) if masks is not None else None,
+                                        where)
+                data = tma_unit.load_tile(tmap, c, gmem.read, dst & mem.OFFSET_MASK, where)
+                for cta, off, _, _ in targets:
+                    cta.smem.check_span(off, data.size, "TMA destination")
+                w.sched.counters["tma"] += 1
+                w.sched.engine.submit(w.sched.round, _land(w.sched, targets, data, f"{where}: TMA load"),
+                                      f"TMA load {c} -> 0x{dst:x}")
+        return tensor
+    # cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
+    if parts[3].startswith("shared") and "global" in parts:
+        dst_fn, _ = d.addr(ops[0], "shared")
+        src_fn, _ = d.addr(ops[1], "global")
+        size_fn = d.src(ops[2], "u32")
+        bar_fn, _ = d.addr(ops[3], "shared")
+        mask_fn = d.src(ops[4], "u16") if multicast else None
+        del hint
+
+        def bulk(w, m):
+            sel = w.live if m is None else m
+            lanes = np.nonzero(sel)[0]
+            dsts, srcs, bars = dst_fn(w), src_fn(w), bar_fn(w)
+            sizes = np.broadcast_to(np.asarray(size_fn(w)), (32,))
+            masks = np.broadcast_to(np.asarray(mask_fn(w)), (32,)) if mask_fn is not None else None
+            gmem = w.cta.launch.gmem
+            for lane in lanes:
+                dst, src, size = int(dsts[lane]), int(srcs[lane]), int(sizes[lane])
+                data = tma_unit.bulk_copy(src, dst & mem.OFFSET_MASK, size, gmem.read, where)
+                targets = _destinations(w, dst, int(bars[lane]), int(masks[lane]) if masks is not None else None,
+                                        where)
+                for cta, off, _, _ in targets:
+                    cta.smem.check_span(off, size, "bulk copy destination")
+                w.sched.counters["tma"] += 1
+                w.sched.engine.submit(w.sched.round, _land(w.sched, targets, data, f"{where}: bulk copy"),
+                                      f"bulk copy {size} B -> 0x{dst:x}")
+        return bulk
+    raise d.unsupported()
+
+
+build_cp.n_dst = 0
+
+BUILDERS = {"cp": build_cp}

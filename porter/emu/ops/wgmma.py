@@ -1,0 +1,213 @@
+"""Warpgroup MMA: wgmma.fence, wgmma.mma_async (SS and RS forms), commit_group and
+wait_group (PTX ISA 9.7.15), on the decoders of ``porter.emu.units.wgmma``.
+
+Each warp of the warpgroup computes its own 16 rows of D (the ISA's fragment layout
+gives warp w rows 16w..16w+15, which depend only on A's same rows and all of B), so the
+warps need no rendezvous; ``.sync.aligned`` still requires each warp to be converged.
+
+Asynchrony is modelled as the ISA allows: ``mma_async`` records its operands and joins
+the warp's open group; ``commit_group`` closes the group; ``wait_group N`` completes all
+but the N newest committed groups, in order. Until then the accumulator registers are
+poisoned (any other instruction that reads or writes them is an error), and the shared
+memory the operation reads is snapshotted at issue and compared at completion: if it
+changed in between (a stage released before its wgmma finished), that is an error too.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+
+from porter.emu import ptx
+from porter.emu.control import DEFER
+from porter.emu.errors import CheckFailed
+from porter.emu.units import wgmma as unit
+
+_SHAPE = re.compile(r"m64n(\d+)k(\d+)")
+_ELEM_BITS = {"bf16": 16, "f16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8}
+
+
+@functools.lru_cache(maxsize=4096)
+def _addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, smem_size: int) -> np.ndarray:
+    return unit._physical_addresses(desc, rows, k, elem_bits, mn_major, "", smem_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _acc_lanes(n: int, wq: int):
+    rows, cols = unit.accumulator_layout(n)
+    return rows[32 * wq:32 * wq + 32] - 16 * wq, cols[32 * wq:32 * wq + 32]
+
+
+@functools.lru_cache(maxsize=64)
+def _a_lanes(k: int, elem_bits: int, wq: int):
+    rows, cols = unit.a_fragment_layout(k, elem_bits)
+    return rows[32 * wq:32 * wq + 32] - 16 * wq, cols[32 * wq:32 * wq + 32]
+
+
+class WgmmaState:
+    def __init__(self):
+        self.open: list = []
+        self.groups: list[list] = []
+        self.refs: dict[int, int] = {}
+
+
+def _state(w) -> WgmmaState:
+    st = w.units.get("wgmma")
+    if st is None:
+        st = w.units["wgmma"] = WgmmaState()
+        w.units.setdefault("exit_checks", []).append(_exit_check)
+    return st
+
+
+def _exit_check(w) -> None:
+    st = w.units.get("wgmma")
+    if st and (st.open or st.groups):
+        n = len(st.open) + sum(len(g) for g in st.groups)
+        raise CheckFailed(f"{w.name} exits with {n} wgmma.mma_async operation(s) never waited for "
+                          "(missing wgmma.commit_group / wgmma.wait_group)")
+
+
+def _uniform(v, what: str, where: str, sel) -> int:
+    a = np.broadcast_to(np.asarray(v), (32,))[sel]
+    if (a != a[0]).any():
+        raise CheckFailed(f"{where}: {what} differs across the warp's lanes")
+    return int(a[0])
+
+
+def build_wgmma(ins, d):
+    parts = ins.parts
+    kind = parts[1]
+    where = d.where(ins)
+    if kind == "fence":
+        def fence(w, m):
+            if m is not None and not (m == w.live).all():
+                return DEFER
+        return fence
+    if kind == "commit_group":
+        def commit(w, m):
+            if m is not None and not (m == w.live).all():
+                return DEFER
+            st = _state(w)
+            st.groups.append(st.open)
+            st.open = []
+        return commit
+    if kind == "wait_group":
+        rn = d.src(ins.operands[0], "u32")
+
+        def wait(w, m):
+            if m is not None and not (m == w.live).all():
+                return DEFER
+            n = int(np.asarray(rn(w)).reshape(-1)[0])
+            st = _state(w)
+            while len(st.groups) > n:
+                for op in st.groups.pop(0):
+                    op(w)
+        return wait
+    if kind != "mma_async":
+        raise d.unsupported()
+    shape = next((p for p in parts if _SHAPE.fullmatch(p)), None)
+    if shape is None:
+        raise d.unsupported("(shape)")
+    n, k = map(int, _SHAPE.fullmatch(shape).groups())
+    types = [p for p in parts[parts.index(shape) + 1:]]
+    if len(types) != 3 or types[0] != "f32" or types[1] not in _ELEM_BITS or types[2] not in _ELEM_BITS:
+        raise d.unsupported("(only f32 accumulators with bf16/f16/tf32/e4m3/e5m2 inputs)")
+    atype, btype = types[1], types[2]
+    ea, eb = _ELEM_BITS[atype], _ELEM_BITS[btype]
+    ops = ins.operands
+    dvec = ops[0]
+    if not isinstance(dvec, ptx.Vec) or len(dvec.items) != n // 2:
+        raise d.unsupported(f"(expected {n // 2} accumulator registers)")
+    acc_ids = [d.rid(x) for x in dvec.items]
+    rs = isinstance(ops[1], ptx.Vec)
+    if rs:
+        a_ids = [d.rid(x) for x in ops[1].items]
+        if len(a_ids) != 4:
+            raise d.unsupported("(register A needs 4 registers)")
+        ra = None
+    else:
+        ra = d.src(ops[1], "b64")
+    rb = d.src(ops[2], "b64")
+    rscale_d = d.src(ops[3], "pred")
+    imm = [int(o.value) for o in ops[4:]]
+    sixteen = ea == 16
+    if rs:
+        if len(imm) != (3 if sixteen else 2):
+            raise d.unsupported("(immediate operands)")
+        scale_a, scale_b = imm[0], imm[1]
+        tnsp_a, tnsp_b = 0, (imm[2] if sixteen else 0)
+    else:
+        if len(imm) != (4 if sixteen else 2):
+            raise d.unsupported("(immediate operands)")
+        scale_a, scale_b = imm[0], imm[1]
+        tnsp_a, tnsp_b = (imm[2], imm[3]) if sixteen else (0, 0)
+    line = ins.line
+
+    def mma_async(w, m):
+        if m is not None and not (m == w.live).all():
+            return DEFER
+        sel = w.live
+        wq = w.index % 4
+        smem = w.cta.smem.data
+        size = smem.size
+        desc_b = _uniform(rb(w), "wgmma B descriptor", where, sel)
+        b_addr = _addresses(desc_b, n, k, eb, bool(tnsp_b), size)
+        b_raw = smem[b_addr]
+        if rs:
+            a_regs = np.stack([w.r[i] for i in a_ids], axis=1)          # (32, 4) uint32 snapshot
+            a_addr = None
+            a_raw = None
+        else:
+            desc_a = _uniform(ra(w), "wgmma A descriptor", where, sel)
+            a_addr = _addresses(desc_a, 64, k, ea, bool(tnsp_a), size)[16 * wq:16 * (wq + 1)]
+            a_raw = smem[a_addr]
+        scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
+        st = _state(w)
+        for i in acc_ids:
+            st.refs[i] = st.refs.get(i, 0) + 1
+            w.poisoned[i] = f"an accumulator of the wgmma.mma_async at line {line}, before the wgmma.wait_group that covers it"
+        w.sched.counters["wgmma"] += 1
+
+        def complete(w):
+            if not np.array_equal(smem[b_addr], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
+                raise CheckFailed(f"{where}: {w.name}: the shared memory this wgmma.mma_async reads changed before the "
+                                  "wgmma.wait_group that covers it (a stage released or overwritten while the MMA could "
+                                  "still read it)")
+            bvals = unit.decode_values(b_raw.reshape(n, -1), btype)
+            if rs:
+                rows, cols = _a_lanes(k, ea, wq)
+                per = 32 // ea
+                lanes = a_regs.astype(np.uint32)
+                if ea == 16:
+                    pieces = np.stack([lanes & 0xFFFF, lanes >> 16], axis=2).astype(np.uint16)
+                else:
+                    pieces = np.stack([(lanes >> (8 * e)) & 0xFF for e in range(per)], axis=2).astype(np.uint8)
+                amat_raw = np.zeros((16, k), dtype=pieces.dtype)
+                amat_raw[rows, cols] = pieces
+                avals = unit.decode_values(amat_raw.view(np.uint8).reshape(16, -1), atype)
+            else:
+                avals = unit.decode_values(a_raw.reshape(16, -1), atype)
+            rows, cols = _acc_lanes(n, wq)
+            dmat = None
+            if scale_d:
+                cur = np.stack([w.r[i] for i in acc_ids], axis=1).view(np.float32)
+                dmat = np.zeros((16, n), dtype=np.float32)
+                dmat[rows, cols] = cur
+            res = unit.mma(avals, bvals, dmat, scale_a, scale_b)
+            out = res[rows, cols].astype(np.float32).view(np.uint32)
+            for j, i in enumerate(acc_ids):
+                w.r[i] = np.ascontiguousarray(out[:, j])
+                st.refs[i] -= 1
+                if not st.refs[i]:
+                    del st.refs[i]
+                    w.poisoned.pop(i, None)
+        st.open.append(complete)
+    mma_async.n_dst = 0
+    return mma_async
+
+
+build_wgmma.n_dst = 99          # accumulators are read and written by the wgmma itself
+
+BUILDERS = {"wgmma": build_wgmma}

@@ -1,0 +1,508 @@
+"""Front end, part 1: parse PTX text into kernels, declarations and instructions.
+
+Covers what NVRTC emits for porter's kernels: module-level ``.global``/``.const``
+variables with initialisers, ``.extern .shared`` and ``.shared`` arrays, ``.entry``
+kernels with their parameters (``.align``, ``.ptr``, ``.b8 name[128]`` tensor-map
+blobs) and performance directives (``.maxntid``, ``.reqnctapercluster``), register
+declarations (``%r<547>`` ranges and the single names that inline-asm ``{ }`` blocks
+redeclare hundreds of times, renamed here per block so each block gets its own),
+labels, ``.loc`` line info and ``.section`` debug blocks (skipped).
+
+Nothing here executes; ``decode`` turns each ``Instr`` into something that runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from porter.emu.errors import Unsupported
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<comment>//[^\n]*|/\*.*?\*/)
+  | (?P<fimm>0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16})
+  | (?P<dec>\d+\.\d+(?:[eE][+-]?\d+)?)
+  | (?P<num>(?:0[xX][0-9a-fA-F]+|\d+)U?)
+  | (?P<name>[%$.A-Za-z_](?:[\w$%.]|::)*)
+  | (?P<str>"[^"\n]*")
+  | (?P<punct>[{}()\[\],;:|@!+\-<>=])
+""", re.VERBOSE | re.DOTALL)
+
+# Storage width in bits for each PTX type.
+TYPE_BITS = {"pred": 1, "b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16,
+             "b32": 32, "u32": 32, "s32": 32, "f32": 32, "f16x2": 32, "bf16x2": 32, "tf32": 32,
+             "b64": 64, "u64": 64, "s64": 64, "f64": 64, "b128": 128}
+
+
+@dataclass(frozen=True)
+class Reg:
+    name: str
+
+
+@dataclass(frozen=True)
+class Imm:
+    value: int | float
+    is_float: bool = False
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A variable, parameter or label name used as an operand."""
+    name: str
+
+
+@dataclass(frozen=True)
+class Addr:
+    """``[base+offset]``: base a Reg, Sym or None (absolute), plus a byte offset."""
+    base: Reg | Sym | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class Vec:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class TmaAddr:
+    """``[tensormap, {c0, c1, ...}]`` of cp.async.bulk.tensor."""
+    map: Reg | Sym
+    coords: tuple
+
+
+@dataclass(frozen=True)
+class Pair:
+    """``d|p``: a destination with a predicate output (shfl, elect); ``_`` is None."""
+    first: object
+    second: object
+
+
+SINK = Sym("_")
+
+
+@dataclass
+class Instr:
+    opcode: str                  # the full dotted form, e.g. "ld.shared.v4.u32"
+    operands: tuple
+    guard: str | None = None     # guard predicate register (renamed), or None
+    guard_neg: bool = False
+    line: int = 0                # PTX line number (1-based)
+
+    @property
+    def parts(self) -> list[str]:
+        return self.opcode.split(".")
+
+
+@dataclass
+class Param:
+    name: str
+    type: str          # "u64", "u32", "f32", "b8"
+    size: int          # bytes
+    align: int
+    offset: int = 0    # within the parameter buffer
+
+
+@dataclass
+class Var:
+    """A module- or kernel-level variable in .global, .const or .shared space."""
+    name: str
+    space: str
+    type: str
+    size: int          # bytes (0 for an .extern .shared array: dynamic shared memory)
+    align: int
+    init: bytes | None = None
+    extern: bool = False
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list[Param]
+    regs: dict[str, str]                 # register name -> type
+    code: list[Instr]
+    labels: dict[str, int]               # label -> instruction index
+    shared: list[Var] = field(default_factory=list)
+    maxntid: tuple | None = None
+    reqntid: tuple | None = None
+    cluster: tuple | None = None
+
+    @property
+    def param_bytes(self) -> int:
+        return max((p.offset + p.size for p in self.params), default=0)
+
+
+@dataclass
+class Module:
+    target: str
+    version: str
+    kernels: dict[str, Kernel]
+    globals: list[Var]
+    file: str = "<ptx>"
+
+
+class _Tokens:
+    def __init__(self, text: str, file: str):
+        self.toks: list[tuple[str, str, int]] = []
+        self.file = file
+        line = 1
+        pos = 0
+        n = len(text)
+        while pos < n:
+            m = _TOKEN.match(text, pos)
+            if m is None:
+                raise Unsupported(f"{file}:{line}: cannot read PTX text {text[pos:pos + 20]!r}")
+            kind = m.lastgroup
+            s = m.group()
+            if kind not in ("ws", "comment"):
+                self.toks.append((kind, s, line))
+            line += s.count("\n")
+            pos = m.end()
+        self.i = 0
+
+    def peek(self, k: int = 0):
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else ("eof", "", self.toks[-1][2] if self.toks else 0)
+
+    def next(self):
+        t = self.peek()
+        self.i += 1
+        return t
+
+    def expect(self, s: str):
+        t = self.next()
+        if t[1] != s:
+            raise Unsupported(f"{self.file}:{t[2]}: expected {s!r} in PTX, found {t[1]!r}")
+        return t
+
+    def accept(self, s: str) -> bool:
+        if self.peek()[1] == s:
+            self.i += 1
+            return True
+        return False
+
+    def until(self, s: str) -> list:
+        out = []
+        while self.peek()[1] != s:
+            if self.peek()[0] == "eof":
+                raise Unsupported(f"{self.file}: unexpected end of PTX, expected {s!r}")
+            out.append(self.next())
+        self.next()
+        return out
+
+
+def _int(s: str) -> int:
+    s = s.rstrip("U")
+    return int(s, 16) if s.lower().startswith("0x") else int(s)
+
+
+def _fimm(s: str) -> float:
+    import struct
+    if s[1] in "fF":
+        return struct.unpack("<f", int(s[2:], 16).to_bytes(4, "little"))[0]
+    return struct.unpack("<d", int(s[2:], 16).to_bytes(8, "little"))[0]
+
+
+def parse(text: str, file: str = "<ptx>") -> Module:
+    """Parse a PTX module (as NVRTC writes it)."""
+    t = _Tokens(text, file)
+    target, version = "", ""
+    kernels: dict[str, Kernel] = {}
+    globals_: list[Var] = []
+    while t.peek()[0] != "eof":
+        kind, s, line = t.peek()
+        if s in (".version", ".target", ".address_size", ".file"):
+            t.next()
+            rest = []
+            while t.peek()[2] == line and t.peek()[0] != "eof":
+                rest.append(t.next()[1])
+            if s == ".version":
+                version = "".join(rest)
+            elif s == ".target":
+                target = rest[0] if rest else ""
+        elif s == ".section":
+            t.next()
+            t.next()
+            _skip_block(t)
+        elif s in (".visible", ".weak", ".entry", ".extern", ".global", ".const", ".shared", ".func"):
+            mods = []
+            while t.peek()[1] in (".visible", ".weak", ".extern"):
+                mods.append(t.next()[1])
+            s = t.peek()[1]
+            if s == ".entry":
+                k = _parse_entry(t)
+                kernels[k.name] = k
+            elif s == ".func":
+                raise Unsupported(f"{file}:{line}: PTX device functions (.func) are outside the simulator's subset")
+            else:
+                globals_.append(_parse_var(t, extern=".extern" in mods))
+        else:
+            raise Unsupported(f"{file}:{line}: unexpected PTX directive {s!r} at module level")
+    return Module(target, version, kernels, globals_, file)
+
+
+def _skip_block(t: _Tokens) -> None:
+    t.expect("{")
+    depth = 1
+    while depth:
+        s = t.next()[1]
+        depth += (s == "{") - (s == "}")
+
+
+def _parse_var(t: _Tokens, extern: bool = False) -> Var:
+    space = t.next()[1][1:]
+    align = 1
+    typ = None
+    line = t.peek()[2]
+    while t.peek()[1].startswith("."):
+        d = t.next()[1]
+        if d == ".align":
+            align = _int(t.next()[1])
+        elif d[1:] in TYPE_BITS:
+            typ = d[1:]
+        elif d in (".ptr", ".v2", ".v4"):
+            raise Unsupported(f"{t.file}:{line}: {d} variables are outside the simulator's subset")
+    name = t.next()[1]
+    elem = max(TYPE_BITS[typ] // 8, 1) if typ else 1
+    count = 1
+    is_array = False
+    if t.accept("["):
+        is_array = True
+        if t.peek()[1] == "]":
+            count = 0
+        else:
+            count = _int(t.next()[1])
+        t.expect("]")
+    init = None
+    if t.accept("="):
+        vals = []
+        if t.accept("{"):
+            while not t.accept("}"):
+                vals.append(t.next())
+                t.accept(",")
+        else:
+            vals.append(t.next())
+        init = _pack_init(vals, typ, t.file)
+        if not is_array:
+            count = 1
+    t.expect(";")
+    size = elem * count
+    if init is not None and len(init) < size:
+        init = init + bytes(size - len(init))
+    return Var(name, space, typ or "b8", size, align, init, extern or (is_array and count == 0))
+
+
+def _pack_init(vals, typ: str, file: str) -> bytes:
+    import struct
+    out = bytearray()
+    bits = TYPE_BITS[typ]
+    for kind, s, line in vals:
+        if kind == "fimm":
+            v = _fimm(s)
+            out += struct.pack("<f" if bits == 32 else "<d", v)
+        elif kind == "num":
+            v = _int(s)
+            out += (v & ((1 << bits) - 1)).to_bytes(bits // 8, "little")
+        elif s == "-":
+            continue
+        else:
+            raise Unsupported(f"{file}:{line}: initialiser {s!r} is outside the simulator's subset")
+    return bytes(out)
+
+
+def _parse_entry(t: _Tokens) -> Kernel:
+    t.expect(".entry")
+    name = t.next()[1]
+    params: list[Param] = []
+    t.expect("(")
+    offset = 0
+    while not t.accept(")"):
+        t.expect(".param")
+        align, typ, ptr = None, None, False
+        while t.peek()[1].startswith("."):
+            d = t.next()[1]
+            if d == ".align":
+                align = _int(t.next()[1])
+            elif d == ".ptr":
+                ptr = True
+            elif d[1:] in TYPE_BITS:
+                typ = d[1:]
+            elif d in (".global", ".shared", ".const", ".local"):
+                pass
+        pname = t.next()[1]
+        size = max(TYPE_BITS[typ] // 8, 1)
+        if t.accept("["):
+            size *= _int(t.next()[1])
+            t.expect("]")
+        align = align or max(TYPE_BITS[typ] // 8, 1)
+        offset = -(-offset // align) * align
+        params.append(Param(pname, typ, size, align, offset))
+        offset += size
+        t.accept(",")
+    k = Kernel(name, params, {}, [], {})
+    while t.peek()[1] != "{":
+        d = t.next()[1]
+        if d in (".maxntid", ".reqntid", ".reqnctapercluster", ".minnctapersm", ".maxnreg", ".maxclusterrank"):
+            vals = [_int(t.next()[1])]
+            while t.accept(","):
+                vals.append(_int(t.next()[1]))
+            if d == ".maxntid":
+                k.maxntid = tuple(vals)
+            elif d == ".reqntid":
+                k.reqntid = tuple(vals)
+            elif d == ".reqnctapercluster":
+                k.cluster = tuple(vals)
+        elif d in (".explicitcluster", ".noreturn"):
+            pass
+        else:
+            raise Unsupported(f"{t.file}:{t.peek()[2]}: kernel directive {d!r} is outside the simulator's subset")
+    _parse_body(t, k)
+    return k
+
+
+def _parse_body(t: _Tokens, k: Kernel) -> None:
+    t.expect("{")
+    scopes: list[dict[str, str]] = [{}]       # name -> renamed, innermost last
+    block_id = 0
+
+    def resolve(name: str) -> str | None:
+        """The (renamed) register a name means here, or None if it is no register."""
+        for sc in reversed(scopes):
+            if name in sc:
+                return sc[name]
+        return None
+
+    while True:
+        kind, s, line = t.peek()
+        if s == "}":
+            t.next()
+            scopes.pop()
+            if not scopes:
+                return
+            continue
+        if s == "{":
+            t.next()
+            block_id += 1
+            scopes.append({})
+            continue
+        if kind == "eof":
+            raise Unsupported(f"{t.file}: kernel {k.name} has no closing brace")
+        if s == ".loc" or s == ".pragma":
+            _skip_line(t, line)
+            continue
+        if s == ".reg":
+            t.next()
+            typ = t.next()[1][1:]
+            while True:
+                rname = t.next()[1]
+                if t.accept("<"):
+                    count = _int(t.next()[1])
+                    t.expect(">")
+                    for i in range(count):
+                        full = f"{rname}{i}"
+                        scopes[-1][full] = full if len(scopes) == 1 else f"{full}#{block_id}"
+                        k.regs[scopes[-1][full]] = typ
+                else:
+                    renamed = rname if len(scopes) == 1 else f"{rname}#{block_id}"
+                    scopes[-1][rname] = renamed
+                    k.regs[renamed] = typ
+                if not t.accept(","):
+                    break
+            t.expect(";")
+            continue
+        if s == ".shared":
+            k.shared.append(_parse_var(t))
+            continue
+        if s in (".local", ".param"):
+            raise Unsupported(f"{t.file}:{line}: {s} variables inside a kernel are outside the simulator's subset")
+        if kind == "name" and t.peek(1)[1] == ":" and not s.startswith("%"):
+            t.next()
+            t.next()
+            k.labels[s] = len(k.code)
+            continue
+        k.code.append(_parse_instr(t, resolve))
+
+
+def _skip_line(t: _Tokens, line: int) -> None:
+    while t.peek()[2] == line and t.peek()[0] != "eof":
+        t.next()
+
+
+def _parse_instr(t: _Tokens, resolve) -> Instr:
+    line = t.peek()[2]
+    guard, neg = None, False
+    if t.accept("@"):
+        neg = t.accept("!")
+        gname = t.next()[1]
+        guard = resolve(gname)
+        if guard is None:
+            raise Unsupported(f"{t.file}:{line}: guard {gname!r} is not a declared predicate register")
+    kind, opcode, _ = t.next()
+    if kind != "name":
+        raise Unsupported(f"{t.file}:{line}: cannot read PTX instruction starting {opcode!r}")
+    ops = []
+    while not t.accept(";"):
+        ops.append(_parse_operand(t, resolve))
+        if not t.accept(","):
+            t.expect(";")
+            break
+    return Instr(opcode, tuple(ops), guard, neg, line)
+
+
+def _parse_atom(t: _Tokens, resolve):
+    kind, s, line = t.next()
+    if kind == "fimm":
+        return Imm(_fimm(s), True, s)
+    if kind == "dec":
+        return Imm(float(s), True, s)
+    if s == "-":
+        kind2, s2, _ = t.next()
+        if kind2 == "num":
+            return Imm(-_int(s2), False, "-" + s2)
+        if kind2 == "fimm":
+            return Imm(-_fimm(s2), True, "-" + s2)
+        raise Unsupported(f"{t.file}:{line}: cannot read operand '-{s2}'")
+    if kind == "num":
+        return Imm(_int(s), False, s)
+    if kind == "name":
+        if s == "_":
+            return SINK
+        reg = resolve(s)
+        if reg is not None:
+            return Reg(reg)
+        if s.startswith("%"):
+            return Reg(s)              # a special register (%tid.x, %clock, ...)
+        return Sym(s)
+    raise Unsupported(f"{t.file}:{line}: cannot read PTX operand {s!r}")
+
+
+def _parse_operand(t: _Tokens, resolve):
+    if t.accept("["):
+        if t.accept("]"):
+            raise Unsupported(f"{t.file}:{t.peek()[2]}: empty address operand")
+        base = _parse_atom(t, resolve)
+        if t.accept(","):                      # [tensormap, {coords}]
+            coords = _parse_operand(t, resolve)
+            t.expect("]")
+            return TmaAddr(base, coords.items if isinstance(coords, Vec) else (coords,))
+        offset = 0
+        if isinstance(base, Imm):
+            offset, base = int(base.value), None
+        while t.peek()[1] in ("+", "-"):
+            sign = -1 if t.next()[1] == "-" else 1
+            nxt = _parse_atom(t, resolve)
+            offset += sign * int(nxt.value)
+        t.expect("]")
+        return Addr(base, offset)
+    if t.accept("{"):
+        items = []
+        while not t.accept("}"):
+            items.append(_parse_operand(t, resolve))
+            t.accept(",")
+        return Vec(tuple(items))
+    a = _parse_atom(t, resolve)
+    if t.accept("|"):
+        b = _parse_atom(t, resolve)
+        return Pair(a, b)
+    return a
