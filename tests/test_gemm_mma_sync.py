@@ -1,0 +1,294 @@
+"""Warp-level (mma.sync) GEMM kernels: the path chosen by tensor_core.generation, the
+configuration from the descriptor, NVRTC compile, SASS from the descriptor's signatures,
+no local memory, limits, the numerics model, launch plans, and a layout model of the
+kernel's shared-memory swizzle and ldmatrix addressing judged by porter.emu's mma.sync
+and TMA units (read from the PTX ISA separately from the generator).
+
+Builds: gemm.{bf16,fp8,mxfp8,nvfp4} on rtx-blackwell (sm_120a, TMA staging) and gemm.bf16
+on ampere (sm_80, cp.async staging)."""
+
+from __future__ import annotations
+
+import numpy as np
+import ml_dtypes
+import pytest
+
+from porter import paths
+from porter.arch import arch_from_text, load_arch
+from porter.errors import CompileError, PorterError
+from porter.kernels import gemm, gemm_mma_sync
+from porter.kernels.base import KernelSpec, Unsupported
+from porter.kernels.build import build_kernel, sass_checks
+from porter.levels import Level
+from porter.toolchain import compile_cuda
+
+RTX_VARIANTS = ("bf16", "fp8", "mxfp8", "nvfp4")
+BUILDS = tuple(("rtx-blackwell", v) for v in RTX_VARIANTS) + (("ampere", "bf16"),)
+
+
+@pytest.fixture(scope="module")
+def archs():
+    return {name: load_arch(name) for name in ("rtx-blackwell", "ampere")}
+
+
+@pytest.fixture(scope="module")
+def builds(archs):
+    """Each kernel rendered and compiled once per module (the disk cache helps too)."""
+    return {(a, v): build_kernel(gemm.make_spec(archs[a], v), archs[a]) for a, v in BUILDS}
+
+
+EXPECTED = {
+    # (arch, variant): (tile_m, tile_n, tile_k, mma_k, warp tile, stages, staging, primitive)
+    ("rtx-blackwell", "bf16"): (128, 128, 64, 16, (64, 32), 3, "tma", "mma_bf16_16816"),
+    ("rtx-blackwell", "fp8"): (128, 128, 128, 32, (64, 32), 3, "tma", "mma_e4m3_16832"),
+    ("rtx-blackwell", "mxfp8"): (128, 128, 128, 32, (64, 32), 3, "tma", "mma_mxf8_e4m3_16832"),
+    ("rtx-blackwell", "nvfp4"): (128, 128, 256, 64, (64, 32), 3, "tma", "mma_nvf4_16864"),
+    # 163 KiB on sm_80 holds three 128 x 256 stages; 99 KiB on sm_120a only 128 x 128.
+    ("ampere", "bf16"): (128, 256, 64, 16, (64, 64), 3, "cp_async", "mma_bf16_16816"),
+}
+
+
+@pytest.mark.parametrize("key", BUILDS)
+def test_config_from_descriptor(archs, key):
+    arch = archs[key[0]]
+    spec = gemm.make_spec(arch, key[1])
+    cfg = spec.config
+    tile_m, tile_n, tile_k, mma_k, warp, stages, staging, primitive = EXPECTED[key]
+    assert cfg["mainloop"] == arch.tensor_core.generation == "mma_sync"
+    assert (cfg["tile_m"], cfg["tile_n"], cfg["tile_k"], cfg["mma_k"]) == (tile_m, tile_n, tile_k, mma_k)
+    assert (cfg["warp_m"], cfg["warp_n"]) == warp and spec.threads == 32 * cfg["warps_m"] * cfg["warps_n"]
+    assert cfg["stages"] == stages and cfg["staging"] == staging and cfg["mma_primitive"] == primitive
+    assert cfg["tile_k"] * cfg["element_bits"] == 8 * 128       # one 128-byte row of K per stage
+    assert spec.smem_bytes <= arch.smem_per_block_bytes
+    assert cfg["registers_estimate"] <= cfg["registers_budget"] <= arch.max_regs_per_thread
+    assert spec.cluster == (1, 1, 1) and spec.tmem_columns == 0
+
+
+def test_params_follow_the_staging(archs):
+    tma = [n for n, _ in gemm.make_spec(archs["rtx-blackwell"], "bf16").config["params"]]
+    ptr = [n for n, _ in gemm.make_spec(archs["ampere"], "bf16").config["params"]]
+    scaled = [n for n, _ in gemm.make_spec(archs["rtx-blackwell"], "nvfp4").config["params"]]
+    tail = ["c", "m", "n", "k", "scale_a", "scale_b"]
+    assert tma == ["tma_a", "tma_b"] + tail
+    assert ptr == ["a", "b"] + tail
+    assert scaled == ["tma_a", "tma_b", "sfa", "sfb"] + tail
+
+
+def test_variants_the_arch_cannot_support_name_the_missing_feature(archs):
+    by_name = {v.name: v for v in gemm.variants(archs["ampere"])}
+    assert isinstance(by_name["gemm.bf16"], KernelSpec)
+    assert by_name["gemm.fp8"].missing == ("fp8",)
+    assert by_name["gemm.mxfp8"].missing == ("fp8", "block_scale_mx")
+    assert by_name["gemm.nvfp4"].missing == ("fp4", "block_scale_nvfp4")
+    assert "fp8" in by_name["gemm.fp8"].reason
+    rtx = {v.name: v for v in gemm.variants(archs["rtx-blackwell"])}
+    assert all(isinstance(rtx[f"gemm.{v}"], KernelSpec) for v in RTX_VARIANTS)
+    assert all(isinstance(rtx[f"gemm.{v}.pair"], Unsupported) for v in RTX_VARIANTS)
+    with pytest.raises(PorterError, match="no CTA-pair MMA"):
+        gemm_mma_sync.make_spec(archs["rtx-blackwell"], gemm.VARIANTS["bf16"], True)
+
+
+def test_a_smaller_descriptor_shrinks_the_tile(archs):
+    text = (paths.data_dir("arch") / "ampere.yaml").read_text()
+    assert text.count("smem_per_block_kib: 163") == 1
+    small = arch_from_text(text.replace("smem_per_block_kib: 163", "smem_per_block_kib: 100"), "ampere-100k.yaml")
+    spec = gemm.make_spec(small, "bf16")
+    assert (spec.config["tile_m"], spec.config["tile_n"], spec.config["stages"]) == (128, 128, 3)
+    assert spec.smem_bytes <= 100 * 1024
+    tiny = arch_from_text(text.replace("smem_per_block_kib: 163", "smem_per_block_kib: 16"), "ampere-16k.yaml")
+    with pytest.raises(PorterError, match="no mma.sync GEMM tile"):
+        gemm.make_spec(tiny, "bf16")
+
+
+@pytest.mark.parametrize("key", BUILDS)
+def test_reaches_sass_checked_without_local_memory(builds, key):
+    build = builds[key]
+    failed = [c for c in build.checks if not c.passed]
+    assert build.level >= Level.SASS_CHECKED, failed
+    assert build.resources["local_bytes"] == 0 and build.resources["stack_bytes"] == 0
+    assert build.resources["spill_store_bytes"] == build.resources["spill_load_bytes"] == 0
+
+
+@pytest.mark.parametrize("key", BUILDS)
+def test_sass_rules_come_from_the_descriptor(archs, builds, key):
+    arch = archs[key[0]]
+    spec = builds[key].spec
+    known = [p for ops in arch.tensor_core.kind_sass.values() for p in ops]
+    known += [p for ps in arch.sass_signatures.values() for p in ps]
+    for rule in spec.sass_required:
+        assert rule.pattern in known or all(p in known for p in rule.pattern[3:-1].split("|")), rule
+    cfg = spec.config
+    mma = builds[key].histogram
+    # The main loop's MMA count per stage: K_STEPS x (WARP_M / 16) x (WARP_N / 8).
+    per_stage = cfg["k_steps"] * (cfg["warp_m"] // 16) * (cfg["warp_n"] // 8)
+    kind_ops = arch.tensor_core.kind_sass[cfg["kind"]]
+    from porter import sass as sasslib
+    assert sum(sasslib.count_matching(mma, p) for p in kind_ops[:1]) == per_stage
+
+
+def test_staging_shows_in_the_sass(builds):
+    rtx = builds[("rtx-blackwell", "bf16")].histogram
+    amp = builds[("ampere", "bf16")].histogram
+    assert any(op.startswith("UTMALDG") for op in rtx) and not any(op.startswith("LDGSTS") for op in rtx)
+    assert any(op.startswith("LDGSTS") for op in amp) and not any(op.startswith("UTMALDG") for op in amp)
+    assert any(op.startswith("LDSM") for op in rtx) and any(op.startswith("LDSM") for op in amp)
+
+
+def test_sass_rules_can_fail(builds):
+    # The sm_120a rules judged against the sm_80 machine code: no TMA, no mbarrier.
+    checks = sass_checks(builds[("rtx-blackwell", "bf16")].spec, builds[("ampere", "bf16")].histogram)
+    assert not all(c.passed for c in checks)
+    # An fp8 kernel's rules judged against the bf16 kernel: no QMMA.
+    checks = sass_checks(builds[("rtx-blackwell", "fp8")].spec, builds[("rtx-blackwell", "bf16")].histogram)
+    assert [c.name for c in checks if not c.passed]
+
+
+def test_the_compiler_judges_the_staging(builds):
+    # The TMA-staged source is not an sm_80 kernel: ptxas rejects cp.async.bulk.tensor there.
+    with pytest.raises(CompileError):
+        compile_cuda(builds[("rtx-blackwell", "bf16")].source, "sm_80", "gemm_mma_sync_tma_on_sm80.cu")
+
+
+@pytest.mark.parametrize("key", BUILDS)
+def test_numerics_model(archs, key):
+    """mma.sync adds every MMA's result into fp32 registers (C is a register operand), so
+    the model is gemm_model at the instruction K without promotion (fp8 on sm_120a too:
+    no reduced-precision accumulator chain to promote, unlike Hopper's fp8 wgmma)."""
+    spec = gemm.make_spec(archs[key[0]], key[1])
+    result = gemm.numerics(spec, archs[key[0]])
+    assert result["passed"], [r for r in result["results"] if not r["passed"]]
+    assert result["mma_k"] == spec.config["mma_k"] and result["promote_k"] is None
+    for m, n, k in result["shapes"]:
+        gemm.check_problem_shape(spec, m, n, k)
+
+
+# ---- layout model: the template's swizzle and ldmatrix addressing, judged by porter.emu ----
+
+def swizzle_128b(row: int, chunk: int) -> int:
+    """kernels_src/mma_sync/mma_sync.cuh swizzle_128b."""
+    return row * 128 + ((chunk ^ (row & 7)) << 4)
+
+
+def a_addresses(a_rows: int, i: int, kk: int) -> list[int]:
+    """templates/gemm/mma_sync.cu.j2 mma_stage: lane l's ldmatrix row address for A."""
+    return [swizzle_128b(a_rows + 16 * i + (lane & 15), 2 * kk + (lane >> 4)) for lane in range(32)]
+
+
+def b_addresses(b_rows: int, j: int, kk: int) -> list[int]:
+    """... and for the pair (2j, 2j + 1) of n8 B fragments."""
+    return [swizzle_128b(b_rows + 16 * j + (lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1))
+            for lane in range(32)]
+
+
+def test_template_uses_the_modelled_addresses(builds):
+    src = builds[("rtx-blackwell", "bf16")].source
+    for text in ("a_rows + (lane & 15u), a_half = lane >> 4",
+                 "b_rows + (lane & 7u) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1u",
+                 "swizzle_128b(a_row + 16 * i, 2 * kk + a_half)",
+                 "swizzle_128b(b_row + 16 * j, 2 * kk + b_half)",
+                 "bf[2 * j][0] = r[0]; bf[2 * j][1] = r[1];",
+                 "row * 128u + ((chunk ^ (row & 7u)) << 4)"):
+        assert text in src, text
+
+
+def _stage(rows: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """A tile of `rows` x 128 bytes (unique 16-bit values) and its swizzled smem image."""
+    from porter.emu.units import tma
+
+    tile = rng.permutation(rows * 64).astype("<u2").reshape(rows, 64)
+    linear = np.arange(rows * 128)
+    dest = tma.swizzle_array(linear, 128)                 # where TMA SWIZZLE_128B puts each byte
+    ours = np.array([swizzle_128b(r, c) + b for r in range(rows) for c in range(8) for b in range(16)])
+    assert (dest == ours).all(), "the template's swizzle is TMA's SWIZZLE_128B"
+    smem = np.zeros(rows * 128, np.uint8)
+    smem[dest] = tile.view(np.uint8).reshape(-1)
+    return tile, smem
+
+
+def _regs_to_bytes(regs: np.ndarray) -> np.ndarray:
+    return regs.astype("<u4").view(np.uint8).reshape(32, regs.shape[1], 4)
+
+
+@pytest.mark.parametrize("shape", ["m16n8k16", "m16n8k32"])
+def test_ldmatrix_fragments_are_the_mma_operands(shape):
+    """Every A and B fragment the kernel assembles equals what mma.sync expects (PTX ISA
+    fragment tables as porter.emu states them) for the 16-bit (bf16) and 8-bit
+    (e4m3; packed e2m1 uses the same bytes at k64) operand layouts."""
+    from porter.emu.units import mma_sync as emu
+
+    rng = np.random.default_rng(0)
+    a_tile, a_smem = _stage(128, rng)
+    b_tile, b_smem = _stage(128, rng)
+    bits = 16 if shape == "m16n8k16" else 8
+    per_k = 32 * 8 // bits                                      # elements per 32-byte K step
+    a_el = a_tile if bits == 16 else a_tile.view(np.uint8)       # [rows, elements of K]
+    b_el = b_tile if bits == 16 else b_tile.view(np.uint8)
+    ar, ac = emu.fragment_layout(shape, "a")
+    br, bc = emu.fragment_layout(shape, "b")
+    for warp_rows, warp_cols in ((0, 0), (64, 96)):
+        for kk in range(4):
+            for i in range(4):
+                regs = emu.ldmatrix(a_smem, a_addresses(warp_rows, i, kk), 4, False)
+                got = regs.astype("<u4").view(a_el.dtype).reshape(32, 4, -1)
+                want = a_el[warp_rows + 16 * i + ar, kk * per_k + ac]
+                assert (got == want).all(), (shape, "A", warp_rows, i, kk)
+            for j in range(2):
+                regs = emu.ldmatrix(b_smem, b_addresses(warp_cols, j, kk), 4, False)
+                for f, pair in ((2 * j, regs[:, 0:2]), (2 * j + 1, regs[:, 2:4])):
+                    got = pair.astype("<u4").view(b_el.dtype).reshape(32, 2, -1)
+                    # B fragment (k, n) of C = A x B^T is row n, element k of the [N, K] tile.
+                    want = b_el[warp_cols + 8 * f + bc, kk * per_k + br]
+                    assert (got == want).all(), (shape, "B", warp_cols, f, kk)
+
+
+def test_epilogue_stores_each_accumulator_where_the_c_fragment_says(builds):
+    """C fragment register e: row g + 8 (e / 2), col 2 t + e % 2 (emu's layout) - the
+    epilogue's row0 + 16 i (+ 8 n for e >= 2), col0 + 8 j pairs."""
+    from porter.emu.units import mma_sync as emu
+
+    rows, cols = emu.fragment_layout("m16n8k16", "c")
+    lane = np.arange(32)
+    assert (rows[:, 0, 0] == lane >> 2).all() and (rows[:, 2, 0] == (lane >> 2) + 8).all()
+    assert (cols[:, 0, 0] == 2 * (lane & 3)).all() and (cols[:, 1, 0] == 2 * (lane & 3) + 1).all()
+    src = builds[("rtx-blackwell", "bf16")].source
+    assert "static_cast<int>(lane >> 2)" in src and "2 * static_cast<int>(lane & 3u)" in src
+    assert "out + 8 * static_cast<size_t>(n)" in src
+
+
+# ---- launch plans ------------------------------------------------------------------------
+
+def test_plan_gemm_tma_and_pointer_staging(archs):
+    from porter.runtime.gemm import plan_gemm
+
+    a = np.zeros((256, 512), ml_dtypes.bfloat16)
+    b = np.zeros((512, 512), ml_dtypes.bfloat16)
+    rtx = plan_gemm(a, b, archs["rtx-blackwell"])
+    assert set(rtx.maps) == {"tma_a", "tma_b"}
+    assert rtx.maps["tma_a"].box == (64, 128) and rtx.maps["tma_a"].swizzle == "128B"
+    assert rtx.maps["tma_b"].box == (64, 128)
+    assert rtx.grid == (256 // 128) * (512 // 128) and rtx.block == 256 and rtx.smem_bytes == rtx.spec.smem_bytes
+    amp = plan_gemm(a, b, archs["ampere"])
+    assert amp.maps == {} and [p for p, _ in amp.params][:2] == ["a", "b"]
+    assert amp.grid == (256 // 128) * (512 // 256)
+    # A pointer-staged kernel computes row addresses from K: rows must be packed.
+    wide = np.zeros((256, 1024), ml_dtypes.bfloat16)[:, :512]
+    with pytest.raises(PorterError, match="rows are 2048 bytes apart"):
+        plan_gemm(wide, b, archs["ampere"])
+
+
+def test_plan_gemm_block_scales_are_row_major_pointers(archs):
+    from porter.runtime.gemm import plan_gemm
+
+    rtx = archs["rtx-blackwell"]
+    a = np.zeros((128, 512), np.uint8)
+    sf = np.arange(128 * 16, dtype=np.uint8).reshape(128, 16)
+    plan = plan_gemm(a, a, rtx, "mxfp8", scales=(sf, sf))
+    assert set(plan.maps) == {"tma_a", "tma_b"} and set(plan.host_scales) == {"sfa", "sfb"}
+    assert (plan.host_scales["sfa"] == sf).all()                 # as given: no chunk reordering
+    fp4 = np.zeros((128, 256), np.uint8)                          # K = 512 packed e2m1
+    sf4 = np.zeros((128, 32), np.uint8)
+    plan = plan_gemm(fp4, fp4, rtx, "nvfp4", scales=(sf4, sf4), scale_a=2.0)
+    assert plan.maps["tma_a"].dims == (256, 128) and plan.maps["tma_a"].box == (128, 128)
+    assert plan.scale_a == 2.0
+    with pytest.raises(PorterError, match=r"expected \(128, 32\)"):
+        plan_gemm(fp4, fp4, rtx, "nvfp4", scales=(sf4[:, :16], sf4))
