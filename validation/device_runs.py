@@ -192,7 +192,7 @@ def _fit(shape, multiples) -> tuple[int, ...]:
     return tuple(max(m, -(-v // m) * m) for v, m in zip(shape, multiples))
 
 
-def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf):
+def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf, max_ctas: int | None = None):
     """porter.runtime's launch plan for ``inp`` in device buffers (anything with ``ptr``):
     shapes, tiles, tensor maps and grid are all checked here, before any launch."""
     from porter.runtime.gemm import plan_gemm
@@ -202,7 +202,7 @@ def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf):
                      _device_tensor(b_buf, inp.b.shape, inp.b.dtype.name, inp.b.itemsize),
                      arch, variant=variant, pair=pair, scales=inp.scales,
                      scale_a=inp.scale_a, scale_b=inp.scale_b,
-                     out=_device_tensor(c_buf, (inp.m, inp.n), "bfloat16", 2))
+                     out=_device_tensor(c_buf, (inp.m, inp.n), "bfloat16", 2), max_ctas=max_ctas)
     if plan.spec.name != spec.name or plan.spec.entry != spec.entry:
         raise PorterError(f"{spec.name}: the runtime planned {plan.spec.name} ({plan.spec.entry}) instead")
     return plan
@@ -217,7 +217,7 @@ class GemmRun:
         a_buf, b_buf = dev.upload(inp.a), dev.upload(inp.b)
         self.c_buf = dev.alloc(inp.m * inp.n * 2)
         self.bufs += [a_buf, b_buf, self.c_buf]
-        plan = gemm_plan(spec, arch, inp, a_buf, b_buf, self.c_buf)
+        plan = gemm_plan(spec, arch, inp, a_buf, b_buf, self.c_buf, max_ctas=getattr(dev, "sm_count", None))
         addresses = {"tma_a": a_buf.ptr, "tma_b": b_buf.ptr}
         for param, flat in plan.host_scales.items():
             buf = dev.upload(flat)

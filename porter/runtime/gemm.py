@@ -127,15 +127,17 @@ def _scales(obj, what: str, spec_name: str, rows: int, k: int, variant, row_majo
     return bsl.to_kernel_layout(raw)
 
 
-def _grid(spec, m: int, n: int) -> int:
+def _grid(spec, m: int, n: int, max_ctas: int | None = None) -> int:
     """The template's launch contract: csize x min(#cluster units, grid_ctas // csize) CTAs,
     where a unit is what one cluster computes together (``shape_multiple`` rows x cols of C,
-    else one tile)."""
+    else one tile). ``max_ctas`` caps the persistent grid below the descriptor's SM count
+    (a device with fewer SMs, such as the emulated one); the kernel walks the rest."""
     cfg = spec.config
     csize = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
     unit_m, unit_n = (cfg.get("shape_multiple") or (cfg["tile_m"], cfg["tile_n"]))[:2]
     units = (m // unit_m) * (n // unit_n)
-    return csize * max(1, min(units, cfg["grid_ctas"] // csize))
+    ctas = cfg["grid_ctas"] if max_ctas is None else min(cfg["grid_ctas"], max_ctas)
+    return csize * max(1, min(units, ctas // csize))
 
 
 def operand_maps(spec, m: int, n: int, k: int, a_row_bytes: int, b_row_bytes: int) -> dict[str, TensorMapParams]:
@@ -179,8 +181,9 @@ def operand_maps(spec, m: int, n: int, k: int, a_row_bytes: int, b_row_bytes: in
 
 
 def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None,
-              scale_a: float = 1.0, scale_b: float = 1.0, out=None) -> GemmPlan:
-    """Validate a GEMM call and compute its launch (no GPU needed)."""
+              scale_a: float = 1.0, scale_b: float = 1.0, out=None, max_ctas: int | None = None) -> GemmPlan:
+    """Validate a GEMM call and compute its launch (no GPU needed); ``max_ctas``: the
+    device's SM count when it has fewer than the descriptor's."""
     from porter.arch import load_arch
     from porter.kernels import gemm as gemm_family
 
@@ -232,7 +235,7 @@ def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None
         if ctype == "TmaDescriptor" and param not in maps:
             raise PorterError(f"{spec.name}: kernel parameter {param} needs a tensor map porter does not build")
     return GemmPlan(spec=spec, arch=arch, m=m, n=n, k=k, operands=operands, maps=maps,
-                    grid=_grid(spec, m, n), block=spec.threads, smem_bytes=spec.smem_bytes,
+                    grid=_grid(spec, m, n, max_ctas), block=spec.threads, smem_bytes=spec.smem_bytes,
                     cluster=tuple(spec.cluster), scale_a=float(scale_a), scale_b=float(scale_b),
                     out=out_info, out_obj=out, host_scales=host_scales)
 
