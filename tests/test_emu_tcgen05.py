@@ -484,3 +484,52 @@ def test_scale_ids_pick_bytes_1x():
     for sid in range(4):
         got = t5.read_scales(tm, 0, 128, "1X", sid, "ue8m0")
         np.testing.assert_array_equal(got[:, 0], np.ldexp(1.0, sf[:, sid].astype(int) - 127))
+
+
+def test_mn_major_128b_swizzle_as_porter_attention_v_uses_it():
+    """V (seq x 128 bf16) as two TMA boxes of 64 columns (128 B rows, 128B swizzle, 16 KiB
+    apart): B[n, k] = V[k, n] read MN-major with LBO = 16 KiB (next 64 N), SBO = 1 KiB (next
+    8 K rows); each K=16 step advances the start by 16 rows."""
+    rng = np.random.default_rng(10)
+    V = rng.standard_normal((128, 128)).astype(ml_dtypes.bfloat16)
+    vb = V.view(np.uint8).reshape(128, 256)
+    smem = np.zeros(32768, np.uint8)
+    for h in range(2):
+        for k in range(128):
+            for j in range(128):
+                a = h * 16384 + k * 128 + j
+                smem[a ^ ((a >> 7 & 7) << 4)] = vb[k, 128 * h + j]
+    for step in (0, 3):
+        desc = smem_desc(step * 16 * 128, 16384, 1024, swizzle=2)
+        got = t5.operand_values(t5.read_matrix(smem, desc, 128, 32, "MN", 16), "bf16")
+        want = V.astype(np.float64)[16 * step:16 * step + 16, :].T
+        np.testing.assert_array_equal(got, want)
+
+
+def test_run_mma_a_from_tmem_p_times_v():
+    rng = np.random.default_rng(11)
+    P = rng.standard_normal((128, 16)).astype(ml_dtypes.bfloat16)
+    Bt = rng.standard_normal((32, 16)).astype(ml_dtypes.bfloat16)    # N x K, K-major
+    smem = np.zeros(16384, np.uint8)
+    _swizzled_tile(np.pad(Bt.view(np.uint8).reshape(32, 32), ((0, 0), (0, 96))), 0, smem)
+    tm = TensorMemory()
+    tm.alloc(0, 64)
+    words = P.view(np.uint32).reshape(128, 8)     # two bf16 per column, lower K in low half
+    for w in range(4):
+        tm.st(w, (32 * w) << 16 | 32, "32x32b", 8, words[32 * w:32 * w + 32])
+    idesc = t5.decode_idesc("f16", dense_idesc(d=1, a=1, b=1, n=32, m=128))
+    t5.run_mma(idesc, [tm], [smem], 0, smem_desc(0, 16, 1024, 2), a_tmem=32, enable_input_d=False)
+    want = P.astype(np.float64) @ Bt.astype(np.float64).T
+    np.testing.assert_array_equal(tm.cells[:, :32].view(np.float32), want.astype(np.float32))
+    addrs = t5.mma_smem_addresses(idesc, smem_desc(0, 16, 1024, 2))
+    assert addrs["A"] is None and addrs["B"].shape == (32, 32) and addrs["B"].max() < 4096
+
+
+def test_layout_f_and_b_lanes():
+    f = t5.d_layout(64, 4, 1)
+    assert [int(f.lane[r, 0]) for r in (0, 15, 16, 31, 32, 63)] == [0, 15, 32, 47, 64, 111]
+    b = t5.d_layout(128, 64, 2)
+    # even CTA: rows 0..63; N-half 0 in lanes 0..63, N-half 1 in lanes 64..127, columns 0..31
+    assert (int(b.cta[10, 5]), int(b.lane[10, 5]), int(b.column[10, 5])) == (0, 10, 5)
+    assert (int(b.cta[10, 40]), int(b.lane[10, 40]), int(b.column[10, 40])) == (0, 74, 8)
+    assert (int(b.cta[100, 40]), int(b.lane[100, 40]), int(b.column[100, 40])) == (1, 100, 8)

@@ -30,6 +30,7 @@ Arithmetic:
   ``mma(instr, a_vals, b_vals, d=None, scale_a=None, scale_b=None, scale_input_d=0)``
   ``-> float32 (M, N)`` (``int32`` for kind::i8): ``D = (A*sA) (B*sB)^T + D``.
   ``run_mma(...)``: the whole instruction for the lead's machine (operands, scales, D).
+  ``mma_smem_addresses(instr, b_desc, a_desc=None)``: the smem bytes it reads (in-flight checks).
 
 Emulation choices: products and sums in float64, rounded once to float32 (or float16 when the
 D type is F16); the hardware's internal accumulation order and precision are not modelled.
@@ -627,6 +628,19 @@ def _d_to_words(vals: np.ndarray, fmt: str) -> np.ndarray:
     if fmt == "f16":
         return vals.astype(np.float16).view(np.uint16).astype(np.uint32)
     return vals.astype(np.int32).view(np.uint32)
+
+
+def mma_smem_addresses(instr: InstrDesc, b_desc: int, a_desc: int | None = None) -> dict:
+    """The shared-memory bytes one ``tcgen05.mma`` reads, per CTA of the group (for the
+    in-flight checker): ``{"A": int64 (M/g, K bytes) | None, "B": int64 (N/g, K bytes)}``;
+    every CTA of a ``cta_group::2`` pair reads the same offsets in its own shared memory."""
+    g = instr.cta_group
+    k_bytes = instr.k * FORMAT_BITS[instr.a_format] // 8
+    a = None if a_desc is None else operand_addresses(
+        a_desc, instr.m // g, k_bytes, instr.a_major, FORMAT_BITS[instr.a_format])
+    b = operand_addresses(b_desc, instr.n // g, instr.k * FORMAT_BITS[instr.b_format] // 8,
+                          instr.b_major, FORMAT_BITS[instr.b_format])
+    return {"A": a, "B": b}
 
 
 def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
