@@ -192,6 +192,7 @@ class Arch(_Immutable):
     uncertain: frozenset
     digest: str  # sha256 of the descriptor text: a cache key for everything built from it
     text: str = field(repr=False, compare=False, default="")
+    previous: str = ""   # identity.previous: the generation this one follows ("" if not named)
     # How this target's disassembly spells instructions and modifiers that prove no
     # feature by themselves (``sass_ops``: name -> opcode regexes; ``sass_modifiers``:
     # name -> a regex fragment that follows an opcode): see ``sass_patterns``.
@@ -365,6 +366,7 @@ class Arch(_Immutable):
             "compute_capability": ".".join(map(str, self.compute_capability)),
             "min_ptx": self.min_ptx,
             "min_cuda": self.min_cuda,
+            "previous": self.previous or None,
             "products": list(self.products),
             "product": self.product,
             "product_figures": {n: {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in f.items()}
@@ -496,6 +498,7 @@ def _build(d: dict, path: Path, text: str) -> Arch:
         uncertain=frozenset(d["uncertain"]),
         digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),
         text=text,
+        previous=ident.get("previous") or "",
         sass_ops=_frozen_map({n: tuple(p) for n, p in d.get("sass_ops", {}).items() if n != "source"}),
         sass_modifiers=_frozen_map({n: f for n, f in d.get("sass_modifiers", {}).items() if n != "source"}),
         products_figures=_frozen_map({n: _frozen_map(f) for n, f in

@@ -109,6 +109,9 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "min_ptx": Field("version"),
         "min_cuda": Field("version"),
         "products": Field("strlist", min_items=1),
+        # The generation this one follows (a descriptor name): the base `porter target`
+        # and `porter plan` port from when no --from is given. Optional.
+        "previous": Field("str", required=False, default=""),
     },
     "limits": {
         "sm_count": _int(1, 1024, "SMs"),

@@ -298,12 +298,50 @@ def test_kernel_filter_builds_only_matching_variants(setup, tmp_path):
     assert not (tmp_path / "o" / "kernels" / "fake.axpy").exists()
 
 
-def test_generic_runbook_picks_the_most_different_base(setup, tmp_path):
-    from porter.pipeline.runner import resolve
+def test_generic_runbook_takes_no_guessed_base(setup, tmp_path):
+    """Without --from, a runbook base or identity.previous there is no base (issue #11:
+    `porter target hopper` used to port "from" blackwell, the most different arch)."""
+    from porter.pipeline.runner import choose_base, resolve
 
     arch, base, book = resolve(RunOptions("blackwell", runbook="generic-bringup"))
-    assert book.base is None and base is not None and base.digest != arch.digest
-    assert set(base.features) != set(arch.features)
+    assert book.base is None and base is None
+    assert "none" in choose_base(arch, None, book)[1]
+    base, why = choose_base(arch, "hopper", book)
+    assert base.name == "hopper" and why == "--from hopper"
+
+
+def test_identity_previous_names_the_default_base(setup, tmp_path):
+    from porter.arch import load_arch
+    from porter.errors import PorterError
+    from porter.pipeline.runner import choose_base
+
+    text = (Path(load_arch("blackwell").path)).read_text()
+    good = tmp_path / "next.yaml"
+    good.write_text(text.replace("  target: sm_100a\n", "  target: sm_100a\n  previous: hopper\n", 1))
+    arch = load_arch(good)
+    assert arch.previous == "hopper"
+    base, why = choose_base(arch, None, None)
+    assert base.name == "hopper" and "identity.previous" in why
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  target: sm_100a\n", "  target: sm_100a\n  previous: hoper\n", 1))
+    with pytest.raises(PorterError, match="identity.previous"):
+        choose_base(load_arch(bad), None, None)
+
+
+def test_target_and_report_say_which_base_and_why(tmp_path, capsys, monkeypatch):
+    from porter.cli import main
+
+    fam.install(monkeypatch, fam.write_templates(tmp_path / "tpl"))
+    book = tmp_path / "fake.yaml"
+    book.write_text(fam.RUNBOOK)
+    out = tmp_path / "o"
+    rc = main(["target", "blackwell", "--runbook", str(book), "--out", str(out), "--jobs", "1", "--quiet",
+               "--device", "off"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "base arch: hopper (named by runbook fake-bringup)" in text
+    report = json.loads((out / "report.json").read_text())
+    assert report["base"]["why"] == "named by runbook fake-bringup" == report["base_why"]
+    assert "(named by runbook fake-bringup)" in (out / "report.md").read_text()
 
 
 def test_terminal_verdict_says_the_level_and_what_next(tmp_path):

@@ -13,7 +13,8 @@ def register(sub) -> None:
                        "numerics on the CPU, device validation when a GPU of ARCH is present, and a report "
                        "under build/ARCH/. Unchanged inputs are taken from the stage cache.")
     p.add_argument("arch", help="descriptor name (blackwell) or path to a .yaml")
-    p.add_argument("--from", dest="base", metavar="BASE", help="the arch the port starts from (default: the runbook's base, else the most different one)")
+    p.add_argument("--from", dest="base", metavar="BASE", help="the arch the port starts from (default: the runbook's base, else the descriptor's "
+                   "identity.previous, else none)")
     p.add_argument("--runbook", help="runbook name or path (default: ARCH-bringup, else generic-bringup)")
     p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
                    help="device validation: auto = when a GPU of ARCH is present; on = required "
@@ -60,6 +61,9 @@ def run(args) -> int:
               file=sys.stderr)
         return interrupted_exit_code(exc)
     print_summary(console, result)
+    if result.base_why:   # say which base the port started from, and why (never a silent guess)
+        console.print(f"base arch: {result.base or 'none'} ({result.base_why})" if result.base
+                      else f"base arch: {result.base_why}", highlight=False, markup=False)
     no_device = result.no_device
     others = [s for s in result.failed if s is not no_device]
     if no_device is not None:

@@ -34,6 +34,7 @@ class RunResult:
     units_cached: int = 0
     products: tuple = ()             # the target's products, for "run this on a ... GPU"
     arch_arg: str = ""               # the arch as the user named it (name or file)
+    base_why: str = ""               # how the base was chosen (porter.pipeline.runner.choose_base)
 
     @property
     def failed(self) -> list[StageResult]:
@@ -66,20 +67,31 @@ def resolve(opts: RunOptions):
     else:
         name = f"{arch.name}-bringup"
         book = load_runbook(name if name in list_runbooks() else "generic-bringup")
-    base = None
-    if opts.base:
-        base = load_arch(opts.base)
-    elif book.base:
-        base = load_arch(book.base)
-    else:
-        from porter.plan import most_different_arch
-
-        base = most_different_arch(arch)
+    base, _ = choose_base(arch, opts.base, book)
     if base is not None and base.digest == arch.digest:
         raise PorterError(f"--from {opts.base}: the base is the target itself; pick another arch")
     if opts.kernel:
         check_kernel_pattern(opts.kernel, [a for a in (arch, base) if a is not None])
     return arch, base, book
+
+
+def choose_base(arch, given: str | None, book=None):
+    """(base Arch or None, why) for a run or a plan: --from, else the runbook's ``base``,
+    else the descriptor's ``identity.previous``, else none. Never a guess: porting
+    Hopper "from" Blackwell because it differs most would answer a question nobody asked."""
+    from porter.arch import load_arch
+
+    if given:
+        return load_arch(given), f"--from {given}"
+    if book is not None and getattr(book, "base", None):
+        return load_arch(book.base), f"named by runbook {book.name}"
+    previous = getattr(arch, "previous", "")
+    if previous:
+        try:
+            return load_arch(previous), f"the descriptor's identity.previous ({previous})"
+        except PorterError as exc:
+            raise PorterError(f"{arch.path}: identity.previous: {exc}") from None
+    return None, "none: no --from, and neither the runbook nor the descriptor (identity.previous) names one"
 
 
 def check_kernel_pattern(pattern: str, archs) -> None:
@@ -190,7 +202,8 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
                   store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device,
                   kernel_pattern=opts.kernel, display=display or NullDisplay())
     run = RunResult(arch.name, base.name if base else None, book.name, out_dir,
-                    products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch))
+                    products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch),
+                    base_why=choose_base(arch, opts.base, book)[1])
     ctx.run_info = run
     try:
         for generation in book.generations():

@@ -193,7 +193,9 @@ def build_report(ctx) -> dict:
         "arch": {"name": arch.name, "target": arch.target, "digest": arch.digest, "features": sorted(arch.features),
                  "products": list(getattr(arch, "products", ())),
                  "path": str(Path(arch.path).resolve()) if getattr(arch, "path", None) else ""},
-        "base": {"name": ctx.base.name, "target": ctx.base.target} if ctx.base is not None else None,
+        "base": {"name": ctx.base.name, "target": ctx.base.target, "why": run.base_why}
+                if ctx.base is not None else None,
+        "base_why": run.base_why,
         "runbook": ctx.runbook.name,
         "device": device,
         "summary": level_summary(kernels, unsupported, device, arch),

@@ -32,7 +32,9 @@ def render_html(r: dict) -> str:
          f"<h1>Bring-up report: {escape(arch['name'])} <code>{escape(arch['target'])}</code></h1>",
          f"<div class='muted'>descriptor <code>{escape(arch.get('path') or arch['name'])}</code> "
          f"(sha256 {escape(arch['digest'][:16])}) · runbook <code>{escape(r['runbook'])}</code> · base arch "
-         f"{escape(base['name']) if base else 'none'} · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
+         f"{escape(base['name']) if base else 'none'}"
+         + (f" ({escape(r['base_why'])})" if r.get("base_why") else "") +
+         f" · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
          f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
          "(compiles found in porter's compile cache are not counted)</div>",
          *_summary(r),

@@ -33,7 +33,8 @@ def render_markdown(r: dict) -> str:
     lines += [_line(line) for line in summary_lines(r)]
     lines += ["", f"- descriptor: `{_md(r['arch'].get('path') or r['arch']['name'])}` "
               f"(sha256 {r['arch']['digest'][:16]})",
-              f"- runbook: `{r['runbook']}`; base arch: {base}",
+              f"- runbook: `{r['runbook']}`; base arch: {base}"
+              + (f" ({_md(r['base_why'])})" if r.get("base_why") else ""),
               f"- features: {', '.join(r['arch']['features'])}",
               f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "
               f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "

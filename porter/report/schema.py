@@ -42,6 +42,8 @@ REPORT_SCHEMA = {
         "base": {"type": ["object", "null"], "required": ["name", "target"],
                  "properties": {"name": _STR, "target": _STR}},
         "runbook": _STR,
+        # base_why (optional): how the base arch was chosen (--from, the runbook, identity.previous, none)
+        "base_why": _STR,
         "device": {"type": "object", "required": ["ran", "detail"],
                    # required_but_absent (optional): --device on found no GPU of the arch
                    "properties": {"ran": _BOOL, "detail": _STR, "required_but_absent": _BOOL}},
