@@ -88,7 +88,7 @@ def choose_base(arch, given: str | None, book=None):
     previous = getattr(arch, "previous", "")
     if previous:
         try:
-            return load_arch(previous), f"the descriptor's identity.previous ({previous})"
+            return load_arch(previous), "named by the descriptor's identity.previous"
         except PorterError as exc:
             raise PorterError(f"{arch.path}: identity.previous: {exc}") from None
     return None, "none: no --from, and neither the runbook nor the descriptor (identity.previous) names one"
