@@ -533,3 +533,33 @@ def test_layout_f_and_b_lanes():
     assert (int(b.cta[10, 5]), int(b.lane[10, 5]), int(b.column[10, 5])) == (0, 10, 5)
     assert (int(b.cta[10, 40]), int(b.lane[10, 40]), int(b.column[10, 40])) == (0, 74, 8)
     assert (int(b.cta[100, 40]), int(b.lane[100, 40]), int(b.column[100, 40])) == (1, 100, 8)
+
+
+def test_run_mma_mxfp8_pair_m256_scales_from_each_ctas_tmem():
+    rng = np.random.default_rng(12)
+    M, N = 256, 32
+    a_codes = rng.integers(0, 0x70, (M, 32)).astype(np.uint8)      # e4m3, K = 32
+    b_codes = rng.integers(0, 0x70, (N, 32)).astype(np.uint8)
+    sfa = rng.integers(120, 134, (M, 4)).astype(np.uint8)            # 4 K-steps' ue8m0 bytes
+    sfb = rng.integers(120, 134, (N, 4)).astype(np.uint8)
+    smems, tms = [np.zeros(65536, np.uint8) for _ in range(2)], [TensorMemory("cta 0"), TensorMemory("cta 1")]
+    from porter.emu.units.tmem import alloc_pair
+    base = alloc_pair(tms[0], tms[1], 0, 0, 64)
+    for c in range(2):
+        _swizzled_tile(np.pad(a_codes[128 * c:128 * c + 128], ((0, 0), (0, 96))), 0, smems[c])
+        _swizzled_tile(np.pad(b_codes[16 * c:16 * c + 16], ((0, 0), (0, 96))), 16384, smems[c])
+        smems[c][40960:41472] = _sf_atom(sfa[128 * c:128 * c + 128])
+        smems[c][41984:42496] = _sf_atom(np.pad(sfb, ((0, 96), (0, 0))))
+        tms[c].cp(base + 32, smems[c], smem_desc(40960, 16, 128), "32x128b", "warpx4", cta_group=2)
+        tms[c].cp(base + 36, smems[c], smem_desc(41984, 16, 128), "32x128b", "warpx4", cta_group=2)
+    sid = 2
+    idesc = t5.decode_idesc("mxf8f6f4", scaled_idesc(a=0, b=0, sfa=sid, sfb=sid, n=N, m=M),
+                            cta_group=2, scale_vec="1X")
+    t5.run_mma(idesc, tms, smems, base, smem_desc(16384, 16, 1024, 2),
+               a_desc=smem_desc(0, 16, 1024, 2), enable_input_d=False,
+               sfa_address=base + 32, sfb_address=base + 36)
+    a = t5.decode(a_codes, "e4m3") * t5.decode(sfa[:, sid:sid + 1], "ue8m0")
+    b = t5.decode(b_codes, "e4m3") * t5.decode(sfb[:, sid:sid + 1], "ue8m0")
+    want = (a @ b.T).astype(np.float32)
+    assert (tms[0].cells[:, :N].view(np.float32) == want[:128]).all()
+    assert (tms[1].cells[:, :N].view(np.float32) == want[128:]).all()

@@ -685,6 +685,9 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
     else:
         if sfa_address is None or sfb_address is None:
             raise EmuError(f"tcgen05.mma.kind::{instr.kind}: needs [scale-A-tmem] and [scale-B-tmem]")
+        if layout.name == "B":
+            raise Unsupported(f"tcgen05.mma.kind::{instr.kind}: M=128 with .cta_group::2 (scale "
+                              "factors of B split over lane-quarter pairs) is not implemented")
         out = np.empty((instr.m, instr.n), dtype=np.float32)
         for c in range(g):
             rows = slice(c * mh, (c + 1) * mh)
