@@ -303,11 +303,14 @@ def test_generic_runbook_takes_no_guessed_base(setup, tmp_path):
     `porter target hopper` used to port "from" blackwell, the most different arch)."""
     from porter.pipeline.runner import choose_base, resolve
 
-    arch, base, book = resolve(RunOptions("blackwell", runbook="generic-bringup"))
-    assert book.base is None and base is None
+    arch, base, book = resolve(RunOptions("hopper", runbook="generic-bringup"))
+    assert book.base is None and base is None and not arch.previous
     assert "none" in choose_base(arch, None, book)[1]
-    base, why = choose_base(arch, "hopper", book)
-    assert base.name == "hopper" and why == "--from hopper"
+    base, why = choose_base(arch, "blackwell", book)
+    assert base.name == "blackwell" and why == "--from blackwell"
+    # blackwell names hopper as the generation it follows
+    arch, base, book = resolve(RunOptions("blackwell", runbook="generic-bringup"))
+    assert base.name == "hopper" and "identity.previous" in choose_base(arch, None, book)[1]
 
 
 def test_identity_previous_names_the_default_base(setup, tmp_path):
@@ -315,15 +318,16 @@ def test_identity_previous_names_the_default_base(setup, tmp_path):
     from porter.errors import PorterError
     from porter.pipeline.runner import choose_base
 
-    text = (Path(load_arch("blackwell").path)).read_text()
+    text = (Path(load_arch("hopper").path)).read_text()
+    assert "previous:" not in text
     good = tmp_path / "next.yaml"
-    good.write_text(text.replace("  target: sm_100a\n", "  target: sm_100a\n  previous: hopper\n", 1))
+    good.write_text(text.replace("  target: sm_90a\n", "  target: sm_90a\n  previous: blackwell\n", 1))
     arch = load_arch(good)
-    assert arch.previous == "hopper"
+    assert arch.previous == "blackwell"
     base, why = choose_base(arch, None, None)
-    assert base.name == "hopper" and "identity.previous" in why
+    assert base.name == "blackwell" and "identity.previous" in why
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("  target: sm_100a\n", "  target: sm_100a\n  previous: hoper\n", 1))
+    bad.write_text(text.replace("  target: sm_90a\n", "  target: sm_90a\n  previous: blackwel\n", 1))
     with pytest.raises(PorterError, match="identity.previous"):
         choose_base(load_arch(bad), None, None)
 
@@ -354,7 +358,7 @@ def test_terminal_verdict_says_the_level_and_what_next(tmp_path):
     ok = [{"name": "k1", "level": "numerics-model", "checks_failed": []},
           {"name": "k2", "level": "sass-checked", "checks_failed": []}]
     lines = verdict_lines(result, ok, [{"name": "k3"}], no_gpu)
-    assert lines[0] == ("highest level reached: numerics-model (CPU model of the arithmetic, not a GPU run), "
+    assert lines[0] == ("highest level reached: numerics-model (CPU model of the arithmetic, no kernel ran), "
                         "by 1 of 2 kernels; 1 unsupported on blackwell")
     assert "one of B200, GB200, run `porter target blackwell --device on`" in lines[-1]
     broken = [{"name": "k1", "level": "failed", "checks_failed": [{"name": "build", "detail": "x"}]}]
