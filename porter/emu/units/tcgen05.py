@@ -605,13 +605,13 @@ def mma(instr: InstrDesc, a_vals: np.ndarray, b_vals: np.ndarray, d: np.ndarray 
         if instr.saturate:
             return np.clip(acc, -2**31, 2**31 - 1).astype(np.int32)
         return ((acc + 2**31) % 2**32 - 2**31).astype(np.int32)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):   # inf / NaN inputs are values too
         acc = a @ b.T
         if d is not None:
             acc = acc + np.asarray(d, dtype=np.float64) * 2.0 ** (-int(scale_input_d))
-    if instr.d_format == "f16":
-        return acc.astype(np.float16).astype(np.float32)
-    return acc.astype(np.float32)
+        if instr.d_format == "f16":
+            return acc.astype(np.float16).astype(np.float32)
+        return acc.astype(np.float32)
 
 
 def _words_to_d(words: np.ndarray, fmt: str) -> np.ndarray:
