@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     p.add_argument("--profile", default="full", choices=("full", "rehearsal"),
                    help="prepare: the shapes (rehearsal: small ones a CPU model can compute)")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
+    p.add_argument("--child-limit", type=float, help="run: seconds each kernel's child may take (default per family)")
     p.add_argument("--no-fallback", action="store_true", help="prepare: no fallback cubins (nvcc <= 13.0)")
     args = p.parse_args(argv)
     _import_porter()
@@ -85,9 +86,11 @@ def main(argv=None) -> int:
                               kernels=args.kernels)
         budget = args.budget if args.budget is not None else dc.BUDGET_S
         if args.phase == "rehearse":
-            return dc.rehearse(args.out or PREPARED / "rehearsal", script, budget, kernels=args.kernels)
+            return dc.rehearse(args.out or PREPARED / "rehearsal", script, budget, kernels=args.kernels,
+                               child_limit_s=args.child_limit)
         out = args.out or Path(os.environ.get("OUT") or PREPARED / "out")
-        return dc.run(out, script, budget, prepared=args.prepared, kernels=args.kernels)
+        return dc.run(out, script, budget, prepared=args.prepared, kernels=args.kernels,
+                      child_limit_s=args.child_limit)
     except PorterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -274,55 +274,6 @@ def test_lazy_host_entry_points():
         porter.no_such_thing
 
 
-# ---- benchmarks/device_check.py orchestration (its steps stubbed) -----------------------------
-
-def _device_check():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "device_check.py"
-    spec = importlib.util.spec_from_file_location("device_check_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_device_check_without_gpu_says_so(capsys, no_gpu, tmp_path):
-    dc = _device_check()
-    assert dc.run(tmp_path) == 3
-    out = capsys.readouterr().out
-    assert "no CUDA device" in out and "still open" in out
-    assert json.loads((tmp_path / "environment.json").read_text())["devices"] == []
-
-
-def test_device_check_runs_each_step_with_a_limit_and_prints_the_table_last(capsys, h200, tmp_path, monkeypatch):
-    dc = _device_check()
-    calls = []
-
-    def fake_step(argv, limit, env=None):
-        assert env["PORTER_TRACEBACK"] == "1"
-        calls.append((argv, limit))
-        if argv[0] == "validate":
-            report = {"results": [{"name": argv[3], "passed": True, "level": "device-validated",
-                                   "checks": [{"passed": True}, {"passed": True}]}]}
-            return 0, json.dumps(report), ""
-        return 124, "", "timed out after 90 s (killed)"
-
-    monkeypatch.setattr(dc, "_run_step", fake_step)
-    rc = dc.run(tmp_path, budget_s=1000)
-    out = capsys.readouterr().out
-    assert rc == 124 and len(calls) == len(dc.STEPS)
-    assert all(limit <= step[3] for (argv, limit), step in zip(calls, dc.STEPS))
-    assert [a[:4] for a, _ in calls][0] == ["validate", "hopper", "--kernel", "gemm"]
-    assert "--device" in calls[0][0] and "on" in calls[0][0]
-    table = out[out.index("==== porter device check"):]
-    assert "gemm                         passed (2/2 checks" in table and "timed out" in table
-    assert (tmp_path / "validate-gemm.json").is_file() and (tmp_path / "bench-gemm.log").is_file()
-    calls.clear()
-    assert dc.run(tmp_path, budget_s=5) == 124 and calls == []            # no budget: nothing starts
-    assert "not run: the 5 s budget is spent" in capsys.readouterr().out
-
-
 def test_one_kernels_error_does_not_hide_the_others(capsys, h200, monkeypatch):
     from porter.errors import PorterError
 

@@ -113,6 +113,16 @@ def _nvcc_cubin(nvcc: str, source: str, target: str, name: str) -> bytes:
         return out.read_bytes()
 
 
+def _sass_checks(spec, cubin: bytes) -> list[dict]:
+    """The spec's SASS signature checks on another cubin (the fallback: another compiler)."""
+    from porter import sass as sasslib
+    from porter.kernels.build import sass_checks
+
+    text = sasslib.disassemble(cubin)
+    hist = sasslib.opcode_histogram(text, spec.entry) or sasslib.opcode_histogram(text)
+    return [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in sass_checks(spec, hist)]
+
+
 def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: bool = True,
             kernels: list[str] | None = None, echo=print) -> int:
     """Build every supported kernel of ``arch_name`` into ``out``; write the manifest. Exit 0, or 1 if a build failed."""
@@ -161,7 +171,7 @@ def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: b
                     frel = f"cubins/{spec.name}.fallback.cubin"
                     atomic_write(out / frel, blob)
                     entry.update(fallback_cubin=frel, fallback_cubin_sha256=cubins.sha256(blob),
-                                 fallback_toolchain=fallback_tool)
+                                 fallback_toolchain=fallback_tool, fallback_checks=_sass_checks(spec, blob))
                 except (PorterError, subprocess.SubprocessError, OSError) as exc:
                     entry["fallback_error"] = str(exc)[:300]
             manifest["kernels"][key] = entry
@@ -232,6 +242,9 @@ def _child(kernel: str) -> int:
     if dev.kind == "cuda" and hasattr(fn, "handle"):
         from porter.runtime import driver
 
+        # opt in first, then read back what the driver granted (settles on a GPU whether
+        # the 1 KiB system reserve counts against the opt-in limit, ARCH_FACTS "Host side")
+        driver.set_function_attributes(fn.handle, spec.smem_bytes, spec.cluster)
         loaded["attributes"] = driver.function_attributes(fn.handle)
     _emit(loaded)
     validate = [_shape_of(s, spec.family) for s in shapes["validate"]]
@@ -310,8 +323,10 @@ class Printer:
 
 def _where(event: dict) -> str:
     shape, seed = event.get("shape"), event.get("seed")
-    if isinstance(shape, dict):
-        shape = "x".join(str(v) for v in shape.values())
+    if isinstance(shape, dict) and "model" in shape:
+        shape = f"{shape['model']} pos {shape.get('pos')}"
+    elif isinstance(shape, dict):
+        shape = "x".join(str(v) for k, v in shape.items() if k != "head_dim")
     elif isinstance(shape, (list, tuple)):
         shape = "x".join(map(str, shape))
     return f"{shape} seed {seed}"
@@ -394,14 +409,14 @@ def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Pr
         tail = " | ".join(other[-3:])[-300:]
         record["error"] = {"kind": "crash", "message": f"the child died (exit {proc.returncode})"
                            + (f": {tail}" if tail else "") + (f"; last launch {_where(last_launch)}" if last_launch else "")}
-    if record.get("error", {}).get("kind") == "hang" and last_launch:
+    if record.get("error", {}).get("kind") in ("hang", "fault", "error", "bug") and last_launch:
         record["error"]["message"] += f" (at {_where(last_launch)})"
 
 
 def _status(record: dict) -> str:
     err = (record.get("error") or {}).get("kind")
     if err:
-        return {"hang": "HANG", "fault": "FAULT", "timeout": "TIMEOUT", "crash": "CRASH"}.get(err, "ERROR")
+        return {"hang": "HANG", "fault": "FAULT", "timeout": "TIMEOUT", "crash": "CRASH", "bug": "BUG"}.get(err, "ERROR")
     if record.get("not_run"):
         return "NOT RUN"
     if not record.get("validated"):
@@ -469,6 +484,8 @@ def table_lines(results: dict) -> list[str]:
                      f"{base:<20} {r.get('seconds', 0):>5.0f}")
         why = (r.get("error") or {}).get("message") or r.get("not_run") or _worst_check(checks) \
             or ("bench: " + r["bench_skipped"] if r.get("bench_skipped") else "")
+        if r.get("smoke_failed"):
+            why = "smoke launch failed (the other shapes and the benchmark not run): " + why
         if why:
             lines.append(f"    {why[:180]}")
     n_ok = sum(_status(r) == "passed" for r in results["kernels"])
@@ -529,7 +546,7 @@ def clocks() -> dict | None:
 
 
 def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | None = None,
-        kernels: list[str] | None = None) -> int:
+        kernels: list[str] | None = None, child_limit_s: float | None = None) -> int:
     """The whole check; exit 0 all passed, 1 some did not, 2 bad manifest, 3 no GPU of the arch."""
     from porter.fsutil import atomic_write
     from porter.pipeline.work import jsonable
@@ -541,7 +558,8 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
     cubins.check_manifest(manifest, manifest.get("arch", ARCH), folder)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, **{cubins.CUBIN_DIR_ENV: str(folder.resolve())})
+    env = dict(os.environ, **{cubins.CUBIN_DIR_ENV: str(folder.resolve()),
+                              cubins.CHECKED_ENV: manifest.get("sources_sha256") or ""})
     dev = get_device()
     rehearsal = bool(getattr(dev, "rehearsal", False))
     environment = _environment(dev)
@@ -576,8 +594,8 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
         for name, entry in entries:
             record = {"name": name, "checks": [], "bench": [], "level": entry["level"]}
             left = deadline - time.monotonic()
-            limit = min(entry["shapes"]["limit_s"], left)
-            if limit < 10:
+            limit = min(child_limit_s or entry["shapes"]["limit_s"], left)
+            if left < 10:
                 record["not_run"] = f"the run's {budget_s:.0f} s budget is spent"
                 results["kernels"].append(record)
                 continue
@@ -603,7 +621,8 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
 REHEARSAL_BEHAVIOURS = "gemm.fp8=fail,attention.hd64.causal=fault,megakernel.llama-decode=hang"
 
 
-def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[str] | None = None) -> int:
+def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[str] | None = None,
+             child_limit_s: float | None = None) -> int:
     """``prepare --profile rehearsal`` then ``run`` against porter.runtime.fakedriver (every
     driver call through the real binding's argument conversion), with kernels that pass,
     fail, fault and hang (PORTER_REHEARSAL, default REHEARSAL_BEHAVIOURS). Exit as ``run``."""
@@ -617,4 +636,5 @@ def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[
     rc = prepare(out / "prepared", profile="rehearsal", fallback=False, kernels=kernels)
     if rc:
         return rc
-    return run(out / "results", script, budget_s, prepared=out / "prepared", kernels=kernels)
+    return run(out / "results", script, budget_s, prepared=out / "prepared", kernels=kernels,
+               child_limit_s=child_limit_s)

@@ -16,8 +16,12 @@ not whole clusters, a cooperative grid larger than the SMs), a sticky fault (eve
 call returns the same error, as a lost context does), a hang (the stream never drains:
 cuStreamQuery says NOT_READY, a blocking synchronize blocks), and GEMM / attention
 kernels that compute their outputs from the tensor maps and pointers they are given.
-Each kernel's behaviour comes from ``PORTER_REHEARSAL`` ("name=pass|fail|fault|hang",
-comma-separated; default pass): ``fail`` computes a wrong result (x1.1).
+Each kernel's behaviour comes from ``PORTER_REHEARSAL`` ("name=MODE" or "name=MODE@N",
+comma-separated; default pass; ``@N``: from the kernel's N-th launch on, earlier ones
+pass): ``fail`` computes a wrong result (x1.1), ``fault`` ends in a sticky illegal
+address, ``hang`` never finishes, ``block`` blocks the host inside the launch call (a
+driver call that never returns), ``crash`` kills the process (SIGSEGV), ``bug`` raises
+a Python exception (a porter bug, as the child must report it).
 
 It refuses to start where a driver is installed: there the real calls would run.
 ``rehearsal_device()`` installs it and returns a CudaDevice on top (the
@@ -89,12 +93,16 @@ class CheckedDriver:
         return checked
 
 
+MODES = ("pass", "fail", "fault", "hang", "block", "crash", "bug")
+
+
 def _behaviours() -> dict[str, str]:
     out = {}
     for item in filter(None, (os.environ.get(REHEARSAL_ENV) or "").split(",")):
         name, _, mode = item.partition("=")
-        if mode not in ("pass", "fail", "fault", "hang"):
-            raise PorterError(f"{REHEARSAL_ENV}: {item!r}: a behaviour is pass, fail, fault or hang")
+        base, _, start = mode.partition("@")
+        if base not in MODES or (start and not start.isdigit()):
+            raise PorterError(f"{REHEARSAL_ENV}: {item!r}: a behaviour is {', '.join(MODES)}, optionally @N")
         out[name.strip()] = mode
     return out
 
@@ -314,7 +322,17 @@ class FakeGPU:
         self.launches.append(spec.name)
         self.last = {"kernel": spec.name, "grid": grid, "cluster": cluster, "cooperative": cooperative,
                      "smem_bytes": smem, "values": values}
-        mode = self.behaviours.get(spec.name, "pass")
+        mode, _, start = self.behaviours.get(spec.name, "pass").partition("@")
+        if start and self.launches.count(spec.name) < int(start):
+            mode = "pass"
+        if mode == "block":
+            self._block()
+        if mode == "crash":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if mode == "bug":
+            raise ZeroDivisionError("a planted bug in the rehearsal kernel")
         if mode == "fault":
             self.sticky = self.d.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
             return self._ok()              # launch errors of a running kernel show at the next sync

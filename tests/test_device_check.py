@@ -1,0 +1,228 @@
+"""benchmarks/device_check.py: the prepared manifest, the fallback cubins, and the whole
+run rehearsed without a GPU on porter.runtime.fakedriver (every driver call through the
+real binding's argument conversion), with kernels that pass, fail, fault and hang."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from porter.errors import PorterError
+from porter.runtime import cubins
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "device_check.py"
+
+
+def _rehearse(tmp_path, behaviours: str, *extra, timeout=240):
+    env = dict(os.environ, PORTER_REHEARSAL=behaviours, PORTER_LAUNCH_TIMEOUT_S="1")
+    env.pop("PORTER_DEVICE", None)
+    env.pop(cubins.CUBIN_DIR_ENV, None)
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, str(SCRIPT), "rehearse", "--out", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return done, time.monotonic() - t0
+
+
+def _by_name(results):
+    return {k["name"]: k for k in results["kernels"]}
+
+
+def test_rehearsal_reports_each_kernel_alone(tmp_path):
+    done, took = _rehearse(tmp_path, "gemm.fp8=fail,attention.hd64=fault@2,attention.hd64.causal=hang")
+    assert done.returncode == 1, done.stderr[-2000:]
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    k = _by_name(results)
+    from porter.runtime.device_check import _status
+
+    status = {name: _status(r) for name, r in k.items()}
+    assert status == {"gemm.bf16": "passed", "gemm.fp8": "FAILED", "attention.hd64": "FAULT",
+                      "attention.hd64.causal": "HANG", "attention.hd128": "passed",
+                      "attention.hd128.causal": "passed", "megakernel.llama-decode": "FAILED"}, status
+    # pass: validated at every shape (smoke first, the smallest), then benchmarked
+    bf16 = k["gemm.bf16"]
+    assert bf16["checks"][0]["shape"] == [256, 256, 64] and all(c["passed"] for c in bf16["checks"])
+    assert bf16["bench"] and bf16["bench"][0]["spot_check"]["passed"] and bf16["loaded_from"].startswith("prepared")
+    assert bf16["attributes"]["max_dynamic_smem_bytes"] > 48 * 1024
+    # numerical failure: the smoke launch failed, nothing else ran, no benchmark
+    assert k["gemm.fp8"]["smoke_failed"] and len(k["gemm.fp8"]["checks"]) == 1 and not k["gemm.fp8"]["bench"]
+    # fault on the second launch: the first check kept, the error named
+    fault = k["attention.hd64"]
+    assert len(fault["checks"]) == 1 and "CUDA_ERROR_ILLEGAL_ADDRESS" in fault["error"]["message"]
+    # hang: the watchdog names kernel, shape and seed, and the kernels after it still ran
+    hang = k["attention.hd64.causal"]["error"]["message"]
+    assert "attention.hd64.causal execution: still running after 1 s (watchdog)" in hang
+    assert "1x1x1x64x64 seed" in hang and k["attention.hd64.causal"]["seconds"] < 30
+    assert k["megakernel.llama-decode"]["checks"][0]["counters_ok"] is False
+    # a rehearsal claims no level
+    assert {r["level"] for r in results["kernels"]} == {"sass-checked"} and results["rehearsal"] is True
+    env = results["environment"]
+    for key in ("gpu", "driver_cuda", "cuda_bindings", "torch", "clocks_before", "clocks_after", "sdpa_backend",
+                "manifest"):
+        assert key in env, key
+    assert env["manifest"]["nvrtc"] and env["manifest"]["porter_commit"]
+    # bounded, self-describing output
+    files = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert files == ["results.json", "run.log"]
+    lines = done.stdout.rstrip("\n").splitlines()
+    rehearsed = lines[lines.index(next(x for x in lines if x.startswith("porter device check:"))):]
+    assert len(rehearsed) <= 100
+    table = rehearsed[rehearsed.index(next(x for x in rehearsed if x.startswith("==== porter device check"))):]
+    assert table[-1].startswith("3 of 7 kernels passed") and len(table) < 25
+    assert any(x.startswith("attention.hd64.causal     HANG") for x in table)
+    log = (tmp_path / "results" / "run.log").read_text()
+    assert log.count('"event": "launch"') >= sum(len(r["checks"]) for r in results["kernels"])
+    assert results["seconds"] < 120 and took < 200
+
+
+@pytest.mark.slow
+def test_rehearsal_survives_a_crash_a_blocked_call_and_a_bug(tmp_path):
+    done, _ = _rehearse(tmp_path, "gemm.bf16=bug@2,gemm.fp8=crash,attention.hd64=block",
+                        "--kernels", "gemm.bf16", "gemm.fp8", "attention.hd64", "attention.hd128", "--child-limit", "8")
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    k = _by_name(results)
+    assert k["gemm.bf16"]["error"]["kind"] == "bug" and len(k["gemm.bf16"]["checks"]) == 1
+    assert "ZeroDivisionError" in k["gemm.bf16"]["error"]["traceback"]
+    assert k["gemm.fp8"]["error"]["kind"] == "crash" and "exit -11" in k["gemm.fp8"]["error"]["message"]
+    assert k["attention.hd64"]["error"]["kind"] == "timeout" and k["attention.hd64"]["seconds"] < 15
+    assert k["attention.hd128"]["validated"] is True and done.returncode == 1
+
+
+# ---- the manifest ----------------------------------------------------------------------------------
+
+def _manifest(tmp_path, **over):
+    (tmp_path / "cubins").mkdir(exist_ok=True)
+    (tmp_path / "cubins" / "k.cubin").write_bytes(b"\x7fELF primary")
+    sources = cubins.source_digests()
+    m = {"format": cubins.FORMAT, "arch": "hopper", "porter_commit": "abc123", "sources": sources,
+         "sources_sha256": cubins.tree_digest(sources),
+         "kernels": {"hopper/gemm.bf16": {"cubin": "cubins/k.cubin", "cubin_sha256": cubins.sha256(b"\x7fELF primary")}}}
+    m.update(over)
+    (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
+    return m
+
+
+def test_a_fresh_manifest_passes(tmp_path):
+    cubins.check_manifest(_manifest(tmp_path), "hopper", tmp_path)
+
+
+def test_a_stale_manifest_names_the_file_that_changed(tmp_path):
+    m = _manifest(tmp_path)
+    m["sources"]["templates/gemm.cu.j2"] = "0" * 64
+    with pytest.raises(PorterError, match=r"stale: prepared at porter abc123, and 1 source file\(s\) differ here "
+                                          r"\(templates/gemm.cu.j2\); run benchmarks/device_check.py prepare again"):
+        cubins.check_manifest(m, "hopper", tmp_path)
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"arch": "blackwell"}, "prepared for 'blackwell', this run is for 'hopper'"),
+    ({"format": 1}, "manifest format 1, this porter reads 2"),
+])
+def test_a_foreign_manifest_is_refused(tmp_path, change, message):
+    with pytest.raises(PorterError, match=message):
+        cubins.check_manifest(_manifest(tmp_path, **change), "hopper", tmp_path)
+
+
+def test_a_damaged_or_missing_cubin_is_refused(tmp_path):
+    m = _manifest(tmp_path)
+    (tmp_path / "cubins" / "k.cubin").write_bytes(b"\x7fELF other")
+    with pytest.raises(PorterError, match="does not match its recorded sha256"):
+        cubins.check_manifest(m, "hopper", tmp_path)
+    (tmp_path / "cubins" / "k.cubin").unlink()
+    with pytest.raises(PorterError, match="cubins/k.cubin is missing; carry the whole prepared folder"):
+        cubins.check_manifest(m, "hopper", tmp_path)
+
+
+def test_run_refuses_a_stale_manifest_in_one_line(tmp_path, capsys):
+    import importlib.util
+
+    m = _manifest(tmp_path)
+    m["sources"]["porter/errors.py"] = "0" * 64
+    (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
+    spec = importlib.util.spec_from_file_location("device_check_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["run", "--prepared", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stale" in err[0] and "porter/errors.py" in err[0]
+    with pytest.raises(PorterError, match="no manifest.json there; run benchmarks/device_check.py prepare"):
+        cubins.read_manifest(tmp_path / "nowhere")
+
+
+# ---- the fallback cubin -----------------------------------------------------------------------------
+
+@pytest.fixture
+def prepared_on_rehearsal_gpu(tmp_path, monkeypatch, hopper):
+    """A prepared folder for gemm.bf16 whose primary cubin the driver refuses (not ELF)."""
+    from porter.commands.kernel import find_kernel
+    from porter.pipeline.work import jsonable
+    from porter.runtime import device, driver, fakedriver
+
+    spec = find_kernel("gemm.bf16", hopper)[0]
+    m = _manifest(tmp_path)
+    (tmp_path / "cubins" / "k.cubin").write_bytes(b"NEWER THAN THIS DRIVER")
+    (tmp_path / "cubins" / "f.cubin").write_bytes(b"\x7fELF fallback")
+    m["kernels"] = {"hopper/gemm.bf16": {"spec": jsonable(spec.to_dict()), "cubin": "cubins/k.cubin",
+                                         "fallback_cubin": "cubins/f.cubin", "nvrtc": "NVRTC 13.5",
+                                         "fallback_toolchain": "nvcc 13.0", "level": "sass-checked"}}
+    (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
+    monkeypatch.setenv(cubins.CUBIN_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(cubins.CHECKED_ENV, raising=False)
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    cubins._checked.cache_clear()
+    fakedriver.install(fakedriver.FakeGPU("hopper"))
+    yield spec, tmp_path
+    cubins._checked.cache_clear()
+    driver._init.cache_clear()
+    driver.context.cache_clear()
+
+
+def test_a_refused_cubin_falls_back_and_says_why(prepared_on_rehearsal_gpu, hopper):
+    from porter.runtime.device import CudaDevice
+
+    spec, folder = prepared_on_rehearsal_gpu
+    dev = CudaDevice()
+    fn = dev.load(spec, hopper)
+    assert fn.source == "fallback cubin (nvcc 13.0)"
+    assert "prepared cubin (NVRTC 13.5): cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE" in dev.load_notes[0]
+    (folder / "cubins" / "f.cubin").write_bytes(b"ALSO REFUSED")
+    with pytest.raises(PorterError, match="the driver refused every cubin: prepared cubin .*; fallback cubin"):
+        CudaDevice().load(spec, hopper)
+
+
+def test_a_kernel_missing_from_the_manifest_is_not_built_on_the_device(prepared_on_rehearsal_gpu, hopper):
+    from porter.commands.kernel import find_kernel
+    from porter.runtime.device import CudaDevice
+
+    with pytest.raises(PorterError, match=r"gemm.fp8: not in the prepared manifest \(prepare did not build it\)"):
+        CudaDevice().load(find_kernel("gemm.fp8", hopper)[0], hopper)
+
+
+@pytest.mark.slow
+def test_prepare_builds_a_fallback_set_with_an_older_nvcc(tmp_path):
+    from porter.runtime.device_check import _nvcc_fallback, prepare
+
+    nvcc, tool = _nvcc_fallback()
+    if nvcc is None:
+        pytest.skip(tool)
+    assert prepare(tmp_path, kernels=["gemm.bf16"], echo=lambda *_: None) == 0
+    m = json.loads((tmp_path / cubins.MANIFEST).read_text())
+    e = m["kernels"]["hopper/gemm.bf16"]
+    assert m["fallback_toolchain"] == tool and e["fallback_cubin_sha256"] and all(c["passed"] for c in e["fallback_checks"])
+    assert e["shapes"]["validate"][0] == [256, 256, 64] and e["cubin_sha256"] and m["nvrtc"]
+    cubins.check_manifest(m, "hopper", tmp_path)
+
+
+def test_table_lines_are_compact():
+    from porter.runtime.device_check import table_lines
+
+    rows = [{"name": f"k{i}", "checks": [{"passed": True}] * 3, "bench": [], "level": "sass-checked",
+             "validated": True, "seconds": 1.0} for i in range(7)]
+    lines = table_lines({"arch": "hopper", "environment": {"gpu": "G"}, "kernels": rows, "seconds": 9.0, "out": "o"})
+    assert len(lines) == 10 and lines[-1].startswith("7 of 7 kernels passed") and all(len(x) < 200 for x in lines)
