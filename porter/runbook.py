@@ -23,6 +23,7 @@ STAGE_KINDS = {
     "primitives": "the primitive headers the target's features need compile for the target",
     "kernels": "every variant of a kernel family rendered, compiled and SASS/limit-checked",
     "numerics": "each variant's arithmetic against the fp64 reference on the CPU",
+    "emulation": "each kernel's PTX executed in porter's simulator against the fp64 reference (not on a GPU)",
     "device": "kernels run on a GPU of the target arch (when one is present)",
     "bench": "kernels timed on a GPU against the roofline (when one is present)",
     "report": "report.md, report.json and report.html from every stage's results",

@@ -19,6 +19,9 @@ def register(sub) -> None:
     p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
                    help="device validation: auto = when a GPU of ARCH is present; on = required "
                         "(exit 3 without one, after the other stages ran)")
+    p.add_argument("--emulate", choices=("on", "off"), default="on",
+                   help="on (default): run each sass-checked kernel in porter's PTX simulator at its smallest "
+                        "shape (level emulated: executed in the simulator, not on a GPU); off: skip that stage")
     p.add_argument("--jobs", "-j", type=jobs_arg, default=0, help="parallel compile workers (default 0: one per CPU)")
     p.add_argument("--out", help="folder the artifacts and report.{md,json,html} are written into, as they are (default build/ARCH)")
     p.add_argument("--kernel", metavar="PATTERN",
@@ -37,7 +40,7 @@ def run(args) -> int:
 
     console = Console(stderr=False, soft_wrap=True)
     opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out,
-                      jobs=args.jobs, device=args.device, kernel=args.kernel)
+                      jobs=args.jobs, device=args.device, emulate=args.emulate, kernel=args.kernel)
     try:
         if args.quiet or not console.is_terminal:
             from porter.pipeline.context import NullDisplay
@@ -105,9 +108,16 @@ def print_summary(console, result) -> None:
     for k in kernels:
         failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
         table.add_row(lit(k["name"]), k["level"], lit(failed))
-    for u in unsupported:
-        table.add_row(lit(u["name"]), "unsupported", lit(why_unsupported(u)))
     console.print(table)
+    if unsupported:
+        # Not built, so nothing was checked: the reason is what the arch lacks, not a failed check.
+        nope = Table(title=f"not built on {result.arch} (unsupported: the arch lacks what they need)",
+                     title_justify="left")
+        nope.add_column("kernel", no_wrap=True)
+        nope.add_column("why not", overflow="fold")
+        for u in unsupported:
+            nope.add_row(lit(u["name"]), lit(why_unsupported(u)))
+        console.print(nope)
     for k in kernels:
         q = k.get("schedule")
         if q:  # a persistent kernel's plan on this arch (predicted, see report.md "Schedules")
@@ -130,7 +140,7 @@ def print_summary(console, result) -> None:
 
 def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[str]:
     """What the run amounts to, in words: the highest level reached and what to do next."""
-    from porter.levels import Level
+    from porter.levels import QUALIFIERS, Level
 
     if not kernels:
         return []
@@ -138,7 +148,7 @@ def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[s
     highest = max((order[k["level"]] for k in kernels), default=None)
     n_top = sum(order[k["level"]] == highest for k in kernels)
     uns = f"; {len(unsupported)} unsupported on {result.arch}" if unsupported else ""
-    note = " (CPU model of the arithmetic, not a GPU run)" if highest == Level.NUMERICS_MODEL else ""
+    note = f" ({QUALIFIERS[highest]})" if highest in QUALIFIERS else ""
     if highest == Level.FAILED:
         lines = [f"no kernel got through: all {len(kernels)} failed{uns}"]
     else:

@@ -49,6 +49,7 @@ class Context:
     store: StageStore
     jobs: int = 1
     device: str = "auto"
+    emulate: str = "on"
     kernel_pattern: str | None = None
     display: object = field(default_factory=NullDisplay)
     results: dict = field(default_factory=dict)

@@ -18,6 +18,7 @@ class RunOptions:
     out: Path | None = None          # default build/<arch>
     jobs: int = 0                    # 0: one per CPU
     device: str = "auto"             # auto | on | off
+    emulate: str = "on"              # on | off: the emulation stage (porter's PTX simulator)
     kernel: str | None = None        # kernel name, variant, family or glob (porter.commands.kernel.match_kernels)
 
 
@@ -61,6 +62,8 @@ def resolve(opts: RunOptions):
 
     if opts.device not in ("auto", "on", "off"):
         raise PorterError(f"--device {opts.device!r}: expected auto, on or off")
+    if opts.emulate not in ("on", "off"):
+        raise PorterError(f"--emulate {opts.emulate!r}: expected on or off")
     arch = load_arch(opts.arch)
     if opts.runbook:
         book = load_runbook(opts.runbook)
@@ -199,7 +202,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
     prepare_out_dir(out_dir, explicit=bool(opts.out))
     claim_out_dir(out_dir, arch, explicit=bool(opts.out))
     ctx = Context(arch=arch, base=base, runbook=book, out_dir=out_dir,
-                  store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device,
+                  store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device, emulate=opts.emulate,
                   kernel_pattern=opts.kernel, display=display or NullDisplay())
     run = RunResult(arch.name, base.name if base else None, book.name, out_dir,
                     products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch),

@@ -435,6 +435,53 @@ def _numerics(ctx, stage, built, val_digest):
                    f"(CPU model){tail}", data)
 
 
+@timed
+def run_emulation(ctx, stage):
+    """Each sass-checked kernel executed in porter's PTX simulator (porter.emu) at its
+    smallest emulation shape, against the fp64 reference: the level "emulated" (executed
+    in porter's PTX simulator, not on a GPU). A kernel whose PTX needs a form the
+    simulator lacks is "not emulated", with the form named, and fails nothing."""
+    if ctx.emulate == "off":
+        return _result(stage, NOT_RUN, "emulation off (--emulate off)")
+    built = [r for res in ctx.results.values() if res.kind == "kernels"
+             for r in res.data.get("kernels", []) if r.get("spec") and r["level"] >= Level.SASS_CHECKED]
+    if not built:
+        return _result(stage, SKIPPED, "no sass-checked kernels to emulate")
+    from porter.emu import validate as emu_validate
+
+    emu_digest = keys.folder_digest(keys._PKG / "emu", "*.py")
+    val_digest = keys.data_digest("validation", "*.py")
+    units = []
+    for r in built:
+        key = keys.digest([r["spec"], ctx.arch.digest, emu_digest, val_digest, keys.code_version("stages"),
+                           sorted(ctx.stage_keys.values())])
+        units.append((f"emulation/{r['name']}", key, emu_validate.emulation_unit,
+                      {"spec": r["spec"], "arch": ctx.arch, "out_dir": str(ctx.out_dir / "kernels" / r["name"])}))
+    done = {k.split("/", 1)[1]: v for k, v in ctx.run_units(stage, units).items()}
+    rows = [{k: v for k, v in done[r["name"]].items() if k != "checks"} | {"checks": len(done[r["name"]]["checks"])}
+            for r in built]
+    passed = [r for r in rows if r["status"] == "passed"]
+    failed = [r for r in rows if r["status"] == "failed"]
+    skipped = [r for r in rows if r["status"] == "not-emulated"]
+    data = {"emulation": rows, "kernels": [{"artifacts": r.get("artifacts", {})} for r in rows]}
+    wi = sum(run["warp_instructions"] for r in rows for run in r.get("runs", []))
+    secs = sum(run["seconds"] for r in rows for run in r.get("runs", []))
+    rate = f"; {wi:,} warp-instructions at {wi / secs:,.0f}/s" if secs else ""
+    tail = (f"; {len(skipped)} not emulated ({skipped[0]['name']}: {_first_line(skipped[0]['reason'])}"
+            + (" and more" if len(skipped) > 1 else "") + ")") if skipped else ""
+    if failed:
+        return _result(stage, FAILED, f"{len(failed)} of {len(rows)} kernels fail in the simulator: "
+                       f"{failed[0]['name']}: {_first_line(failed[0]['reason'])}{tail}", data)
+    if not passed:
+        return _result(stage, NOT_RUN, f"no kernel could be emulated{tail}", data)
+    return _result(stage, PASSED, f"{_n(len(passed), 'kernel')} executed in porter's PTX simulator (not on a GPU) "
+                   f"and met the fp64 reference{rate}{tail}", data)
+
+
+def _first_line(text: str) -> str:
+    return (text or "").splitlines()[0] if text else ""
+
+
 # -- day 5: device, bench, report -------------------------------------------------------------
 
 @timed
@@ -517,6 +564,7 @@ STAGE_FUNCTIONS = {
     "baseline": run_baseline,
     "primitives": run_primitives,
     "kernels": run_kernels,
+    "emulation": run_emulation,
     "numerics": run_numerics,
     "device": run_device,
     "bench": run_bench,

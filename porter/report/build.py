@@ -131,6 +131,7 @@ def build_report(ctx) -> dict:
     for r in results.values():
         by_kind.setdefault(r.kind, []).append(r)
     numerics = {n["name"]: n for r in by_kind.get("numerics", []) for n in r.data.get("numerics", [])}
+    emulation = {e["name"]: e for r in by_kind.get("emulation", []) for e in r.data.get("emulation", [])}
     device_rows = {d.get("name"): d for r in by_kind.get("device", []) for d in r.data.get("results", [])}
     bench_rows = {b.get("name"): b for r in by_kind.get("bench", []) for b in r.data.get("bench", [])}
     kernels, unsupported = [], []
@@ -141,6 +142,9 @@ def build_report(ctx) -> dict:
             num = numerics.get(row["name"])
             if num and num["passed"] and level >= Level.SASS_CHECKED:
                 level = Level.NUMERICS_MODEL
+            emu = emulation.get(row["name"])
+            if emu and emu.get("status") == "passed" and level >= Level.NUMERICS_MODEL:
+                level = Level.EMULATED
             dev = device_rows.get(row["name"])
             if dev and dev.get("passed") and level >= Level.NUMERICS_MODEL:
                 level = Level.DEVICE_VALIDATED
@@ -150,6 +154,8 @@ def build_report(ctx) -> dict:
             failed = [{"name": c["name"], "detail": str(c["detail"])} for c in row.get("checks", []) if not c["passed"]]
             if num and num["passed"] is False:
                 failed.append({"name": "numerics", "detail": num.get("error") or "outside tolerance"})
+            if emu and emu.get("status") == "failed":
+                failed.append({"name": "emulation", "detail": (emu.get("reason") or "").splitlines()[0]})
             kernels.append({
                 "name": row["name"], "variant": row.get("variant", row["name"]), "family": row.get("family", ""),
                 "target": arch.target, "level": level.label, "checks_failed": failed,
@@ -157,6 +163,8 @@ def build_report(ctx) -> dict:
                 "numerics": None if num is None or num["numerics"] is None else
                 {"passed": num["passed"], "cases": numerics_cases(num["numerics"])},
                 "schedule": schedule_fields(num["numerics"]) if num else None,
+                "emulation": None if emu is None else
+                {k: emu.get(k) for k in ("status", "reason", "seconds", "runs", "note")},
                 "device": dev, "bench": bench})
     before = []
     for stage in by_kind.get("baseline", []):

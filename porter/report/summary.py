@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from porter.levels import Level
+from porter.levels import QUALIFIERS, Level
 
 # Marks on a part of a line: "" plain, "strong" emphasis, "level" a level label.
 PLAIN, STRONG, LEVEL = "", "strong", "level"
 
 LEVEL_LEGEND = ("levels, lowest to highest: " + " < ".join(
-    lvl.label + (" (CPU model of the arithmetic, no kernel ran)" if lvl is Level.NUMERICS_MODEL else "")
+    lvl.label + (f" ({QUALIFIERS[lvl]})" if lvl in QUALIFIERS else "")
     for lvl in Level if lvl is not Level.FAILED))
 
 

@@ -1,0 +1,108 @@
+"""Validate a porter kernel in the simulator: the device harness's own host code
+(inputs, poisoned outputs, tensor maps, fp64 references, tolerance policies) run on the
+emulated device. The level this can establish is ``emulated``: executed in porter's PTX
+simulator, not on a GPU.
+
+``emulation_shapes(spec)`` are the small shapes that still walk every path: for a GEMM a
+single k-block, then a problem of several cluster units on the emulated device's one
+cluster (the persistent scheduler walks several tiles, the TMA ring's phases wrap); for
+attention ragged sequence lengths with grouped-query heads, causal with seq_q > seq_k and
+seq_q < seq_k.
+"""
+
+from __future__ import annotations
+
+import time
+
+from porter.emu.errors import Unsupported
+from porter.errors import PorterError
+
+EMULATED_NOTE = "executed in porter's PTX simulator, not on a GPU"
+
+
+def emulation_shapes(spec, smallest: bool = False) -> list[tuple]:
+    if spec.family == "gemm":
+        from porter.kernels import gemm
+
+        mult = gemm.shape_multiples(spec)
+        tile_k = int(spec.config.get("tile_k", mult[2]))
+        k_block = max(mult[2], tile_k)
+        shapes = [(mult[0], mult[1], k_block), (2 * mult[0], 2 * mult[1], 4 * k_block)]
+    elif spec.family == "attention":
+        # (batch, heads_q, heads_kv, seq_q, seq_k)
+        shapes = [(1, 2, 1, 160, 100), (1, 2, 2, 100, 230)]
+    else:
+        return []
+    return shapes[:1] if smallest else shapes
+
+
+def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, smallest: bool = False,
+            device=None) -> dict:
+    """Run ``spec`` in the simulator at its emulation shapes (or ``shapes``) with ``seeds``
+    input sets each. ``source``: an edited .cu to build instead of the rendered template.
+
+    Returns {name, variant, status, passed, level, checks, runs, seconds, reason}; status is
+    "passed", "failed" or "not-emulated" (the kernel's PTX needs a form the simulator lacks,
+    or its family has no emulation cases), and ``passed`` is None for "not-emulated"."""
+    from porter.emu.device import EmuDevice
+    from porter.levels import Level
+    from porter.validation import device_runs
+
+    start = time.perf_counter()
+    result = {"name": spec.name, "variant": spec.variant, "status": "not-emulated", "passed": None,
+              "level": None, "checks": [], "runs": [], "reason": "", "note": EMULATED_NOTE}
+    shapes = list(shapes) if shapes else emulation_shapes(spec, smallest)
+    if not shapes:
+        result["reason"] = f"no emulation cases for the {spec.family} family yet"
+        return _done(result, start)
+    dev = device or EmuDevice()
+    if source is not None:
+        dev.sources[spec.name] = source
+    try:
+        fn = dev.load(spec, arch)
+    except Unsupported as exc:
+        result["reason"] = str(exc)
+        return _done(result, start)
+    try:
+        checks = device_runs.validate_family(spec, arch, shapes, seeds, device=dev)
+        error = ""
+    except PorterError as exc:                     # a checker, a deadlock, a fault: this kernel fails
+        checks, error = [], str(exc)
+    result["checks"] = checks
+    result["runs"] = [r.to_dict() for r in fn.runs]
+    passed = bool(checks) and not error and all(c["passed"] for c in checks)
+    result["passed"] = passed
+    result["status"] = "passed" if passed else "failed"
+    result["level"] = Level.EMULATED.label if passed else None
+    if error:
+        result["reason"] = error
+    elif not passed:
+        bad = next(c for c in checks if not c["passed"])
+        result["reason"] = f"outside tolerance or unwritten at {bad.get('shape')} seed {bad.get('seed')}"
+    return _done(result, start)
+
+
+def _done(result: dict, start: float) -> dict:
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    return result
+
+
+def emulation_unit(payload: dict) -> dict:
+    """A pipeline unit: emulate one kernel at its smallest emulation shape (one seed) and
+    write emulation.json beside its other artifacts."""
+    import json
+    from pathlib import Path
+
+    from porter.fsutil import atomic_write
+    from porter.pipeline.work import jsonable, spec_from_dict
+
+    spec = spec_from_dict(payload["spec"])
+    result = emulate(spec, payload["arch"], seeds=payload.get("seeds", 1), smallest=payload.get("smallest", True))
+    result = jsonable(result)
+    result["artifacts"] = {}
+    out = payload.get("out_dir")
+    if out:
+        path = Path(out) / "emulation.json"
+        atomic_write(path, json.dumps(result, indent=1, sort_keys=True))
+        result["artifacts"]["emulation.json"] = str(path)
+    return result
