@@ -218,13 +218,17 @@ class GemmRun:
         self.c_buf = dev.alloc(inp.m * inp.n * 2)
         self.bufs += [a_buf, b_buf, self.c_buf]
         plan = gemm_plan(spec, arch, inp, a_buf, b_buf, self.c_buf, max_ctas=getattr(dev, "sm_count", None))
-        addresses = {"tma_a": a_buf.ptr, "tma_b": b_buf.ptr}
+        # Operands under their tensor map's name, or as plain pointers (a, b, sfa, sfb) for a
+        # kernel that takes no map for them (the mma_sync path's cp.async / scale pointers).
+        addresses = {("tma_a" if "tma_a" in plan.maps else "a"): a_buf.ptr,
+                     ("tma_b" if "tma_b" in plan.maps else "b"): b_buf.ptr}
         for param, flat in plan.host_scales.items():
             buf = dev.upload(flat)
             self.bufs.append(buf)
             addresses[param] = buf.ptr
         values = {"c": self.c_buf.ptr, "m": plan.m, "n": plan.n, "k": plan.k,
                   "scale_a": plan.scale_a, "scale_b": plan.scale_b}
+        values.update({p: addresses[p] for p, ctype in plan.params if ctype.endswith("*") and p in addresses})
         for param, tmap in plan.maps.items():
             values[param] = dev.encode_tensor_map(tmap, addresses[param])
         missing = [p for p, _ in plan.params if p not in values]
@@ -359,7 +363,8 @@ def attention_plan(spec, arch, q, k, v) -> tuple[dict, dict, dict]:
         raise PorterError(f"{spec.name}: inputs have head dim {d}, the kernel {spec.config['head_dim']}")
     plan = family.launch_plan(spec, arch, b, hq, hkv, sq, sk)
     # tiny problems get zero rows up to one TMA box (the kernel masks them): the family's rule
-    host = family._pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
+    # pointer-staged mainloops (cp.async) take q / k / v unpadded: family.host_views
+    host = family.host_views(plan, q, k, v)
     return plan, host, family.tensor_maps(spec, plan, d * 2)
 
 
@@ -376,8 +381,10 @@ class AttentionRun:
         self.o_buf = dev.alloc(int(np.prod(self.o_shape)) * 2)
         self.lse_buf = dev.alloc(int(np.prod(self.lse_shape)) * 4)
         values = {"o": self.o_buf.ptr, "lse": self.lse_buf.ptr, **self.plan["scalars"]}
-        for p in ("tma_q", "tma_k", "tma_v"):
+        for p in self.plan["tensor_maps"]:
             values[p] = dev.encode_tensor_map(maps[p], self.bufs[p].ptr)
+        for p in self.plan.get("pointers", ()):
+            values[p] = self.bufs[p].ptr
         self.args = [(ctype, values[p]) for p, ctype in spec.config["params"]]
         self.cluster = tuple(spec.cluster)
         self.nbytes = sum(x.nbytes for x in host.values()) + self.o_buf.nbytes + self.lse_buf.nbytes

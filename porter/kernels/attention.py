@@ -343,15 +343,22 @@ def attention(q, k, v, causal: bool = False, arch=None, softmax_scale: float | N
         arch = device_arch(dev)
         spec = choose_spec(arch, d, bool(causal), b, hq, sq, sk, pair)
     plan = launch_plan(spec, arch, b, hq, hkv, sq, sk, softmax_scale)
-    if plan["tensor_maps"]:
-        host = _pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
-    else:
-        import numpy as np
-
-        host = {name: np.ascontiguousarray(x).reshape(plan["pointers"][name]["rows"], d)
-                for name, x in (("q", q), ("k", k), ("v", v))}
+    host = host_views(plan, q, k, v)
     maps = tensor_maps(spec, plan, d * 2)
     return _run(spec, arch, plan, maps, host)
+
+
+def host_views(plan: dict, q, k, v) -> dict:
+    """Host q, k, v as the 2-D (rows, D) bf16 arrays the kernel's parameters receive, keyed
+    by parameter: tma_q / tma_k / tma_v (padded to a box, ``_pad_to_box``) for a TMA
+    mainloop, q / k / v (contiguous, unpadded: the kernel clamps its rows) for one that
+    takes pointers."""
+    if plan["tensor_maps"]:
+        return _pad_to_box(plan, {"tma_q": q, "tma_k": k, "tma_v": v})
+    import numpy as np
+
+    return {name: np.ascontiguousarray(x).reshape(plan["pointers"][name]["rows"], plan["pointers"][name]["cols"])
+            for name, x in (("q", q), ("k", k), ("v", v))}
 
 
 def _pad_to_box(plan: dict, arrays: dict) -> dict:
