@@ -69,7 +69,9 @@ def install(monkeypatch, template_root: Path, token: str = "0") -> None:
 
 
 def variants(arch):
-    from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+    from porter.kernels.base import KernelSpec, SassRule, Unsupported
+
+    NO_SPILLS = (SassRule(r"(STL|LDL)\b", "local-memory spill or stack traffic"),)
 
     feats = ("tmem",) if arch.has("tmem") else ("wgmma",) if arch.has("wgmma") else ()
     out = [KernelSpec(family="fake", name="fake.axpy", variant="fake.axpy", entry="fake_axpy",

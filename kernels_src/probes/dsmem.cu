@@ -6,9 +6,10 @@
 //   buffer, the cluster synchronises, then every thread maps the peer CTA's buffer with
 //   mapa.shared::cluster and reads it with ld.shared::cluster; a second cluster barrier
 //   keeps the peer's shared memory alive until all remote reads are done.
-// seen: (nvdisasm 13.x, sm_90a and sm_100a) mapa has no opcode of its own: ptxas builds
-//   the peer address from SR_CgaCtaId (rank ^ 1 spliced in with PRMT) and the shared
-//   window base SR_SWINHI, and ld.shared::cluster becomes a generic LD.E through it.
+// seen: (nvdisasm 13.x, sm_90a and sm_100a) mapa has no instruction of its own: ptxas
+//   builds the peer address from the CTA's rank in the cluster and the shared window
+//   base, and ld.shared::cluster becomes a generic load through it (the descriptors'
+//   sass_ops cta_rank_in_cluster, shared_window and generic_load spell these).
 // denied: clusters and shared::cluster addressing need sm_90 or newer.
 
 typedef unsigned int u32;

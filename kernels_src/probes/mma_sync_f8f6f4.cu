@@ -7,9 +7,9 @@
 //   mma.sync m16n8k16 bf16 x bf16 -> f32 and then mma.sync m16n8k32 kind::f8f6f4
 //   e4m3 x e4m3 -> f32 into the same register accumulator (A, B, C and D all in
 //   registers, each lane holding its fragment); D is written to global memory.
-// seen: (nvdisasm 13.5) sm_120a runs fp8 natively: QMMA.16832.F32.E4M3.E4M3 after
-//   HMMA.16816.F32.BF16. sm_100a also accepts kind::f8f6f4 with e4m3, but only by
-//   converting to f16 and issuing two HMMA.16816.F32 (no QMMA): fp8 mma.sync is
+// seen: (nvdisasm 13.5) sm_120a runs fp8 natively: the fp8 MMA opcode follows the bf16
+//   one (arch/rtx-blackwell.yaml spells both). sm_100a also accepts kind::f8f6f4 with
+//   e4m3, but only by converting to f16 and issuing two bf16-unit MMAs: fp8 mma.sync is
 //   emulated there, tcgen05 is its fp8 path.
 // denied: ptxas rejects .kind::f8f6f4 on sm_90a ("Feature '.kind::f8f6f4' not supported").
 

@@ -6,8 +6,9 @@
 // proves: one warp issues mma.sync m16n8k32 kind::f8f6f4 with fp4 operands (e2m1 x e2m1
 //   -> f32, one element per byte in registers, as the unscaled kind takes them) and
 //   writes the register accumulator to global memory.
-// seen: (nvdisasm 13.5, sm_120a) QMMA.16832.F32.E2M1.E2M1: unscaled fp4 runs on the
-//   same QMMA unit as fp8 at K = 32; the packed K = 64 fp4 path is the block-scaled OMMA.
+// seen: (nvdisasm 13.5, sm_120a) unscaled fp4 runs on the same unit as fp8 at K = 32
+//   (same opcode, e2m1 operand suffixes); the packed K = 64 fp4 path is the block-scaled
+//   fp4 unit (arch/rtx-blackwell.yaml, tensor_core.kinds and sass_signatures.fp4).
 // denied: ptxas rejects fp6 / fp4 mma.sync on sm_90a and sm_100a ("Instruction 'mma with
 //   with FP6/FP4 floating point type' not supported").
 

@@ -6,7 +6,7 @@
 // proves: one warp issues mma.sync m16n8k32 kind::f8f6f4 with fp6 operands (e2m3 x e3m2
 //   -> f32, one element per byte in registers) and writes the register accumulator to
 //   global memory.
-// seen: (nvdisasm 13.5, sm_120a) the formats are opcode suffixes: QMMA.16832.F32.E2M3.E3M2.
+// seen: (nvdisasm 13.5, sm_120a) the formats are opcode suffixes (sass_signatures.fp6).
 // denied: ptxas rejects fp6 / fp4 mma.sync on sm_90a and sm_100a ("Instruction 'mma with
 //   with FP6/FP4 floating point type' not supported").
 

@@ -9,8 +9,8 @@
 //   ue8m0 scales per row of A and per column of B: one per 32 elements of K); each lane
 //   passes a 32-bit scale word for A and one for B, selected with {byte-id, thread-id}
 //   = {0, 0}; D is written to global memory.
-// seen: (nvdisasm 13.5, sm_120a) OMMA.SF.16864.F32.E2M1.E2M1.E8 - the packed fp4 unit (OMMA),
-//   the same opcode kind::mxf4nvf4 with scale_vec::2X gives.
+// seen: (nvdisasm 13.5, sm_120a) the packed fp4 unit's block-scaled opcode with the ue8m0
+//   scale suffix, the same opcode kind::mxf4nvf4 with scale_vec::2X gives.
 // denied: ptxas rejects block-scaled mma.sync on sm_90a and sm_100a ("Instruction 'mma with
 //   block scale' not supported").
 

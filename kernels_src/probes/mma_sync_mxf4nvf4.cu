@@ -9,8 +9,9 @@
 //   f32, two e2m1 per byte, four ue4m3 scales per row of A and per column of B: one per
 //   16 elements of K); each lane passes a 32-bit word of four ue4m3 scales for A and one
 //   for B, selected with {byte-id, thread-id} = {0, 0}; D is written to global memory.
-// seen: (nvdisasm 13.5, sm_120a) OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X; with scale_vec::2X
-//   and ue8m0 the same instruction prints OMMA.SF.16864.F32.E2M1.E2M1.E8.
+// seen: (nvdisasm 13.5, sm_120a) the ue4m3 scale format and the 4X vector are opcode
+//   suffixes (sass_modifiers.scale_vec_4x); with scale_vec::2X and ue8m0 the same
+//   instruction carries the ue8m0 suffix instead.
 // denied: ptxas rejects block-scaled mma.sync on sm_90a and sm_100a ("Instruction 'mma with
 //   block scale' not supported"); sm_100a scales inside tcgen05.mma instead.
 

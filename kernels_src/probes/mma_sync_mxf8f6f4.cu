@@ -10,8 +10,8 @@
 //   passes a 32-bit scale word for A and one for B, and the {byte-id, thread-id}
 //   selectors (here 0, 0) pick which byte of which lanes' words the MMA reads; D is
 //   written to global memory.
-// seen: (nvdisasm 13.5, sm_120a) QMMA.SF.16832.F32.E4M3.E4M3.E8: .SF marks block scaling,
-//   .E8 the ue8m0 scale format, and the two scale registers follow the C operand.
+// seen: (nvdisasm 13.5, sm_120a) a suffix marks block scaling, another the ue8m0 scale
+//   format, and the two scale registers follow the C operand (sass_modifiers.scale_operands).
 // denied: ptxas rejects block-scaled mma.sync on sm_90a and sm_100a ("Instruction 'mma with
 //   block scale' not supported"); sm_100a scales inside tcgen05.mma instead.
 

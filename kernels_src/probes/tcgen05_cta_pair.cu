@@ -8,11 +8,10 @@
 //   (bf16 -> f32, M=256 N=64 K=16: each CTA holds 128 rows of A and half of B), and
 //   tcgen05.commit multicasts the completion to the mbarrier of both CTAs; each CTA reads
 //   its half of D from its own TMEM and writes it to global memory.
-// seen: nvdisasm 13.x (NVRTC 13.x, sm_100a) prints the pair form as a .2CTA opcode
-//   suffix: UTCHMMA.2CTA for the MMA, UTCBAR.2CTA.MULTICAST for the multicast commit,
-//   UTCATOMSWS.2CTA.FIND_AND_SET.ALIGN for tcgen05.alloc.cta_group::2; the dealloc is a
-//   plain UTCATOMSWS.AND; the cluster barriers are UCGABAR_ARV / UCGABAR_WAIT.
-//   So ARCH_FACTS' "cta_group::2 = .2CTA suffix (to verify)" holds for MMA and commit.
+// seen: nvdisasm 13.x (NVRTC 13.x, sm_100a) prints the pair form as an opcode suffix
+//   (arch/blackwell.yaml sass_modifiers.pair) on the MMA, on the multicast commit and on
+//   tcgen05.alloc.cta_group::2; the dealloc carries none. So ARCH_FACTS' "cta_group::2 =
+//   a pair suffix (to verify)" holds for MMA and commit.
 // denied: ptxas rejects tcgen05 on targets without it (sm_90a, sm_120a).
 
 typedef unsigned long long u64;

@@ -9,7 +9,7 @@
 //   tcgen05.ld. Compile-only for fp6 itself: the operand formats are fields of the
 //   runtime instruction descriptor, so the SASS cannot tell fp6 from e4m3.
 // note: fp6 is a format field of the instruction descriptor, not an opcode: the SASS is the
-//   same UTCQMMA as e4m3, so this shows an fp6 MMA compiles; cvt_fp6 shows the target knows fp6.
+//   same opcode as e4m3, so this shows an fp6 MMA compiles; cvt_fp6 shows the target knows fp6.
 // denied: ptxas rejects tcgen05 on targets without it (sm_90a, sm_120a).
 
 #include "tcgen05_probe.cuh"

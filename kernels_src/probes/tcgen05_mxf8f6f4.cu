@@ -3,8 +3,9 @@
 // also-needs: tcgen05, tmem, fp8
 // kind: mxf8f6f4
 // shows: kind:mxf8f6f4, op:tmem_copy, kind:mxf8f6f4/scale_operands
-// note: block scaling shows in the operands, not the opcode: the block-scaled UTCQMMA
-//   carries Tensor Memory scale operands after the idesc; plain kind::f8f6f4 has none.
+// note: block scaling shows in the operands, not the opcode: the block-scaled MMA carries
+//   Tensor Memory scale operands after the idesc (sass_modifiers.scale_operands); plain
+//   kind::f8f6f4 has none.
 // proves: block-scaled MMA as an MX GEMM issues it: ue8m0 scale factors (one per 32
 //   elements along K) are staged shared -> Tensor Memory with tcgen05.cp, then one thread
 //   issues tcgen05.mma cta_group::1 kind::mxf8f6f4.block_scale.scale_vec::1X

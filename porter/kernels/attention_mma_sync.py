@@ -20,7 +20,7 @@ Registers per thread (hd128, BLOCK_N 64): O 16 x 128 fp32 / 32 lanes = 64, S 16 
 from __future__ import annotations
 
 from porter.kernels import attention as family
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule, Unsupported
+from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 
 MAINLOOP = "mma_sync"
 WARPS = 8                  # 8 x 16 query rows = 128-row tiles
@@ -71,13 +71,11 @@ def _sass_rules(arch, stage_with: str):
     required = [SassRule(any_of(ops), "mma.sync bf16 for S = Q K^T and O += P V (tensor_core.kinds.f16.sass)")] \
         if ops else []
     if stage_with == "tma":
-        for feature, why in (("tma", "Q, K and V streamed by TMA"), ("mbarrier", "mbarrier-completed stages")):
-            loads = [p for p in sig.get(feature, ()) if feature != "tma" or "LDG" in p]
-            if loads:
-                required.append(SassRule(any_of(loads), f"{why} (sass_signatures.{feature})"))
+        for ref, why in (("op:tma_load", "Q, K and V streamed by TMA"), ("mbarrier", "mbarrier-completed stages")):
+            required.append(SassRule(arch.sass_pattern(ref), f"{why} ({ref})"))
     elif sig.get("cp_async"):
         required.append(SassRule(any_of(sig["cp_async"]), "Q, K and V staged by cp.async (sass_signatures.cp_async)"))
-    return tuple(required), tuple(NO_SPILLS)
+    return tuple(required), no_spills(arch)
 
 
 def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:

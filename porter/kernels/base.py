@@ -73,12 +73,9 @@ class Unsupported:
                 "missing": list(self.missing), "reason": self.reason}
 
 
-# Opcodes no tuned tensor-core kernel may contain: local-memory traffic means spills.
-NO_SPILLS = (SassRule(r"(STL|LDL)\b", "local-memory spill or stack traffic"),)
-
-
 def no_spills(arch) -> tuple[SassRule, ...]:
-    """The spill rule in the arch's own spelling (``sass_ops.local_memory``)."""
+    """What no tuned tensor-core kernel may contain: local-memory traffic means spills,
+    in the arch's own spelling (``sass_ops.local_memory``)."""
     return (SassRule(arch.sass_pattern("op:local_memory"),
                      "local-memory spill or stack traffic (sass_ops.local_memory)"),)
 

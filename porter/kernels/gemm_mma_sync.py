@@ -30,7 +30,7 @@ layout the MMA's per-lane scale words are read from; no host reordering).
 from __future__ import annotations
 
 from porter.errors import PorterError
-from porter.kernels.base import NO_SPILLS, KernelSpec, SassRule
+from porter.kernels.base import KernelSpec, SassRule, no_spills
 
 MAINLOOP = "mma_sync"
 ROW_BYTES = 128            # one stage row: 128 bytes of K (the TMA 128B-swizzle span)
@@ -146,13 +146,11 @@ def _sass_rules(arch, kind: str, variant, stage_with: str):
         if sig.get(feature):
             required.append(SassRule(any_of(sig[feature]), f"{feature} in the MMA (sass_signatures.{feature})"))
     if stage_with == "tma":
-        for feature, why in (("tma", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
-            loads = [p for p in sig.get(feature, ()) if feature != "tma" or "LDG" in p]
-            if loads:
-                required.append(SassRule(any_of(loads), f"{why} (sass_signatures.{feature})"))
+        for ref, why in (("op:tma_load", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
+            required.append(SassRule(arch.sass_pattern(ref), f"{why} ({ref})"))
     elif sig.get("cp_async"):
         required.append(SassRule(any_of(sig["cp_async"]), "cp.async operand staging (sass_signatures.cp_async)"))
-    return tuple(required), tuple(NO_SPILLS)
+    return tuple(required), no_spills(arch)
 
 
 def make_spec(arch, variant, pair: bool) -> KernelSpec:
