@@ -116,6 +116,19 @@ def test_validate_gemm_through_another_device(hopper, name):
     assert not bad[0]["passed"]
 
 
+def test_harness_validate_on_an_emulated_device_reports_emulated(hopper, tmp_path):
+    import json
+
+    from porter.commands.kernel import find_kernel
+    from porter.validation import device_harness as dh
+
+    spec = find_kernel("gemm.bf16", hopper)[0]
+    result = dh.validate(spec, hopper, tmp_path, shapes=[(256, 256, 64)], seeds=1,
+                         device=HostDevice({"gemm": gemm_kernel()}))
+    assert result["passed"] and result["level"] == "emulated" and result["device"]["kind"] == "emu"
+    assert json.loads((tmp_path / "device_validation.json").read_text())["level"] == "emulated"
+
+
 def test_an_unwritten_output_fails_on_any_device(hopper):
     from porter.commands.kernel import find_kernel
 

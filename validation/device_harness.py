@@ -15,9 +15,11 @@ timers runs without a GPU (the tests exercise it on CPU arrays):
   rotated over enough sets that they do not fit in the descriptor's L2.
 * **statistics**: median and spread (p10..p90 over the median) of the samples.
 
-``validate(spec, arch, out_dir)`` and ``bench(spec, arch, out_dir)`` are the entry
-points the pipeline's device and bench stages call; ``porter validate`` and
-``porter bench`` call them too. The family-specific launches are in ``device_runs``.
+``validate(spec, arch, out_dir, device=...)`` and ``bench(spec, arch, out_dir)`` are the
+entry points the pipeline's device and bench stages call; ``porter validate`` and
+``porter bench`` call them too. Validation runs on any ``porter.runtime.device`` Device
+(a GPU, or porter's emulator: level ``emulated``); benchmarks need a GPU. The
+family-specific launches are in ``device_runs``.
 """
 from __future__ import annotations
 
@@ -381,28 +383,36 @@ def _as_spec(spec):
     return spec_from_dict(spec)
 
 
-def validate(spec, arch, out_dir=None, shapes=None, seeds: int = 2) -> dict:
-    """Run ``spec`` on device 0 at several shapes with fresh inputs; judge every output.
+def validate(spec, arch, out_dir=None, shapes=None, seeds: int = 2, device=None) -> dict:
+    """Run ``spec`` at several shapes with fresh inputs on ``device`` (default: the CUDA
+    device 0, which must have the descriptor's compute capability); judge every output.
 
-    Returns {name, variant, spec, device, checks: [...], passed, level}. Needs a GPU
-    whose compute capability is the descriptor's (PorterError otherwise).
+    Returns {name, variant, spec, device, checks: [...], passed, level}: device-validated
+    on a GPU, emulated on porter's simulator (a device of kind "emu").
     """
     from porter.levels import Level
+    from porter.runtime.device import get_device
     from porter.validation import device_runs
 
     spec = _as_spec(spec)
-    device = device_runs.require_device(arch)
-    checks = device_runs.validate_family(spec, arch, shapes, seeds)
+    dev = device if device is not None else get_device()
+    if dev.kind == "cuda":
+        where = device_runs.require_device(arch)
+        reached = Level.DEVICE_VALIDATED
+    else:
+        where = {"kind": dev.kind, "name": dev.name}
+        reached = Level.EMULATED
+    checks = device_runs.validate_family(spec, arch, shapes, seeds, device=dev)
     passed = bool(checks) and all(c["passed"] for c in checks)
     if passed:
-        level = Level.DEVICE_VALIDATED
+        level = reached
     else:
         # A failed device check establishes nothing new: report what the build itself
         # reached (a cache hit here), never a level this run did not check.
         from porter.kernels.build import build_kernel
 
         level = min(build_kernel(spec, arch).level, Level.SASS_CHECKED)
-    result = {"name": spec.name, "variant": spec.variant, "spec": spec.to_dict(), "device": device,
+    result = {"name": spec.name, "variant": spec.variant, "spec": spec.to_dict(), "device": where,
               "checks": checks, "passed": passed, "level": level.label}
     _write(out_dir, "device_validation.json", result)
     return result

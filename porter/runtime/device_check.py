@@ -431,6 +431,8 @@ def _level(record: dict, manifest_level: str, rehearsal: bool, kind: str) -> str
 
     if rehearsal or _status(record) not in ("passed",):
         return manifest_level
+    if kind == "emu":
+        return Level.EMULATED.label
     if kind != "cuda":
         return manifest_level
     return (Level.BENCHMARKED if record["bench"] else Level.DEVICE_VALIDATED).label
