@@ -21,18 +21,22 @@ from __future__ import annotations
 
 from porter.commands.device_common import EXIT_CODES, SHAPE_FORMS
 
-DEVICE_MODES = ("auto", "on", "off")
+DEVICE_MODES = ("auto", "on", "off", "emu")
 
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="run kernels on a GPU of the arch against the CPU references",
                        description=f"Run kernels on a GPU of the arch against the CPU references; {EXIT_CODES}.")
     p.add_argument("arch", help="descriptor name or path (the GPU must have its compute capability)")
-    p.add_argument("--kernel", required=True, metavar="FAMILY|NAME",
-                   help="a family (gemm, attention, megakernel) or one kernel, e.g. gemm.bf16")
+    p.add_argument("--kernel", metavar="FAMILY|NAME",
+                   help="a family (gemm, attention, megakernel) or one kernel, e.g. gemm.bf16 (default: every kernel)")
     p.add_argument("--device", choices=DEVICE_MODES, default="auto",
                    help="on: fail without a matching GPU (exit 3); auto (default): skip without one (exit 0); "
-                        "off: no kernel runs: build each kernel and run the CPU model of its arithmetic")
+                        "off: no kernel runs: build each kernel and run the CPU model of its arithmetic; "
+                        "emu: run each kernel's PTX in porter's simulator (level emulated: not on a GPU)")
+    p.add_argument("--source", metavar="FILE.cu",
+                   help="with --device emu and one kernel: build this edited copy of the rendered kernel "
+                        "(porter kernel render) instead of the template, and validate it in the simulator")
     p.add_argument("--shapes", "--shape", dest="shapes", nargs="+", metavar="SHAPE", help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--seeds", type=int, default=2, help="fresh random inputs per shape (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -53,10 +57,26 @@ def run(args) -> int:
     if args.seeds < 1:
         raise PorterError(f"--seeds {args.seeds}: need at least one seed")
     arch = load_arch(args.arch)
-    specs, unsupported = select_kernels(arch, args.kernel)
-    family = one_family(specs)
-    shapes = parse_shapes(family, args.shapes, "validate")
-    check_shapes(specs, shapes)
+    if args.kernel is None:
+        if args.shapes:
+            raise PorterError("--shapes: name the family or kernel they are for with --kernel")
+        from porter import kernels
+
+        specs, unsupported = [], []
+        for fam in kernels.FAMILIES:
+            more, skipped = select_kernels(arch, fam)
+            specs, unsupported = specs + more, unsupported + skipped
+        shapes = None
+        family = None
+    else:
+        specs, unsupported = select_kernels(arch, args.kernel)
+        family = one_family(specs)
+        shapes = parse_shapes(family, args.shapes, "validate")
+        check_shapes(specs, shapes)
+    if args.source and args.device != "emu":
+        raise PorterError("--source runs an edited kernel in the simulator: give --device emu with it")
+    if args.device == "emu":
+        return _emulate(args, arch, specs, unsupported, shapes)
     dev, reason = decide_device(arch, args.device)
     if dev is None and args.device == "auto":
         if args.json:   # --json means JSON on every path, the skipped one included
@@ -83,6 +103,53 @@ def run(args) -> int:
         print(json.dumps(jsonable(report), indent=1))
     else:
         print(_text(report))
+    return 0 if report["passed"] else 1
+
+
+def _emulate(args, arch, specs, unsupported, shapes) -> int:
+    """--device emu: every selected kernel's PTX run in porter's simulator against the
+    fp64 references, with the device harness's own inputs, poisoning and judging."""
+    import json
+    from pathlib import Path
+
+    from porter.emu.validate import EMULATED_NOTE, emulate
+    from porter.errors import PorterError
+    from porter.pipeline.work import jsonable
+
+    source = None
+    if args.source:
+        if len(specs) != 1:
+            raise PorterError(f"--source {args.source}: select exactly one kernel with --kernel "
+                              f"({len(specs)} selected: {', '.join(s.name for s in specs[:4])})")
+        path = Path(args.source)
+        if not path.is_file():
+            raise PorterError(f"--source {args.source}: no such file")
+        source = path.read_text()
+    results, not_emulated = [], []
+    for spec in specs:
+        r = emulate(spec, arch, shapes=shapes, seeds=args.seeds, source=source)
+        if r["status"] == "not-emulated":
+            not_emulated.append(r)
+            continue
+        r["level"] = r["level"] or "failed in the simulator"
+        r["error"] = r["reason"] if r["status"] == "failed" else ""
+        r["note"] = EMULATED_NOTE + (f"; built from {args.source}" if source else "")
+        results.append(r)
+    if not results:
+        # every selected kernel needs a PTX form the simulator lacks: input it cannot take (exit 2)
+        r = not_emulated[0]
+        raise PorterError(f"{r['name']}: not emulated: {r['reason'].splitlines()[0]}"
+                          + (f" (and {len(not_emulated) - 1} more kernels)" if len(not_emulated) > 1 else ""))
+    device = {"index": None, "name": "porter PTX simulator (emulated, not a GPU)"}
+    report = {"arch": arch.name, "target": arch.target, "device": device, "mode": "emu", "results": results,
+              "not_emulated": [{"name": r["name"], "reason": r["reason"]} for r in not_emulated],
+              "unsupported": [u.to_dict() for u in unsupported], "passed": all(r["passed"] for r in results)}
+    if args.json:
+        print(json.dumps(jsonable(report), indent=1))
+    else:
+        text = _text(report)
+        lines = [f"{r['name']}: not emulated: {r['reason'].splitlines()[0]}" for r in not_emulated]
+        print(text if not lines else text.rsplit("\n", 1)[0] + "\n" + "\n".join(lines) + "\n" + text.rsplit("\n", 1)[1])
     return 0 if report["passed"] else 1
 
 
@@ -151,7 +218,9 @@ def _check_line(c: dict) -> str:
 
 def _text(report: dict) -> str:
     dev = report["device"]
-    head = f"{report['arch']} ({report['target']})" + (f" on device {dev['index']} {dev['name']}" if dev else "")
+    head = f"{report['arch']} ({report['target']})"
+    if dev:
+        head += f" on {dev['name']}" if dev.get("index") is None else f" on device {dev['index']} {dev['name']}"
     lines = [f"validate {head}"]
     for r in report["results"]:
         lines.append(f"{r['name']}: {'passed' if r['passed'] else 'FAILED'} (level {r['level']})"

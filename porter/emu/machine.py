@@ -444,7 +444,7 @@ class Scheduler:
         cta = w.cta
         cluster_barrier_recheck(cta.cluster)
         if all(x.done for x in cta.warps):
-            for hook in self.exit_hooks:
+            for hook in self.exit_hooks + cta.units.get("exit_checks", []):
                 hook(cta)
             cta.done = True
             cta.smem.exited = True
