@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 from porter.cli import jobs_arg
 
@@ -89,7 +91,10 @@ def print_summary(console, result) -> None:
     table.add_column("kernel", no_wrap=True)
     table.add_column("level", no_wrap=True)
     table.add_column("checks failed", overflow="fold")
-    report_json = result.out_dir / "report.json"
+    # The report this run wrote (a --kernel run writes report.kernel-<pattern>.json beside the full one).
+    report_stage = next((s for s in result.stages if s.kind == "report"), None)
+    report_json = next((Path(f) for f in (report_stage.data.get("files", []) if report_stage else [])
+                        if str(f).endswith(".json")), result.out_dir / "report.json")
     kernels, unsupported = [], []
     if report_json.exists():
         import json

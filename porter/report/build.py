@@ -66,7 +66,9 @@ def numerics_cases(numerics) -> list[dict]:
         if isinstance(shape, (list, tuple)):
             label = "x".join(str(s) for s in shape)
         elif isinstance(shape, dict):
-            label = " ".join(f"{k}={v}" for k, v in shape.items())
+            # Sorted: a fresh result keeps the model's key order, a cached one comes back
+            # sorted (the store writes sort_keys), and the report must read the same either way.
+            label = " ".join(f"{k}={v}" for k, v in sorted(shape.items()))
         else:
             label = str(shape)
         if "seed" in c:

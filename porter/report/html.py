@@ -6,6 +6,7 @@ from html import escape
 
 from porter.report import svg
 from porter.report.build import before_text, why_unsupported
+from porter.report.markdown import _cold_text, _filter_text
 from porter.report.summary import LEVEL, PLAIN, STRONG, summary_lines
 
 _CSS = """
@@ -36,7 +37,8 @@ def render_html(r: dict) -> str:
          + (f" ({escape(r['base_why'])})" if r.get("base_why") else "") +
          f" · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
          f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
-         "(compiles found in porter's compile cache are not counted)</div>",
+         "(compiles found in porter's compile cache are not counted)"
+         f"{escape(_cold_text(r) + _filter_text(r))}</div>",
          *_summary(r),
          "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
          "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]

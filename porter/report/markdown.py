@@ -27,6 +27,20 @@ def _line(line) -> str:
     return "- " + "".join(_md(text) if mark == PLAIN else f"**{_md(text)}**" for mark, text in line.parts)
 
 
+def _cold_text(r: dict) -> str:
+    """The cold bring-up's cost beside this run's, once this run reused earlier work."""
+    cold, run = r.get("cold_run"), r["run"]
+    if not cold or not run.get("units_cached"):
+        return ""
+    return (f"; the cold bring-up this run reuses took {cold['seconds']:.1f} s, {cold['units_run']} units, "
+            f"{cold['nvrtc_calls']} fresh NVRTC compiles")
+
+
+def _filter_text(r: dict) -> str:
+    return (f"; only the kernels matching --kernel {r['kernel_filter']} (the full report is report.md)"
+            if r.get("kernel_filter") else "")
+
+
 def render_markdown(r: dict) -> str:
     base = r["base"]["name"] if r["base"] else "none"
     lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']})", ""]
@@ -38,7 +52,8 @@ def render_markdown(r: dict) -> str:
               f"- features: {', '.join(r['arch']['features'])}",
               f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "
               f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
-              "(compiles found in porter's compile cache are not counted)", "",
+              "(compiles found in porter's compile cache are not counted)"
+              + _cold_text(r) + _filter_text(r), "",
               "## Stages", "", "| day | stage | status | seconds | summary |", "|---|---|---|---|---|"]
     for s in sorted(r["stages"], key=lambda s: s["day"]):
         lines.append(f"| {s['day']} | {s['id']} | {s['status']} | {s['seconds']:.2f} | {_cell(s['summary'])} |")

@@ -53,6 +53,10 @@ REPORT_SCHEMA = {
                     "properties": {"highest_level": {"type": ["string", "null"], "enum": LEVELS + [None]},
                                    "levels": {"type": "object"}, "kernels": _INT, "unsupported": _INT,
                                    "device_ran": _BOOL, "next_steps": {"type": "array", "items": _STR}}},
+        # cold_run (optional, null when unknown): the run that built everything, kept across cached reruns
+        "cold_run": {"type": ["object", "null"], "required": ["seconds", "nvrtc_calls", "units_run"]},
+        # kernel_filter (optional): the --kernel pattern of a partial run (report.kernel-<pattern>.*)
+        "kernel_filter": _NULLSTR,
         "run": {"type": "object", "required": ["seconds", "nvrtc_calls", "units_run", "units_cached"],
                 "properties": {"seconds": _NUM, "nvrtc_calls": _INT, "units_run": _INT, "units_cached": _INT}},
         "stages": {"type": "array", "items": {
