@@ -540,6 +540,23 @@ def porting_plan(base, target, families=None) -> Plan:
                               [data.get("family", "")] if data["kind"] == "kernel" else []))
         for w in why:
             reach.setdefault(w, set()).add(node)
+    # Kernels no feature change touches can still change: a persistent kernel's grid follows
+    # the SM count, a pipeline's depth the shared memory. Those are changes too.
+    listed = {i.name for i in items}
+    figures = figure_changes(base, target)
+    for name in sorted(set(by_name_base) & set(by_name_target) - listed):
+        b, t = by_name_base[name], by_name_target[name]
+        if not (hasattr(b, "features") and hasattr(t, "features")):
+            continue
+        diffs = config_changes(b, t)
+        if not diffs:
+            continue
+        why = figures + [f"config {d}" for d in diffs]
+        node = f"kernel:{name}"
+        items.append(PlanItem(node, "kernel", name, why,
+                              "re-plan and re-validate: the same code, configured for the target's figures",
+                              [t.family]))
+        reach.setdefault("figures", set()).add(node)
     # The new templates come after every existing template and before the kernels they unblock.
     first_kernel = next((n for n, i in enumerate(items) if i.kind == "kernel"), len(items))
     items[first_kernel:first_kernel] = _path_steps(items, blocked, generation)
@@ -553,7 +570,44 @@ def porting_plan(base, target, families=None) -> Plan:
         where = f"change in {where}" if where else "change (no registered kernel uses it yet)"
         prim = f"; primitives: {', '.join(prims)}" if prims else ""
         summary.append(f"{label} -> {role}: {where}{prim}")
+    if reach.get("figures"):
+        names = sorted(i.name for i in items if i.node in reach["figures"])
+        summary.append(f"{'; '.join(figures) or 'figures unchanged'} -> configuration only (grid, "
+                       f"pipeline depth, tiles): re-plan {', '.join(names)}")
     return Plan(base.name, target.name, lost, gained, items, summary, notes)
+
+
+# Descriptor figures a kernel's configuration may follow, with their display names.
+CONFIG_FIGURES = (("sm_count", "SMs"), ("smem_per_block_bytes", "shared memory per block (B)"),
+                  ("smem_per_sm_bytes", "shared memory per SM (B)"), ("max_threads_per_sm", "threads per SM"),
+                  ("max_regs_per_thread", "registers per thread"), ("l2_bytes", "L2 (B)"))
+
+
+def figure_changes(base, target) -> list[str]:
+    """'SMs 132 -> 148' for each configuration-relevant figure that differs."""
+    out = []
+    for attr, label in CONFIG_FIGURES:
+        b, t = getattr(base, attr, None), getattr(target, attr, None)
+        if b is not None and t is not None and b != t:
+            out.append(f"{label} {b} -> {t}")
+    return out
+
+
+def config_changes(base_spec, target_spec, most: int = 4) -> list[str]:
+    """What differs between one kernel's spec on the base and on the target: shared
+    memory, threads, cluster, then config keys ('grid: 132 -> 148'), at most ``most``."""
+    out = []
+    for attr in ("smem_bytes", "threads", "cluster"):
+        b, t = getattr(base_spec, attr, None), getattr(target_spec, attr, None)
+        if b != t:
+            out.append(f"{attr}: {b} -> {t}")
+    cb, ct = dict(base_spec.config or {}), dict(target_spec.config or {})
+    for key in sorted(set(cb) | set(ct)):
+        if cb.get(key) != ct.get(key):
+            b, t = cb.get(key, "-"), ct.get(key, "-")
+            short = all(isinstance(v, (int, float, str, bool)) and len(str(v)) <= 24 for v in (b, t))
+            out.append(f"{key}: {b} -> {t}" if short else f"{key} changes")
+    return out[:most] + ([f"and {len(out) - most} more"] if len(out) > most else [])
 
 
 def most_different_arch(target, candidates=None):

@@ -206,3 +206,28 @@ def test_needs_new_path_follows_the_templates_and_the_missing_features():
 
 def test_hopper_to_blackwell_has_no_path_step(real_h2b):
     assert not any(i.action.startswith(("write a ", "blocked")) for i in real_h2b.items)
+
+
+def test_plan_lists_kernels_rescheduled_by_figures_alone(real_h2b):
+    """The megakernel uses no feature that changes, but its grid follows the SM count
+    (issue #11): a plan that leaves it out hides a change."""
+    items = {i.name: i for i in real_h2b.items if i.kind == "kernel"}
+    mk = items["megakernel.llama-decode"]
+    assert "SMs 132 -> 148" in mk.because and "config grid: 132 -> 148" in mk.because
+    assert mk.action.startswith("re-plan")
+    assert any("re-plan megakernel.llama-decode" in s for s in real_h2b.summary)
+    kinds = [i.kind for i in real_h2b.items]
+    assert kinds == sorted(kinds, key=["primitive", "template", "kernel"].index)
+
+
+def test_config_changes_name_what_differs():
+    from types import SimpleNamespace
+
+    from porter.plan import config_changes, figure_changes
+
+    a = SimpleNamespace(smem_bytes=1, threads=128, cluster=(1, 1, 1), config={"grid": 132, "x": [1] * 40})
+    b = SimpleNamespace(smem_bytes=2, threads=128, cluster=(1, 1, 1), config={"grid": 148, "x": [2] * 40})
+    assert config_changes(a, b) == ["smem_bytes: 1 -> 2", "grid: 132 -> 148", "x changes"]
+    assert config_changes(a, a) == []
+    h, w = SimpleNamespace(sm_count=132), SimpleNamespace(sm_count=148)
+    assert figure_changes(h, w) == ["SMs 132 -> 148"] and figure_changes(h, h) == []
