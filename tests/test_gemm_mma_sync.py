@@ -88,6 +88,16 @@ def test_variants_the_arch_cannot_support_name_the_missing_feature(archs):
         gemm_mma_sync.make_spec(archs["rtx-blackwell"], gemm.VARIANTS["bf16"], True)
 
 
+def test_no_staging_feature_is_unsupported_not_an_error(archs):
+    text = (paths.data_dir("arch") / "ampere.yaml").read_text()
+    assert text.count("cp_async: true") == 1
+    assert text.count('  cp_async: ["LDGSTS"]\n') == 1
+    text = text.replace("cp_async: true", "cp_async: false").replace('  cp_async: ["LDGSTS"]\n', "")
+    bare = arch_from_text(text, "ampere-no-cp-async.yaml")
+    made = gemm.make_spec(bare, "bf16")
+    assert isinstance(made, Unsupported) and made.missing == ("tma|cp_async",)
+
+
 def test_a_smaller_descriptor_shrinks_the_tile(archs):
     text = (paths.data_dir("arch") / "ampere.yaml").read_text()
     assert text.count("smem_per_block_kib: 163") == 1

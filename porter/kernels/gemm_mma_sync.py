@@ -153,8 +153,9 @@ def _sass_rules(arch, kind: str, variant, stage_with: str):
     return tuple(required), no_spills(arch)
 
 
-def make_spec(arch, variant, pair: bool) -> KernelSpec:
-    """The mma.sync KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch``."""
+def make_spec(arch, variant, pair: bool):
+    """The mma.sync KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch`` (an
+    Unsupported naming the staging alternative where the descriptor has neither)."""
     from porter.kernels import gemm
 
     if pair:
@@ -163,6 +164,12 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
     if not arch.has("mma_sync") or arch.tensor_core.generation != MAINLOOP:
         raise PorterError(f"arch {arch.name}: the mma.sync GEMM path needs tensor_core.generation "
                           f"'{MAINLOOP}', not '{arch.tensor_core.generation}'")
+    if not (arch.has("tma") and arch.has("mbarrier")) and not arch.has("cp_async"):
+        from porter.kernels.base import Unsupported
+
+        return Unsupported(gemm.FAMILY, gemm.spec_name(variant, pair), variant.variant, ("tma|cp_async",),
+                           f"{arch.name}: the mma.sync GEMM path stages A and B with TMA (tma + mbarrier) "
+                           "or cp.async, and the descriptor claims neither")
     kind = _pick_kind(arch, variant)
     fmt = variant.a_format
     bits = ELEMENT_BITS[fmt]
