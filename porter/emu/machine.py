@@ -243,6 +243,8 @@ class CTA:
         self.warp_regs: dict[int, int] = {}
         self.warps: list[Warp] = []
         self.done = False
+        self.remote_seen: dict[int, tuple] = {}     # peer rank -> (cluster barrier generation, where)
+        self.inflight_reads: dict = {}              # async reads of this shared memory: key -> (lo, hi, what)
 
     def special_regs(self, tid, lanes, warp_index) -> dict:
         bx, by, bz = self.block
@@ -287,7 +289,21 @@ class CTA:
         if peer.done:
             raise CheckFailed(f"{who}: {self.name} accesses the shared memory of {peer.name}, which has "
                               "already exited (missing cluster barrier before exit?)")
+        if peer is not self:
+            peer.remote_seen[self.rank] = (self.cluster.barrier_generation, who)
         return peer
+
+    def check_exit_safe(self) -> None:
+        """A CTA must not exit while a peer that used its shared memory (remote arrives, DSMEM,
+        multicast) can still do so: a cluster barrier must separate the peer's last remote
+        access from the exit."""
+        gen = self.cluster.barrier_generation
+        for rank, (seen, who) in self.remote_seen.items():
+            peer = self.cluster.ctas[rank]
+            if not peer.done and seen >= gen:
+                raise CheckFailed(f"{self.name} exits while {peer.name}, which accessed its shared memory "
+                                  f"({who}) with no cluster barrier since, is still running: a missing "
+                                  "cluster barrier before exit")
 
 
 class Cluster:
@@ -403,6 +419,9 @@ class Scheduler:
         self.max_resident = max_resident_clusters
         self.exit_hooks: list = []       # fn(cta) called when a CTA exits (unit checks)
         self.random_elect = self.rng is not None
+        # Set when a barrier phase completes: the running warp yields so its waiters run
+        # before it goes on (as hardware wakes them at once), exposing early releases.
+        self.yield_now = False
         g, cl = launch.grid, launch.cluster_dims
         for cz in range(g[2] // cl[2]):
             for cy in range(g[1] // cl[1]):
@@ -444,6 +463,7 @@ class Scheduler:
         cta = w.cta
         cluster_barrier_recheck(cta.cluster)
         if all(x.done for x in cta.warps):
+            cta.check_exit_safe()
             for hook in self.exit_hooks + cta.units.get("exit_checks", []):
                 hook(cta)
             cta.done = True
@@ -511,7 +531,8 @@ class Scheduler:
         srcs = w.prog.srcs
         n = 0
         threads = 0
-        while n < quantum and not w.done:
+        self.yield_now = False
+        while n < quantum and not w.done and not self.yield_now:
             if w.converged:
                 pc = w.pc
                 m = None if w.full else w.live

@@ -156,6 +156,8 @@ def _barrier_at(w, addr: int, where: str, create: bool = False) -> MBarrier:
     if bar is None:
         bar = MBarrier(f"{cta.name} shared 0x{off:x}")
         bar.cta = cta
+        sched = w.sched
+        bar.on_complete = lambda: setattr(sched, "yield_now", True)
         cta.mbarriers[off] = bar
     if cta is not w.cta and not create:
         check_remote_ready(bar, cta, f"{where}: {w.name}")

@@ -61,11 +61,20 @@ def _destinations(w, dst: int, bar: int, mask: int | None, where: str):
     return out
 
 
+def check_inflight(cta, off: int, size: int, what: str) -> None:
+    """An async write into shared memory an in-flight tensor-core operation may still read."""
+    for lo, hi, reader in cta.inflight_reads.values():
+        if off < hi and lo < off + size:
+            raise CheckFailed(f"{what} writes {cta.name} shared 0x{off:x}..0x{off + size:x} while {reader} may still "
+                              "read it (its stage was released before the wait that covers it)")
+
+
 def _land(sched, targets, data: np.ndarray, what: str):
     def complete():
         for cta, off, bcta, bar in targets:
             if cta.done:
                 raise CheckFailed(f"{what} lands in the shared memory of {cta.name}, which has already exited")
+            check_inflight(cta, off, int(data.size), what)
             cta.smem.data[off:off + data.size] = data
         for cta, off, bcta, bar in targets:
             bar.complete_tx(int(data.size))
@@ -110,6 +119,7 @@ def build_cp(ins, d):
                 data = tma_unit.load_tile(tmap, c, gmem.read, dst & mem.OFFSET_MASK, where)
                 for cta, off, _, _ in targets:
                     cta.smem.check_span(off, data.size, "TMA destination")
+                    check_inflight(cta, off, int(data.size), f"{where}: TMA load")
                 w.sched.counters["tma"] += 1
                 w.sched.engine.submit(w.sched.round, _land(w.sched, targets, data, f"{where}: TMA load"),
                                       f"TMA load {c} -> 0x{dst:x}")
@@ -137,6 +147,7 @@ def build_cp(ins, d):
                                         where)
                 for cta, off, _, _ in targets:
                     cta.smem.check_span(off, size, "bulk copy destination")
+                    check_inflight(cta, off, size, f"{where}: bulk copy")
                 w.sched.counters["tma"] += 1
                 w.sched.engine.submit(w.sched.round, _land(w.sched, targets, data, f"{where}: bulk copy"),
                                       f"bulk copy {size} B -> 0x{dst:x}")

@@ -165,12 +165,22 @@ def build_wgmma(ins, d):
             a_raw = smem[a_addr]
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
         st = _state(w)
+        cta = w.cta
+        token = object()
+        what = f"the wgmma.mma_async at line {line} ({w.name})"
+        keys = [(id(token), 0)]
+        cta.inflight_reads[keys[0]] = (int(b_addr.min()), int(b_addr.max()) + 1, what)
+        if a_addr is not None:
+            keys.append((id(token), 1))
+            cta.inflight_reads[keys[1]] = (int(a_addr.min()), int(a_addr.max()) + 1, what)
         for i in acc_ids:
             st.refs[i] = st.refs.get(i, 0) + 1
             w.poisoned[i] = f"an accumulator of the wgmma.mma_async at line {line}, before the wgmma.wait_group that covers it"
         w.sched.counters["wgmma"] += 1
 
         def complete(w):
+            for key in keys:
+                cta.inflight_reads.pop(key, None)
             if not np.array_equal(smem[b_addr], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
                 raise CheckFailed(f"{where}: {w.name}: the shared memory this wgmma.mma_async reads changed before the "
                                   "wgmma.wait_group that covers it (a stage released or overwritten while the MMA could "

@@ -34,6 +34,7 @@ class MBarrier:
     phase: int = 0
     initialised: bool = False
     waiters: int = 0
+    on_complete: object = None   # called when a phase completes (the scheduler lets waiters run)
 
     def init(self, count: int) -> None:
         if not 1 <= count <= COUNT_LIMIT:
@@ -77,6 +78,8 @@ class MBarrier:
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.expected
+            if self.on_complete is not None:
+                self.on_complete()
             return True
         if self.pending == 0 and self.tx < 0:
             raise CheckFailed(f"mbarrier at {self.where}: all {self.expected} arrivals of phase {self.phase} "
