@@ -139,6 +139,7 @@ def test_function_attribute_module_memory_and_event_calls_convert():
     assert converted(d.cuMemcpyDtoH, host.ctypes.data, 1 << 20, host.nbytes)
     assert converted(d.cuMemsetD8, 1 << 20, 0xFF, 64)
     assert converted(d.cuMemsetD32Async, 1 << 20, 0, 16, d.CUstream(0))
+    assert converted(d.cuMemsetD8Async, 1 << 20, 0x25, 64, d.CUstream(0))
     assert converted(d.cuMemFree, 1 << 20)
     ev = d.CUevent(1)
     assert converted(d.cuEventCreate, d.CUevent_flags.CU_EVENT_DEFAULT)
@@ -170,7 +171,7 @@ RUN_PATH = {"cuInit", "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtx
             "cuMemAlloc", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8", "cuTensorMapEncodeTiled",
             "cuModuleLoadData", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
             "cuLaunchKernelEx", "cuStreamQuery", "cuEventCreate", "cuEventRecord", "cuEventSynchronize",
-            "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async"}
+            "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async"}
 
 
 def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
@@ -185,6 +186,7 @@ def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
     monkeypatch.setattr(device, "_DEFAULT", {})
     monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test", b"\x7fELF test")]))
     monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
+    monkeypatch.setenv(dh.WARMUP_ENV, "10")
     monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
     checked = fakedriver.install(fakedriver.FakeGPU("hopper"))
     try:

@@ -196,13 +196,30 @@ def test_time_launches_warms_up_rotates_and_times_each_launch():
         seen.append(i)
         ev.t += i + 1
 
-    stats = dh.time_launches(enqueue, ev, warmup=4, reps=6, sets=3, before=before.append)
+    stats = dh.time_launches(enqueue, ev, warmup=4, reps=6, sets=3, before=before.append, warmup_ms=0)
     assert seen == [0, 1, 2, 0] + [0, 1, 2, 0, 1, 2]
     assert before == seen                               # untimed set-up before every launch
     assert ev.log[:1] == ["sync"] and ev.log[-1] == "sync"   # warm-up drained before timing
     assert stats["n"] == 6 and stats["median_ms"] == 2.0 and stats["min_ms"] == 1.0
     with pytest.raises(PorterError):
         dh.time_launches(enqueue, ev, reps=0)
+
+
+def test_warm_up_runs_by_device_time_and_rounds_merge():
+    ev = FakeEvents()
+    seen = []
+
+    def enqueue(i):
+        seen.append(i)
+        ev.t += 1                                       # 1 ms a launch
+
+    stats = dh.time_launches(enqueue, ev, warmup=2, reps=30, warmup_ms=50)
+    assert stats["warmup_launches"] >= 50 and stats["warmup_ms"] >= 50 and len(seen) == stats["warmup_launches"] + 30
+    capped = dh.time_launches(enqueue, ev, warmup=2, reps=3, warmup_ms=1e9, max_warmup=20)
+    assert capped["warmup_launches"] == 20
+    other = dict(stats, samples_ms=[2.0] * 30, median_ms=2.0)
+    merged = dh.merge_timings(stats, other)
+    assert merged["n"] == 60 and merged["rounds_median_ms"] == [1.0, 2.0] and merged["drift"] == 1.0
 
 
 # ---- device selection (stand-in capabilities) ------------------------------------------------
@@ -362,16 +379,33 @@ def test_bench_gemm_on_the_rehearsal_gpu(rehearsal_gpu, monkeypatch, hopper):
 
     spec = find_kernel("gemm.bf16", hopper)[0]
     monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 3)
+    monkeypatch.setenv(dh.WARMUP_ENV, "10")
     monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
     rows = dr.bench_gemm(spec, hopper, shapes=[(256, 256, 256)])
     row = rows[0]
-    modelled_ms = max(2 * 256 ** 3 / fakedriver.MODEL_FLOPS_PER_S * 1e3, 1e-3)
+    modelled_ms = max(2 * 256 ** 3 / fakedriver.MODEL_FLOPS_PER_S * 1e3, fakedriver.MODEL_MIN_LAUNCH_MS)
     assert row["spot_check"]["passed"] and row["time"]["n"] == dh.TIMED_LAUNCHES
     assert row["time"]["median_ms"] == pytest.approx(modelled_ms)
     assert row["tflops"] == pytest.approx(2 * 256 ** 3 / (modelled_ms * 1e-3) / 1e12)
     assert row["baseline"]["skipped"] == "no torch here" and "pct_of_baseline" not in row
     assert "3 input set(s)" in row["rotation"] and "warm L2" in row["rotation"]
     assert row["pct_of_peak"] == pytest.approx(100 * row["tflops"] / hopper.peak_tflops["bf16"])
+
+
+def test_bench_attention_judges_a_poisoned_final_launch_and_flushes_the_l2(rehearsal_gpu, monkeypatch, hopper):
+    from porter.commands.kernel import find_kernel
+
+    spec = find_kernel("attention.hd64", hopper)[0]
+    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
+    monkeypatch.setenv(dh.WARMUP_ENV, "10")
+    monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
+    row = dr.bench_attention(spec, hopper, shapes=[(1, 2, 2, 128, 128)])[0]
+    assert row["spot_check"]["passed"] and "L2 flushed before each timed launch" in row["rotation"]
+    assert row["time"]["warmup_ms"] >= 10 and row["time"]["n"] == dh.TIMED_LAUNCHES
+    rehearsal_gpu.behaviours[spec.name] = "skip@2"        # writes its output only on the first launch
+    bad = dr.bench_attention(spec, hopper, shapes=[(1, 2, 2, 128, 128)])[0]
+    o = bad["spot_check"]["written"][0]
+    assert not bad["spot_check"]["passed"] and o["unwritten"] == o["elements"]
 
 
 def test_validate_attention_on_the_rehearsal_gpu(rehearsal_gpu, hopper):

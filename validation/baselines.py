@@ -4,7 +4,7 @@
   same per-tensor fp32 scales (A row-major, B^T column-major, bf16 out): the call
   porter's fp8 kernel replaces. Block-scaled variants have no wired baseline yet.
 * attention: ``torch.nn.functional.scaled_dot_product_attention`` on the same bf16
-  q, k, v (PyTorch picks its fastest backend; the one it ran is not reported by torch).
+  q, k, v (PyTorch picks its backend; ``sdpa_backend`` asks its dispatcher which).
 * megakernel: a device-to-device copy through the driver (no torch needed), the
   bandwidth ceiling a memory-bound decode step is measured against.
 
@@ -38,7 +38,7 @@ def _to_torch(torch, arr: np.ndarray, dtype):
     return torch.from_numpy(raw.view(view)).cuda().view(dtype)
 
 
-def gemm_baseline(variant: str, inputs: list, sets: int) -> dict:
+def gemm_baseline(variant: str, inputs: list, sets: int, before=None) -> dict:
     """cuBLAS through torch on porter's operands (``device_harness.GemmInputs``), rotated the same way."""
     torch, why = torch_cuda()
     name = {"bf16": "torch.matmul (bf16)", "fp8": "torch._scaled_mm (e4m3, per-tensor scales)"}.get(variant)
@@ -61,13 +61,13 @@ def gemm_baseline(variant: str, inputs: list, sets: int) -> dict:
         def enqueue(i):
             # B is [N, K] row-major, so b.t() is the column-major [K, N] operand _scaled_mm wants.
             torch._scaled_mm(a[i], b[i].t(), scale_a=sa[i], scale_b=sb[i], out_dtype=torch.bfloat16)
-    stats = dh.time_launches(enqueue, dh.TorchEvents(), sets=sets)
+    stats = dh.time_launches(enqueue, dh.TorchEvents(), sets=sets, before=before)   # before: porter's L2 flush
     del a, b, c
     torch.cuda.empty_cache()
     return {"name": name, "torch": torch.__version__, "time": stats}
 
 
-def attention_baseline(qkvs: list, causal: bool, sets: int) -> dict:
+def attention_baseline(qkvs: list, causal: bool, sets: int, before=None) -> dict:
     """torch SDPA on the same bf16 q, k, v sets ([B, H, S, D])."""
     torch, why = torch_cuda()
     name = "torch.nn.functional.scaled_dot_product_attention"
@@ -85,10 +85,23 @@ def attention_baseline(qkvs: list, causal: bool, sets: int) -> dict:
     def enqueue(i):
         q, k, v = tensors[i]
         sdpa(q, k, v, is_causal=causal, **extra)
-    stats = dh.time_launches(enqueue, dh.TorchEvents(), sets=sets)
+    stats = dh.time_launches(enqueue, dh.TorchEvents(), sets=sets, before=before)
+    backend = sdpa_backend(torch, *tensors[0], causal, gqa)
     del tensors
     torch.cuda.empty_cache()
-    return {"name": name, "torch": torch.__version__, "time": stats}
+    return {"name": name, "torch": torch.__version__, "time": stats, "backend": backend}
+
+
+def sdpa_backend(torch, q, k, v, causal: bool, gqa: bool) -> str:
+    """The backend torch's SDPA dispatcher picks for these inputs (torch._fused_sdp_choice,
+    the dispatcher's own choice), or why it cannot be told."""
+    try:
+        from torch.nn.attention import SDPBackend
+
+        extra = {"enable_gqa": True} if gqa else {}
+        return SDPBackend(int(torch._fused_sdp_choice(q, k, v, is_causal=causal, **extra))).name
+    except Exception as exc:  # noqa: BLE001 - a private API: report, never fail the benchmark
+        return f"unknown ({type(exc).__name__})"
 
 
 def copy_bandwidth(nbytes: int) -> dict:

@@ -11,8 +11,9 @@ timers runs without a GPU (the tests exercise it on CPU arrays):
 * **judging**: the variant's tolerance policy (``porter.validation.tolerance``) plus
   the written-check; a check passes only if both hold.
 * **timing**: device events around each launch (cuda.bindings events, or
-  ``torch.cuda.Event`` for torch baselines), warm-up first, median of many, inputs
-  rotated over enough sets that they do not fit in the descriptor's L2.
+  ``torch.cuda.Event`` for torch baselines), warm-up by time first, median of many,
+  inputs rotated over enough sets that they do not fit in the descriptor's L2 (else
+  the L2 flushed before each timed launch), porter timed before and after its baseline.
 * **statistics**: median and spread (p10..p90 over the median) of the samples.
 
 ``validate(spec, arch, out_dir, device=...)`` and ``bench(spec, arch, out_dir)`` are the
@@ -40,6 +41,11 @@ ROTATE_L2_FACTOR = 4
 ROTATION_BUDGET_BYTES = 8 << 30
 MAX_ROTATION_SETS = 64
 WARMUP_LAUNCHES = 5
+# Warm up by device time too: GPU clocks ramp over tens of milliseconds
+# (PORTER_WARMUP_MS overrides it, e.g. for a rehearsal whose "GPU" is the host).
+WARMUP_MS = 200.0
+WARMUP_ENV = "PORTER_WARMUP_MS"
+MAX_WARMUP_LAUNCHES = 2000
 TIMED_LAUNCHES = 30
 
 
@@ -341,21 +347,45 @@ class TorchEvents:
 
 
 def time_launches(enqueue, events, warmup: int = WARMUP_LAUNCHES, reps: int = TIMED_LAUNCHES,
-                  sets: int = 1, before=None) -> dict:
+                  sets: int = 1, before=None, warmup_ms: float | None = None,
+                  max_warmup: int = MAX_WARMUP_LAUNCHES) -> dict:
     """Median-of-``reps`` device time of ``enqueue(i)`` (which only enqueues work for input
-    set ``i % sets``), each launch between its own pair of events, after ``warmup`` launches.
-    ``before(i)`` enqueues untimed set-up work (e.g. a counter reset) ahead of each start event.
+    set ``i % sets``), each launch between its own pair of events, after a warm-up of at
+    least ``warmup`` launches and ``warmup_ms`` of device time (clocks ramp and caches
+    settle by time, not by count; at most ``max_warmup`` launches). ``before(i)`` enqueues
+    untimed set-up work (a counter reset, an L2 flush) ahead of each start event.
 
     Launches are queued back to back and read after one final wait, so host gaps do not
-    land inside a timed region except when the queue runs dry.
+    land inside a timed region except when the queue runs dry. The summary carries the
+    samples and how long the warm-up was.
     """
+    if warmup_ms is None:
+        import os
+
+        warmup_ms = float(os.environ.get(WARMUP_ENV) or WARMUP_MS)
     if reps < 1 or warmup < 0 or sets < 1:
         raise PorterError(f"timing: need reps >= 1, warmup >= 0, sets >= 1; got {reps}, {warmup}, {sets}")
-    for i in range(warmup):
+
+    def launch(i):
         if before is not None:
             before(i % sets)
         enqueue(i % sets)
+
+    for i in range(warmup):
+        launch(i)
     events.synchronize()                      # warm-up errors surface here, not in the timing
+    done, spent, batch = warmup, 0.0, max(1, warmup)
+    while spent < warmup_ms and done < max_warmup:
+        start, end = events.event(), events.event()
+        events.record(start)
+        for i in range(done, done + batch):
+            launch(i)
+        events.record(end)
+        spent += events.elapsed_ms(start, end)
+        events.destroy(start)
+        events.destroy(end)
+        done += batch
+        batch = max(1, min(2 * batch, max_warmup - done))
     pairs = [(events.event(), events.event()) for _ in range(reps)]
     for i, (start, end) in enumerate(pairs):
         if before is not None:
@@ -368,7 +398,21 @@ def time_launches(enqueue, events, warmup: int = WARMUP_LAUNCHES, reps: int = TI
     for s, e in pairs:
         events.destroy(s)
         events.destroy(e)
-    return summarize(samples)
+    stats = summarize(samples)
+    stats.update(samples_ms=samples, warmup_launches=done, warmup_ms=spent)
+    return stats
+
+
+def merge_timings(first: dict, second: dict) -> dict:
+    """One summary of two timing rounds of the same kernel taken before and after its
+    baseline (porter, baseline, porter: drift in clocks or temperature shows as the
+    difference of the two rounds' medians, ``drift``)."""
+    stats = summarize(list(first["samples_ms"]) + list(second["samples_ms"]))
+    m1, m2 = first["median_ms"], second["median_ms"]
+    stats.update(samples_ms=list(first["samples_ms"]) + list(second["samples_ms"]),
+                 rounds_median_ms=[m1, m2], drift=abs(m1 - m2) / min(m1, m2) if min(m1, m2) > 0 else 0.0,
+                 warmup_launches=first.get("warmup_launches", 0) + second.get("warmup_launches", 0))
+    return stats
 
 
 # ---- entry points (pipeline stages, porter validate / bench) --------------------------------

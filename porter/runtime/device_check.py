@@ -635,6 +635,7 @@ def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[
     os.environ[DEVICE_ENV] = "porter.runtime.fakedriver:rehearsal_device"
     os.environ.setdefault(fakedriver.REHEARSAL_ENV, REHEARSAL_BEHAVIOURS)
     os.environ.setdefault(fakedriver.TIMEOUT_ENV, "2")
+    os.environ.setdefault("PORTER_WARMUP_MS", "20")       # the rehearsal GPU computes on the host
     rc = prepare(out / "prepared", profile="rehearsal", fallback=False, kernels=kernels)
     if rc:
         return rc

@@ -18,7 +18,7 @@ cuStreamQuery says NOT_READY, a blocking synchronize blocks), and GEMM / attenti
 kernels that compute their outputs from the tensor maps and pointers they are given.
 Each kernel's behaviour comes from ``PORTER_REHEARSAL`` ("name=MODE" or "name=MODE@N",
 comma-separated; default pass; ``@N``: from the kernel's N-th launch on, earlier ones
-pass): ``fail`` computes a wrong result (x1.1), ``fault`` ends in a sticky illegal
+pass): ``fail`` computes a wrong result (x1.1), ``skip`` writes nothing, ``fault`` ends in a sticky illegal
 address, ``hang`` never finishes, ``block`` blocks the host inside the launch call (a
 driver call that never returns), ``crash`` kills the process (SIGSEGV), ``bug`` raises
 a Python exception (a porter bug, as the child must report it).
@@ -45,8 +45,10 @@ DEVICE_NAME = "NVIDIA H200 (rehearsal: porter.runtime.fakedriver)"
 SMEM_OPTIN = 232448
 DEFAULT_SMEM = 48 * 1024
 SM_COUNT = 132
-# modelled device rate for event timings (deterministic, round)
+# modelled device rate for event timings (deterministic, round), and a launch's floor:
+# large enough that a time-based warm-up takes few (host-computed) launches
 MODEL_FLOPS_PER_S = 500e12
+MODEL_MIN_LAUNCH_MS = 2.0
 
 _ELEM_BYTES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "INT64": 8,
                "FLOAT16": 2, "FLOAT32": 4, "FLOAT64": 8, "BFLOAT16": 2}
@@ -93,7 +95,7 @@ class CheckedDriver:
         return checked
 
 
-MODES = ("pass", "fail", "fault", "hang", "block", "crash", "bug")
+MODES = ("pass", "fail", "skip", "fault", "hang", "block", "crash", "bug")
 
 
 def _behaviours() -> dict[str, str]:
@@ -234,6 +236,9 @@ class FakeGPU:
         ctypes.memset(int(ptr), int(value), int(n))
         return self._ok()
 
+    def cuMemsetD8Async(self, ptr, value, n, stream):
+        return self.cuMemsetD8(ptr, value, n)
+
     def cuMemsetD32Async(self, ptr, value, n, stream):
         if self._gate():
             return self._gate()
@@ -339,8 +344,9 @@ class FakeGPU:
         if mode == "hang":
             self.hung = True
             return self._ok()
-        flops = _KERNELS.get(spec.family, _idle)(spec, values, 1.1 if mode == "fail" else 1.0)
-        self.clock_ms += max(flops / MODEL_FLOPS_PER_S * 1e3, 1e-3)
+        kernel = _idle if mode == "skip" else _KERNELS.get(spec.family, _idle)
+        flops = kernel(spec, values, 1.1 if mode == "fail" else 1.0)
+        self.clock_ms += max(flops / MODEL_FLOPS_PER_S * 1e3, MODEL_MIN_LAUNCH_MS)
         return self._ok()
 
     def _read_params(self, address: int, params: list[tuple[str, str]]) -> dict:
