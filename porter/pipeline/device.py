@@ -1,4 +1,5 @@
-"""Is a GPU of the target arch here? Asked of the CUDA driver through cuda.bindings."""
+"""Is a GPU of the target arch here? Asked of the CUDA driver through porter.runtime.driver
+(cuda.bindings, or the rehearsal GPU when one is installed)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from __future__ import annotations
 def list_devices() -> tuple[list[dict], str]:
     """Every visible GPU as {index, name, compute_capability}, plus why none when empty."""
     try:
-        from cuda.bindings import driver
-    except ImportError as exc:
+        from porter.errors import PorterError
+        from porter.runtime import driver as runtime_driver
+
+        driver = runtime_driver.bindings()
+    except (ImportError, PorterError) as exc:
         return [], f"cuda.bindings not importable: {exc}"
     try:
         try:
