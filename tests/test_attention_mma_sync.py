@@ -205,3 +205,50 @@ def test_q_k_v_and_p_fragments_are_the_mma_operands():
                 frag, acc = 2 * t + j // 2, 2 * (j % 2) + e
                 assert (cr[:, acc, 0] == ar[:, j, e]).all()
                 assert (8 * frag + cc[:, acc, 0] == 16 * t + ac[:, j, e]).all()
+
+
+def test_kv_ring_protocol_model():
+    """A Python mirror of the template's KVLoader and consumer loop over a CTA's tiles
+    (some with no visible key): every K/V tile the consumer reads from stage s at phase p
+    is the one the loader put there last, and no slot is refilled before it was read.
+    Loads are issued kStages - 1 ahead, one per consumer step (after its __syncthreads)."""
+    from porter.kernels.attention import _kv_tiles
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        stages = int(rng.integers(2, 5))
+        causal = bool(rng.integers(2))
+        sq, sk = int(rng.integers(1, 400)), int(rng.integers(1, 400))
+        q_tiles = -(-sq // 128)
+        my_tiles = [q_tiles - 1 - t for t in range(q_tiles)][int(rng.integers(0, q_tiles))::int(rng.integers(1, 4))]
+        counts = [_kv_tiles(qt * 128, 128, 64, sq, sk, causal) for qt in my_tiles]
+        wanted = [(t, n) for t, c in enumerate(counts) for n in range(c)]
+        # loader: the flattened (tile, n) sequence, skipping tiles without keys
+        loads = iter(wanted)
+        content: dict[int, tuple] = {}
+        fills = {s: 0 for s in range(stages)}        # completed fills per slot = mbarrier phases
+        consumed: set = set()
+        slot = 0
+
+        def issue():
+            nonlocal slot
+            item = next(loads, None)
+            if item is not None:
+                assert slot not in content or content[slot] in consumed, "slot refilled before it was read"
+                content[slot] = item
+                fills[slot] += 1
+            slot = (slot + 1) % stages
+
+        for _ in range(stages - 1):
+            issue()
+        step = 0
+        for t, c in enumerate(counts):
+            for n in range(c):
+                stage, phase = step % stages, (step // stages) & 1
+                # mbar_wait(kv_full(stage), phase): this round's fill has landed, the next not yet
+                assert fills[stage] == step // stages + 1 and (fills[stage] - 1) & 1 == phase
+                issue()                                   # after __syncthreads: the previous slot is free
+                assert content[stage] == (t, n), (trial, stage, content[stage], (t, n))
+                consumed.add((t, n))
+                step += 1
+        assert next(loads, None) is None

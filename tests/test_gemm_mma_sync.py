@@ -304,3 +304,18 @@ def test_plan_gemm_block_scales_are_row_major_pointers(archs):
     assert plan.scale_a == 2.0
     with pytest.raises(PorterError, match=r"expected \(128, 32\)"):
         plan_gemm(fp4, fp4, rtx, "nvfp4", scales=(sf4[:, :16], sf4))
+
+
+def test_block_scale_selectors_step_through_the_scale_words(builds):
+    """mxfp8: MMA kk of a stage reads byte kk of its lane's scale word (byte-id 0..3,
+    thread-id 0); nvfp4 (scale_vec::4X) reads a whole word with selectors {0, 0}."""
+    import re
+
+    per_stage = 4 * (64 // 16) * (32 // 8)
+    mx = re.findall(r"kind::mxf8f6f4\.block_scale[^;]*", builds[("rtx-blackwell", "mxfp8")].compiled.ptx)
+    ids = [re.findall(r"\{\s*(\d+),\s*(\d+)\s*\}", ins) for ins in mx]
+    assert len(mx) == per_stage
+    assert sorted({tuple(i) for i in ids}) == [((str(b), "0"), (str(b), "0")) for b in range(4)]
+    assert all(sum(1 for i in ids if i[0][0] == str(b)) == per_stage // 4 for b in range(4))
+    nv = re.findall(r"kind::mxf4nvf4\.block_scale\.scale_vec::4X[^;]*", builds[("rtx-blackwell", "nvfp4")].compiled.ptx)
+    assert len(nv) == per_stage and all(re.findall(r"\{\s*0,\s*0\s*\}", ins) for ins in nv)
