@@ -77,7 +77,7 @@ def test_nvfp4_unsupported_on_hopper_shows_dashes_and_its_mma(gemm_diffs):
 def test_cli_table_lists_signatures_and_dashes(capsys):
     from porter.cli import main
 
-    assert main(["diff", "hopper", "blackwell", "--kernel", "gemm.nvfp4"]) == 0
+    assert main(["diff", "hopper", "blackwell", "--kernel", "gemm.nvfp4", "--full"]) == 0
     out = capsys.readouterr().out
     table = out.split("SASS opcodes", 1)[1]
     for op in ("* UTCOMMA", "* UTCBAR", "* LDTM"):

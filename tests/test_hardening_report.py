@@ -90,3 +90,33 @@ def test_unsupported_kernels_are_not_failed_checks(tmp_path):
     text = buf.getvalue()
     table, _, rest = text.partition("not built on hopper")
     assert "k.fp4" not in table and "k.fp4" in rest and "needs fp4" in rest
+
+
+def test_porter_diff_prints_a_summary_unless_asked_for_everything(capsys, tmp_path):
+    from porter.cli import main
+
+    assert main(["diff", "hopper", "blackwell", "--no-build"]) == 0
+    short = capsys.readouterr().out
+    assert main(["diff", "hopper", "blackwell", "--no-build", "--full"]) == 0
+    full = capsys.readouterr().out
+    assert "(summary; --full for every hunk" in short and "@@" not in short
+    assert "@@" in full and len(short.splitlines()) * 10 < len(full.splitlines())
+    assert "gemm.bf16" in short and "megakernel.llama-decode" in short
+    page = tmp_path / "d.html"
+    assert main(["diff", "hopper", "blackwell", "--no-build", "--kernel", "gemm.bf16", "--html", str(page)]) == 0
+    capsys.readouterr()
+    assert "@@" in page.read_text()   # the page holds the full diff
+
+
+def test_summary_row_counts_hunks_lines_and_features():
+    from porter.commands.diff import summary_row
+
+    h1 = SimpleNamespace(lines=["+a", "+b", "-c", " d"], labels=["tmem (tmem/tmem.cuh)", "tmem (gemm/x.cu.j2)"])
+    h2 = SimpleNamespace(lines=["-e"], labels=["wgmma (gemm/wgmma.cu.j2)"])
+    d = {"hunks": [h1, h2], "histogram": {"a": {"HGMMA": 4}, "b": {"UTCHMMA": 2}},
+         "signature_opcodes": ["HGMMA", "UTCHMMA"], "resources": {"a": {"registers": 90}, "b": {"registers": 100}},
+         "notes": []}
+    r = summary_row(d)
+    assert (r["hunks"], r["added"], r["removed"]) == (2, 2, 2)
+    assert r["features"] == ["tmem (1)", "wgmma (1)"]
+    assert r["opcodes_new"] == ["UTCHMMA"] and r["opcodes_gone"] == ["HGMMA"] and r["registers"] == "90 -> 100"

@@ -85,7 +85,7 @@ def test_cli_diff_text_and_html(fake, tmp_path, capsys):
     from porter.cli import main
 
     page = tmp_path / "diff.html"
-    assert main(["diff", "hopper", "blackwell", "--kernel", "fake.*", "--html", str(page)]) == 0
+    assert main(["diff", "hopper", "blackwell", "--kernel", "fake.*", "--html", str(page), "--full"]) == 0
     out = capsys.readouterr().out
     assert "[feature: tmem (tmem/fake_scale.cuh), tmem, template]" in out
     assert "unsupported on hopper: needs fp4" in out

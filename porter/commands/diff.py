@@ -14,7 +14,9 @@ def register(sub) -> None:
     p.add_argument("a", help="base arch (e.g. hopper)")
     p.add_argument("b", help="target arch (e.g. blackwell)")
     p.add_argument("--kernel", help="only this kernel (name, variant or fnmatch pattern)")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    p.add_argument("--html", metavar="FILE", help="also write the full diff as a self-contained HTML page")
+    p.add_argument("--full", action="store_true",
+                   help="print every source hunk and opcode table (default: one summary row per kernel)")
     p.add_argument("--no-build", action="store_true", help="sources only: skip compiling for the SASS and resources")
     p.set_defaults(func=run)
 
@@ -101,6 +103,50 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
         built = [x for x in (spec_a, spec_b) if x is not None and not isinstance(x, Unsupported)]
         out["signature_opcodes"] = sorted(signature_opcodes(full, signature_patterns((a, b), built)))
     return out
+
+
+def summary_row(d: dict) -> dict:
+    """One kernel's diff in a few figures: hunks, lines added and removed, the features
+    that drove them (with hunk counts), signature opcodes that appear or go, resources."""
+    from collections import Counter
+
+    added = sum(1 for h in d["hunks"] for line in h.lines if line.startswith("+"))
+    removed = sum(1 for h in d["hunks"] for line in h.lines if line.startswith("-"))
+    # A label names a feature and the file it comes from ("wgmma (gemm/wgmma.cu.j2)"): count by feature.
+    labels = Counter(f for h in d["hunks"] for f in {label.split(" (", 1)[0] for label in h.labels})
+    ha, hb = d["histogram"].get("a"), d["histogram"].get("b")
+    sig = d["signature_opcodes"]
+    new = [op for op in sig if ha is not None and hb is not None and not ha.get(op) and hb.get(op)]
+    gone = [op for op in sig if ha is not None and hb is not None and ha.get(op) and not hb.get(op)]
+    ra, rb = d["resources"].get("a", {}), d["resources"].get("b", {})
+
+    def pair(key):
+        x, y = ra.get(key), rb.get(key)
+        return None if x is None and y is None else f"{'-' if x is None else x} -> {'-' if y is None else y}"
+
+    return {"hunks": len(d["hunks"]), "added": added, "removed": removed,
+            "features": [f"{label} ({n})" for label, n in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))],
+            "opcodes_new": new, "opcodes_gone": gone, "registers": pair("registers"),
+            "smem": pair("dynamic_smem_bytes"), "notes": list(d["notes"])}
+
+
+def print_summary(console, a, b, results) -> None:
+    """The default output: one row per kernel, not thousands of diff lines."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=f"kernels {a.name} -> {b.name} (summary; --full for every hunk, --html FILE for a page)",
+              title_justify="left")
+    for col in ("kernel", "hunks", "+/-", "driven by (hunks)", "SASS new / gone", "registers", "dynamic smem B"):
+        t.add_column(col, overflow="fold")
+    for key, d in results:
+        r = summary_row(d)
+        sass = ", ".join([f"+{op}" for op in r["opcodes_new"]] + [f"-{op}" for op in r["opcodes_gone"]]) or "-"
+        # The note's head only ("unsupported on hopper"); --full gives its reasons.
+        name = key + (f" ({'; '.join(n.split(':', 1)[0] for n in r['notes'])})" if r["notes"] else "")
+        t.add_row(Text(name), str(r["hunks"]), f"+{r['added']} -{r['removed']}", Text(", ".join(r["features"]) or "-"),
+                  Text(sass), r["registers"] or "-", r["smem"] or "-")
+    console.print(t)
 
 
 def signature_patterns(archs, specs) -> list[str]:
@@ -193,7 +239,9 @@ def run(args) -> int:
         require_toolchain()
     from rich.markup import escape as lit  # notes and labels quote descriptor text: data, not markup
 
-    console = Console(highlight=False)
+    import sys
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     try:
         from porter.archdiff import diff_archs
         from porter.commands.arch import render_diff
@@ -211,6 +259,8 @@ def run(args) -> int:
     for key, sa, sb in pairs:
         d = kernel_diff(a, b, sa, sb, build=not args.no_build)
         results.append((key, d))
+        if not args.full:
+            continue
         console.rule(f"[bold]{lit(key)}")
         for note in d["notes"]:
             console.print(f"[yellow]{lit(note)}[/]")
@@ -241,6 +291,8 @@ def run(args) -> int:
             for k in [k for k in dict.fromkeys([*ra, *rb]) if k != "function"]:
                 t.add_row(k, str(ra.get(k, "-")), str(rb.get(k, "-")))
             console.print(t)
+    if not args.full:
+        print_summary(console, a, b, results)
     if args.html:
         from porter.fsutil import atomic_write
         from porter.report.diff_html import render_diff_html
