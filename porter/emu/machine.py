@@ -604,9 +604,11 @@ class Scheduler:
     def report(self, headline: str) -> str:
         lines = [f"{self.launch.prog.file}: {headline}; {self.executed:,} warp-instructions run"]
         shown = 0
-        for w in self.warps:
-            if w.done:
-                continue
+        # Waiters on a CTA or cluster barrier are usually the consequence; the others
+        # (mbarrier, setmaxnreg, a runnable warp) the cause: list those first.
+        def consequence(w):
+            return w.park is not None and w.park.describe().startswith(("barrier.cluster", "bar.sync"))
+        for w in sorted((w for w in self.warps if not w.done), key=consequence):
             what = w.park.describe() if w.park is not None else "runnable"
             lines.append(f"  {w.name} at {w.where()}: {what}")
             shown += 1

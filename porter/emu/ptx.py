@@ -277,12 +277,16 @@ def _parse_var(t: _Tokens, extern: bool = False) -> Var:
     init = None
     if t.accept("="):
         vals = []
+        def value():
+            neg = t.accept("-")
+            kind, text, line = t.next()
+            return (kind, ("-" + text) if neg else text, line)
         if t.accept("{"):
             while not t.accept("}"):
-                vals.append(t.next())
+                vals.append(value())
                 t.accept(",")
         else:
-            vals.append(t.next())
+            vals.append(value())
         init = _pack_init(vals, typ, t.file)
         if not is_array:
             count = 1
@@ -298,14 +302,14 @@ def _pack_init(vals, typ: str, file: str) -> bytes:
     out = bytearray()
     bits = TYPE_BITS[typ]
     for kind, s, line in vals:
-        if kind == "fimm":
-            v = _fimm(s)
-            out += struct.pack("<f" if bits == 32 else "<d", v)
+        neg = s.startswith("-")
+        s = s.lstrip("-")
+        if kind in ("fimm", "dec"):
+            v = _fimm(s) if kind == "fimm" else float(s)
+            out += struct.pack("<f" if bits == 32 else "<d", -v if neg else v)
         elif kind == "num":
-            v = _int(s)
-            out += (v & ((1 << bits) - 1)).to_bytes(bits // 8, "little")
-        elif s == "-":
-            continue
+            v = -_int(s) if neg else _int(s)
+            out += (v & ((1 << bits) - 1)).to_bytes(max(bits // 8, 1), "little")
         else:
             raise Unsupported(f"{file}:{line}: initialiser {s!r} is outside the simulator's subset")
     return bytes(out)

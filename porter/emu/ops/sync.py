@@ -262,6 +262,9 @@ def build_mbarrier(ins, d):
                 for b, _ in bars:
                     if getattr(b, "waiting", 0):
                         pass
+                if blocking:      # lanes whose wait completed (read by the tcgen05 fence checker)
+                    prev = w.units.get("mbarrier_waited")
+                    w.units["mbarrier_waited"] = (sel.copy() if prev is None else prev[0] | sel, where)
                 return None
             first = next(bp for bp, o in zip(bars, ok) if not o)
             bar, p = first

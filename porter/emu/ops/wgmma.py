@@ -183,8 +183,8 @@ def build_wgmma(ins, d):
                 cta.inflight_reads.pop(key, None)
             if not np.array_equal(smem[b_addr], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
                 raise CheckFailed(f"{where}: {w.name}: the shared memory this wgmma.mma_async reads changed before the "
-                                  "wgmma.wait_group that covers it (a stage released or overwritten while the MMA could "
-                                  "still read it)")
+                                  "wgmma.wait_group that covers it (its stage was released before the wait that covers it, "
+                                  "or overwritten)")
             bvals = unit.decode_values(b_raw.reshape(n, -1), btype)
             if rs:
                 rows, cols = _a_lanes(k, ea, wq)

@@ -1,0 +1,90 @@
+"""Planted bugs in generated Hopper kernels: each broken copy must fail in porter's PTX
+simulator for the planted reason (wrong numbers, a checker error or a deadlock report).
+
+Each mutation is one text substitution in the rendered CUDA source (which must match
+exactly once, so a template change that moves the line fails the test instead of
+silently testing nothing), built with NVRTC and run through ``porter.emu.validate.emulate``
+with the device harness's inputs, poisoning and references.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from porter.emu.validate import emulate
+from porter.kernels import family_module
+
+# (id, family, kernel, [(old, new)], shape, expected reason: a substring of the failure)
+MUTATIONS = [
+    ("mbarrier-parity", "gemm", "gemm.bf16",
+     [("porter::mbar_wait(full_bars + 8 * stage, phase);", "porter::mbar_wait(full_bars + 8 * stage, phase ^ 1u);")],
+     (256, 256, 64), "released before the wait"),
+    ("arrival-count", "gemm", "gemm.bf16",
+     [("porter::mbar_init(empty_bars + 8 * s, 4 * CONSUMERS * CLUSTER_M);",
+       "porter::mbar_init(empty_bars + 8 * s, 4 * CONSUMERS * CLUSTER_M + 1);")],
+     (256, 256, 320), "deadlock"),
+    ("expect-tx-bytes", "gemm", "gemm.bf16",
+     [("porter::mbar_arrive_expect_tx(full, STAGE_TX_BYTES);", "porter::mbar_arrive_expect_tx(full, STAGE_TX_BYTES + 1024);")],
+     (256, 256, 64), "tx-count 1024"),
+    ("swizzle-mode", "gemm", "gemm.bf16",
+     [("constexpr uint64_t DESC_TEMPLATE = 0x4000004000010000ull;",
+       "constexpr uint64_t DESC_TEMPLATE = 0x8000004000010000ull;")],
+     (256, 256, 64), "outside tolerance or unwritten"),
+    ("stride-byte-offset", "gemm", "gemm.bf16",
+     [("constexpr uint64_t DESC_TEMPLATE = 0x4000004000010000ull;",
+       "constexpr uint64_t DESC_TEMPLATE = 0x4000002000010000ull;")],
+     (256, 256, 64), "read the same shared bytes"),
+    ("tile-index", "gemm", "gemm.bf16",
+     [("const int row0 = tile_m * TILE_M + consumer * MMA_M;", "const int row0 = tile_m * TILE_M;")],
+     (256, 256, 64), "outside tolerance or unwritten"),
+    ("missing-wait-group", "gemm", "gemm.bf16",
+     [("            porter::wgmma_wait<0>();\n            if (lane == 0) release(prev_stage);",
+       "            if (lane == 0) release(prev_stage);")],
+     (256, 256, 64), "before the wgmma.wait_group that covers it"),
+    ("early-release", "gemm", "gemm.bf16",
+     [("porter::wgmma_wait<1>();\n                if (kb > 0 && lane == 0) release(prev_stage);",
+       "if (lane == 0) release(stage);\n                porter::wgmma_wait<1>();"),
+      ("            porter::wgmma_wait<0>();\n            if (lane == 0) release(prev_stage);",
+       "            porter::wgmma_wait<0>();")],
+     (256, 256, 512), "released before the wait"),
+    ("missing-cluster-barrier", "gemm", "gemm.bf16",
+     [("    // our empty barriers up to their last k-block.\n    porter::cluster_sync();",
+       "    // our empty barriers up to their last k-block.")],
+     (256, 256, 256), "missing cluster barrier before exit"),
+    ("unbalanced-setmaxnreg", "gemm", "gemm.bf16",
+     [("porter::setmaxnreg_inc<CONSUMER_REGS>();", "porter::setmaxnreg_inc<CONSUMER_REGS + 8>();")],
+     (256, 256, 64), "setmaxnreg.inc"),
+    ("fp8-missing-wait-group", "gemm", "gemm.fp8",
+     [("            porter::wgmma_wait<0>();\n", "")],
+     (256, 128, 128), "before the wgmma.wait_group that covers it"),
+]
+
+
+def _spec(family: str, name: str, arch):
+    return next(s for s in family_module(family).variants(arch) if s.name == name)
+
+
+def _mutate(source: str, edits) -> str:
+    for old, new in edits:
+        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:60]!r}"
+        source = source.replace(old, new)
+    return source
+
+
+@pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_planted_bug_is_caught(case, hopper):
+    _, family, name, edits, shape, reason = case
+    spec = _spec(family, name, hopper)
+    source = _mutate(family_module(family).render(spec, hopper), edits)
+    result = emulate(spec, hopper, shapes=[shape], seeds=1, source=source)
+    assert result["status"] == "failed", result
+    assert reason in result["reason"], result["reason"]
+
+
+def test_unmutated_kernel_passes_at_the_mutation_shapes(hopper):
+    """The anchors' kernel is right as generated: every failure above is the planted bug's."""
+    spec = _spec("gemm", "gemm.bf16", hopper)
+    source = family_module("gemm").render(spec, hopper)
+    shapes = sorted({m[4] for m in MUTATIONS if m[2] == "gemm.bf16"})
+    result = emulate(spec, hopper, shapes=shapes, seeds=1, source=source)
+    assert result["status"] == "passed", result["reason"]
