@@ -64,17 +64,16 @@ def registers_needed(head_dim: int, block_n: int) -> int:
 
 
 def _sass_rules(arch, stage_with: str):
-    from porter.kernels.gemm_mma_sync import any_of
+    from porter.kernels.gemm_mma_sync import optional_rule
 
-    sig = arch.sass_signatures
-    ops = arch.tensor_core.kind_sass.get("f16") or ()
-    required = [SassRule(any_of(ops), "mma.sync bf16 for S = Q K^T and O += P V (tensor_core.kinds.f16.sass)")] \
-        if ops else []
+    required = [SassRule(arch.sass_pattern("kind:f16"), "mma.sync bf16 for S = Q K^T and O += P V (kind:f16)")]
+    required += optional_rule(arch, "op:exp2", "softmax exponentials through ex2.approx")
     if stage_with == "tma":
         for ref, why in (("op:tma_load", "Q, K and V streamed by TMA"), ("mbarrier", "mbarrier-completed stages")):
             required.append(SassRule(arch.sass_pattern(ref), f"{why} ({ref})"))
-    elif sig.get("cp_async"):
-        required.append(SassRule(any_of(sig["cp_async"]), "Q, K and V staged by cp.async (sass_signatures.cp_async)"))
+    else:
+        required += optional_rule(arch, "cp_async", "Q, K and V staged by cp.async")
+        required += optional_rule(arch, "op:cp_async_commit", "one cp.async group per K/V stage")
     return tuple(required), no_spills(arch)
 
 

@@ -127,29 +127,29 @@ def _choose(arch, variant, stage_with: str):
                       f"registers per thread ({'; '.join(tried) or 'no layout within max_threads_per_block'})")
 
 
-def any_of(patterns) -> str:
-    """One rule from a descriptor's signature list: any of its patterns proves it."""
-    patterns = tuple(patterns)
-    return patterns[0] if len(patterns) == 1 else "(?:" + "|".join(patterns) + ")"
+def optional_rule(arch, ref: str, why: str) -> tuple[SassRule, ...]:
+    """The rule for ``ref`` where the descriptor spells it (sass_signatures / sass_ops), else
+    none: a descriptor without that spelling checks less, it does not fail to load."""
+    base = ref[3:] if ref.startswith("op:") else ref
+    table = getattr(arch, "sass_ops", {}) if ref.startswith("op:") else arch.sass_signatures
+    return (SassRule(arch.sass_pattern(ref), f"{why} ({ref})"),) if table.get(base) else ()
 
 
 def _sass_rules(arch, kind: str, variant, stage_with: str):
     """What the machine code must show, every pattern read from the descriptor."""
-    sig = arch.sass_signatures
-    ops = arch.tensor_core.kind_sass.get(kind) or ()
-    if not ops:
+    if not arch.tensor_core.kind_sass.get(kind):
         raise PorterError(f"arch {arch.name}: tensor_core.kinds.{kind}.sass lists no opcode to check")
-    required = [SassRule(any_of(ops), f"mma.sync kind {kind} main loop (tensor_core.kinds.{kind}.sass)")]
+    required = [SassRule(arch.sass_pattern(f"kind:{kind}"), f"mma.sync kind {kind} main loop (kind:{kind})")]
     # The variant's own features that have signatures prove the operand / scale formats
     # reached the tensor core (e.g. an fp8 signature naming E4M3, block_scale_nvfp4 UE4M3.4X).
     for feature in variant.features:
-        if sig.get(feature):
-            required.append(SassRule(any_of(sig[feature]), f"{feature} in the MMA (sass_signatures.{feature})"))
+        required += optional_rule(arch, feature, f"{feature} in the MMA")
     if stage_with == "tma":
         for ref, why in (("op:tma_load", "TMA tile loads of A and B"), ("mbarrier", "mbarrier ring synchronisation")):
             required.append(SassRule(arch.sass_pattern(ref), f"{why} ({ref})"))
-    elif sig.get("cp_async"):
-        required.append(SassRule(any_of(sig["cp_async"]), "cp.async operand staging (sass_signatures.cp_async)"))
+    else:
+        required += optional_rule(arch, "cp_async", "cp.async operand staging")
+        required += optional_rule(arch, "op:cp_async_commit", "one cp.async group per stage")
     return tuple(required), no_spills(arch)
 
 
