@@ -4,6 +4,7 @@ PorterError line naming the key, never a hang, a crash, a traceback or raw termi
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from porter.errors import PorterError
 
 ARCH_DIR = paths.data_dir("arch")
 HOPPER = (ARCH_DIR / "hopper.yaml").read_text()
+# The identity products line, whatever it lists (the descriptors change under other issues).
+PRODUCTS = re.search(r"^  products: \[.*\]$", HOPPER, re.M).group(0).strip()
 BLACKWELL = (ARCH_DIR / "blackwell.yaml").read_text()
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +74,7 @@ def test_recursive_alias_is_refused(tmp_path):
 
 def test_modest_aliases_still_load(tmp_path):
     # An alias used once is fine: only expansion past the budget is refused.
-    text = HOPPER.replace("products: [H200 SXM]", "products: &p [H200 SXM]", 1)
+    text = HOPPER.replace(PRODUCTS, PRODUCTS.replace("products: ", "products: &p "), 1)
     lines = text.splitlines(keepends=True)
     notes = next(i for i, line in enumerate(lines) if line.startswith("  notes: "))
     lines[notes] = "  notes: *p\n"
@@ -79,7 +82,7 @@ def test_modest_aliases_still_load(tmp_path):
         load_arch(write(tmp_path, "".join(lines), "x", "x"))
     lines[notes] = "  notes: &n \"plain notes\"\n"
     text = "".join(lines).replace("summary: \"", "summary: \"", 1)
-    assert load_arch(write(tmp_path, text, "x", "x")).products == ("H200 SXM",)
+    assert load_arch(write(tmp_path, text, "x", "x")).products == load_arch(ARCH_DIR / "hopper.yaml").products
 
 
 def test_show_is_bounded_for_huge_and_cyclic_values():
@@ -150,7 +153,7 @@ def test_control_characters_in_text_are_refused(tmp_path, char):
 
 
 @pytest.mark.parametrize("old,new,key", [
-    ("products: [H200 SXM]", 'products: [H100, "H200\\e[2J"]', "identity.products[1]"),
+    (PRODUCTS, 'products: [H100, "H200\\e[2J"]', "identity.products[1]"),
     ("instruction: wgmma.mma_async", 'instruction: "wgmma\\u202e"', "tensor_core.instruction"),
     ("[DS]", '[DS] \\e]8;;http://evil\\e\\\\', "source"),
 ])

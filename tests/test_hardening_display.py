@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,9 +16,10 @@ from porter import paths
 from porter.cli import main
 
 HOPPER = (paths.data_dir("arch") / "hopper.yaml").read_text()
+PRODUCTS = re.search(r"^  products: \[.*\]$", HOPPER, re.M).group(0).strip()
 MARKUP = {
     'summary: "': 'summary: "[/] [bold]loud[/bold] ',
-    "products: [H200 SXM]": 'products: ["[bold]B200[/bold]", "[/]"]',
+    PRODUCTS: 'products: ["[bold]B200[/bold]", "[/]"]',
     "instruction: wgmma.mma_async": 'instruction: "wgmma.mma_async[/bold]"',
 }
 

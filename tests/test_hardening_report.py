@@ -120,3 +120,92 @@ def test_summary_row_counts_hunks_lines_and_features():
     assert (r["hunks"], r["added"], r["removed"]) == (2, 2, 2)
     assert r["features"] == ["tmem (1)", "wgmma (1)"]
     assert r["opcodes_new"] == ["UTCHMMA"] and r["opcodes_gone"] == ["HGMMA"] and r["registers"] == "90 -> 100"
+
+
+# -- the HTML report's charts and tables ------------------------------------------------------
+
+
+def _cases(labels, ratio=0.5, measure="max abs error", tol=0.05):
+    return [{"label": l, "error": ratio * tol, "tolerance": tol, "passed": True, "measure": measure} for l in labels]
+
+
+def test_numerics_chart_keeps_long_labels_inside_and_rounds_tooltips():
+    import re as _re
+
+    from porter.report.svg import numerics_bars
+
+    long_label = "B=2 Hq=8 Hkv=2 Sq=1024 Sk=1024 s1"
+    svg_text = numerics_bars(_cases([long_label, "M=128 N=64 K=32"], tol=0.1 / 3))
+    height = float(_re.search(r'height="(\d+)"', svg_text).group(1))
+    # rotated -90 about (x, y): the text runs from y upward-in-page... it extends down by its length
+    for m in _re.finditer(r'<text x="[\d.]+" y="([\d.]+)" font-size="8"[^>]*rotate\(-90[^>]*>([^<]*)</text>', svg_text):
+        assert float(m.group(1)) + 4.8 * len(m.group(2)) <= height + 1, m.group(2)
+    tips = _re.findall(r"<title>([^<]*)</title>", svg_text)
+    assert tips and all("0.0333333" not in t for t in tips)
+    assert "0.0167 of 0.0333 allowed (50%)" in tips[0]
+
+
+def test_chart_title_says_it_plots_error_over_allowed():
+    from porter.report.html import chart_title
+
+    assert chart_title(_cases(["a"])) == "error / allowed; the error is the max abs error"
+    assert chart_title(_cases(["a"], measure="error / allowed", tol=1.0)) == "error / allowed"
+    assert chart_title([{"label": "a", "error": 1.0, "tolerance": None, "passed": None,
+                         "measure": "max error"}]) == "max error"
+
+
+def test_stage_table_keeps_the_runbook_order_within_a_day():
+    import re as _re
+
+    from porter.report.html import render_html
+
+    report = _a_report()
+    report["stages"] = [dict(s, day=1) for s in report["stages"]]
+    html = render_html(report)
+    table = html.split("<th>summary</th></tr>", 1)[1].split("</table>", 1)[0]
+    ids = _re.findall(r"<tr><td>1</td><td>([^<]+)</td>", table)
+    assert ids == [s["id"] for s in report["stages"]] and ids != sorted(ids)
+
+
+def test_diff_feature_chips_wrap():
+    from porter.report.diff_html import _EXTRA
+
+    chip = _EXTRA.split(".feat{", 1)[1].split("}", 1)[0]
+    assert "inline-block" in chip and "overflow-wrap:anywhere" in chip and "white-space:normal" in chip
+
+
+def test_gemm_errors_near_the_bound_are_said_to_be_by_design():
+    from porter.report.build import tolerance_note
+    from porter.report.markdown import render_markdown
+
+    raw = {"results": [{"shape": [256, 256, 384], "worst_ratio": 0.97, "passed": True,
+                        "reason": "bf16 out: ... the final RNE to bf16, bounded by 2^-8 relative"}]}
+    note = tolerance_note(raw)
+    assert note and "97%" in note and "rounding bound" in note and "by design" in note
+    assert tolerance_note({"results": [dict(raw["results"][0], worst_ratio=0.1)]}) is None
+    assert tolerance_note({"results": [dict(raw["results"][0], reason="FlashAttention 2x rule")]}) is None
+    report = _a_report()
+    k = report["kernels"][0]
+    k["numerics"] = {"passed": True, "cases": [{"label": "256x256x384 s0", "error": 0.97, "tolerance": 1.0,
+                                                "passed": True, "measure": "error / allowed"}], "note": note}
+    assert validate(report) == []
+    assert f"- {k['name']}: {note}" in render_markdown(report)
+
+
+_REPORT = {}
+
+
+def _a_report() -> dict:
+    import copy
+    import tempfile
+    from pathlib import Path
+
+    if not _REPORT:
+        with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            fam.install(mp, fam.write_templates(root / "tpl"))
+            book = root / "fake.yaml"
+            book.write_text(fam.RUNBOOK)
+            run_target(RunOptions("blackwell", runbook=str(book), out=root / "o", jobs=1))
+            _REPORT.update(json.loads((root / "o" / "report.json").read_text()))
+    return copy.deepcopy(_REPORT)

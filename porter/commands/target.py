@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("arch", help="descriptor name (blackwell) or path to a .yaml")
     p.add_argument("--from", dest="base", metavar="BASE", help="the arch the port starts from (default: the runbook's base, else the descriptor's "
                    "identity.previous, else none)")
+    p.add_argument("--product", metavar="NAME",
+                   help="schedule and report for one product of the arch (its SM count, memory and peaks from "
+                        "the descriptor's products section, e.g. \"H100 SXM\"; default: the descriptor's default)")
     p.add_argument("--runbook", help="runbook name or path (default: ARCH-bringup, else generic-bringup)")
     p.add_argument("--device", choices=("auto", "on", "off"), default="auto",
                    help="device validation: auto = when a GPU of ARCH is present; on = required "
@@ -41,7 +44,7 @@ def run(args) -> int:
     from porter.pipeline import RunOptions, run_target
 
     console = Console(stderr=False, soft_wrap=True)
-    opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out,
+    opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out, product=args.product,
                       jobs=args.jobs, device=args.device, emulate=args.emulate, kernel=args.kernel)
     try:
         if args.quiet or not console.is_terminal:
@@ -87,7 +90,8 @@ def print_summary(console, result) -> None:
     from porter.levels import Level
     from porter.report.build import why_unsupported
 
-    table = Table(title=f"{result.arch}: kernels by the highest level each reached", title_justify="left")
+    named = f"{result.arch} ({result.product})" if getattr(result, "product", "") else result.arch
+    table = Table(title=f"{named}: kernels by the highest level each reached", title_justify="left")
     table.add_column("kernel", no_wrap=True)
     table.add_column("level", no_wrap=True)
     table.add_column("checks failed", overflow="fold")

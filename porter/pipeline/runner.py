@@ -20,6 +20,7 @@ class RunOptions:
     device: str = "auto"             # auto | on | off
     emulate: str = "on"              # on | off: the emulation stage (porter's PTX simulator)
     kernel: str | None = None        # kernel name, variant, family or glob (porter.commands.kernel.match_kernels)
+    product: str | None = None       # --product: one product's figures (Arch.for_product)
 
 
 @dataclass
@@ -36,6 +37,7 @@ class RunResult:
     products: tuple = ()             # the target's products, for "run this on a ... GPU"
     arch_arg: str = ""               # the arch as the user named it (name or file)
     base_why: str = ""               # how the base was chosen (porter.pipeline.runner.choose_base)
+    product: str = ""                # the product whose figures the run used ("" when none are given)
 
     @property
     def failed(self) -> list[StageResult]:
@@ -65,6 +67,8 @@ def resolve(opts: RunOptions):
     if opts.emulate not in ("on", "off"):
         raise PorterError(f"--emulate {opts.emulate!r}: expected on or off")
     arch = load_arch(opts.arch)
+    if opts.product:
+        arch = arch.for_product(opts.product)
     if opts.runbook:
         book = load_runbook(opts.runbook)
     else:
@@ -185,6 +189,17 @@ def claim_out_dir(out_dir: Path, arch, explicit: bool) -> None:
     atomic_write(out_dir / DESCRIPTOR_MARK, json.dumps(me, indent=1, sort_keys=True) + "\n")
 
 
+def default_out_name(arch) -> str:
+    """build/<name>, or build/<name>-<product> for a product other than the default (its
+    report and schedule differ, so it must not overwrite the default product's)."""
+    product = getattr(arch, "product", "")
+    if not product or product == getattr(arch, "default_product", ""):
+        return arch.name
+    import re
+
+    return f"{arch.name}-{re.sub(r'[^a-z0-9]+', '-', product.lower()).strip('-')}"
+
+
 def run_target(opts: RunOptions, display=None) -> RunResult:
     from porter.pipeline.context import NullDisplay
     from porter.pipeline.stages import STAGE_FUNCTIONS
@@ -195,7 +210,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
         raise PorterError(f"--jobs {opts.jobs}: give 1 or more workers, or 0 for one per CPU")
     arch, base, book = resolve(opts)
     jobs = opts.jobs if opts.jobs and opts.jobs > 0 else default_jobs()
-    out_dir = Path(opts.out) if opts.out else Path("build") / arch.name
+    out_dir = Path(opts.out) if opts.out else Path("build") / default_out_name(arch)
     from porter.toolchain import require_toolchain
 
     require_toolchain()   # a missing compiler or disassembler: one error now, not one per kernel
@@ -206,7 +221,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
                   kernel_pattern=opts.kernel, display=display or NullDisplay())
     run = RunResult(arch.name, base.name if base else None, book.name, out_dir,
                     products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch),
-                    base_why=choose_base(arch, opts.base, book)[1])
+                    base_why=choose_base(arch, opts.base, book)[1], product=getattr(arch, "product", ""))
     ctx.run_info = run
     try:
         for generation in book.generations():

@@ -9,7 +9,9 @@ from porter.report.html import _CSS
 _EXTRA = """
 pre.diff{font-size:11.5px;background:#fafafa;border:1px solid #ddd;padding:6px;overflow-x:auto}
 .add{color:#1b5e20;background:#e8f5e9;display:block}.del{color:#b71c1c;background:#ffebee;display:block}
-.hunk{color:#1565c0;display:block;margin-top:6px}.feat{background:#6a1b9a;color:#fff;border-radius:3px;padding:0 4px}
+.hunk{color:#1565c0;display:block;margin-top:6px;white-space:normal}
+.feat{background:#6a1b9a;color:#fff;border-radius:3px;padding:0 4px;margin:1px 2px;display:inline-block;
+max-width:100%;overflow-wrap:anywhere;white-space:normal}
 """
 
 

@@ -6,7 +6,7 @@ from html import escape
 
 from porter.report import svg
 from porter.report.build import before_text, why_unsupported
-from porter.report.markdown import _cold_text, _filter_text
+from porter.report.markdown import _cold_text, _filter_text, numerics_note
 from porter.report.summary import LEVEL, PLAIN, STRONG, summary_lines
 
 _CSS = """
@@ -30,7 +30,8 @@ def render_html(r: dict) -> str:
     arch, base = r["arch"], r["base"]
     p = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>porter: {escape(arch['name'])} bring-up</title>"
          f"<style>{_CSS}</style></head><body>",
-         f"<h1>Bring-up report: {escape(arch['name'])} <code>{escape(arch['target'])}</code></h1>",
+         f"<h1>Bring-up report: {escape(arch['name'])} <code>{escape(arch['target'])}</code>"
+         + (f" {escape(arch['product'])}" if arch.get("product") else "") + "</h1>",
          f"<div class='muted'>descriptor <code>{escape(arch.get('path') or arch['name'])}</code> "
          f"(sha256 {escape(arch['digest'][:16])}) · runbook <code>{escape(r['runbook'])}</code> · base arch "
          f"{escape(base['name']) if base else 'none'}"
@@ -42,7 +43,8 @@ def render_html(r: dict) -> str:
          *_summary(r),
          "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
          "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]
-    for s in sorted(r["stages"], key=lambda s: (s["day"], s["id"])):
+    # By day, then in the runbook's order (sorted is stable): never alphabetically within a day.
+    for s in sorted(r["stages"], key=lambda s: s["day"]):
         p.append(f"<tr><td>{s['day']}</td><td>{escape(s['id'])}</td><td class='s-{escape(s['status'])}'>{escape(s['status'])}</td>"
                  f"<td>{s['seconds']:.2f}</td><td>{escape(s['summary'])}</td></tr>")
     p.append("</table>")
@@ -60,9 +62,10 @@ def render_html(r: dict) -> str:
     else:
         p.append("<div class='cards'>")
         for k in num:
-            measure = k["numerics"]["cases"][0]["measure"] if k["numerics"]["cases"] else ""
             p.append(f"<div class='card'><h3>{escape(k['name'])} · {'passed' if k['numerics']['passed'] else 'FAILED'}"
-                     f" <span class='muted'>({escape(measure)})</span></h3>{svg.numerics_bars(k['numerics']['cases'])}</div>")
+                     f" <span class='muted'>({escape(chart_title(k['numerics']['cases']))})</span></h3>"
+                     f"{svg.numerics_bars(k['numerics']['cases'])}"
+                     + (f"<div class='muted'>{escape(n)}</div>" if (n := numerics_note(k)) else "") + "</div>")
         p.append("</div>")
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
@@ -89,6 +92,16 @@ def render_html(r: dict) -> str:
         p.append("<h2>Porting plan</h2><ul>" + "".join(f"<li>{escape(s)}</li>" for s in r["plan"].get("summary", [])) + "</ul>")
     p.append("</body></html>")
     return "\n".join(p)
+
+
+def chart_title(cases: list[dict]) -> str:
+    """What a numerics chart plots: error / allowed whenever a case has a tolerance (the
+    bars are divided by it), naming the measure it divides; the raw measure otherwise."""
+    measures = sorted({c["measure"] for c in cases if c.get("measure")})
+    if any(c.get("tolerance") for c in cases):
+        raw = [m for m in measures if m != "error / allowed"]
+        return "error / allowed" + (f"; the error is the {', '.join(raw)}" if raw else "")
+    return ", ".join(measures) or "error"
 
 
 def _summary(r: dict) -> list[str]:

@@ -41,9 +41,15 @@ def _filter_text(r: dict) -> str:
             if r.get("kernel_filter") else "")
 
 
+def numerics_note(k: dict) -> str:
+    """A kernel's numerics note (errors near the tolerance by design), or ""."""
+    return (k.get("numerics") or {}).get("note") or ""
+
+
 def render_markdown(r: dict) -> str:
     base = r["base"]["name"] if r["base"] else "none"
-    lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']})", ""]
+    product = f", {r['arch']['product']}" if r["arch"].get("product") else ""
+    lines = [f"# Bring-up report: {r['arch']['name']} ({r['arch']['target']}{_md(product)})", ""]
     lines += [_line(line) for line in summary_lines(r)]
     lines += ["", f"- descriptor: `{_md(r['arch'].get('path') or r['arch']['name'])}` "
               f"(sha256 {r['arch']['digest'][:16]})",
@@ -85,6 +91,9 @@ def render_markdown(r: dict) -> str:
                              f"{allowed} | {worst['measure']} |")
             else:
                 lines.append(f"| {k['name']} | {result} | - | - | - | - |")
+        notes = [f"- {k['name']}: {_md(numerics_note(k))}" for k in num if numerics_note(k)]
+        if notes:
+            lines += [""] + notes
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
         lines += ["", "## Schedules (predicted from the descriptor, not measured)", "",

@@ -86,7 +86,12 @@ def numerics_bars(cases: list[dict], width: int = 520) -> str:
         return '<span class="muted">no per-shape errors reported</span>'
     ratios = [c["error"] / c["tolerance"] if c["tolerance"] else c["error"] for c in cases]
     top_value = max(1.25, 1.1 * max(ratios))
-    h, top, bottom, left = 150, 10, 40, 45
+    # Labels run straight down from their bar (rotated -90): the bottom margin grows with
+    # the longest one (about 4.8 px a character at 8 px), so none is cut off; the full
+    # label is in each bar's tooltip.
+    shown = [_short(c["label"]) for c in cases]
+    bottom = 14 + int(4.8 * max(len(t) for t in shown)) if len(cases) <= 24 else 14
+    h, top, left = 110 + bottom, 10, 45
     n = len(cases)
     slot = (width - left - 5) / n
 
@@ -104,15 +109,30 @@ def numerics_bars(cases: list[dict], width: int = 520) -> str:
         x = left + 3 + i * slot
         color = "#c62828" if c["passed"] is False or (c["tolerance"] and ratio > 1) else "#1565c0"
         parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(slot - 3, 1):.1f}" height="{max(base_y - y, 1):.1f}" '
-                     f'fill="{color}"><title>{escape(c["label"])}: {c["error"]:.3g} vs {c["tolerance"]}</title></rect>')
+                     f'fill="{color}"><title>{escape(_tooltip(c, ratio))}</title></rect>')
         if n <= 24:
-            parts.append(f'<text x="{x + slot / 2:.1f}" y="{h - bottom + 12}" font-size="8" text-anchor="end" '
-                         f'transform="rotate(-35 {x + slot / 2:.1f} {h - bottom + 12})">{escape(c["label"])}</text>')
+            lx, ly = x + slot / 2 + 3, h - bottom + 6
+            parts.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="8" text-anchor="end" '
+                         f'transform="rotate(-90 {lx:.1f} {ly:.1f})">{escape(shown[i])}</text>')
     tol_y = y_of(1.0)
     parts.append(f'<line x1="{left}" y1="{tol_y:.1f}" x2="{width}" y2="{tol_y:.1f}" stroke="#c62828" stroke-dasharray="4 3"/>'
                  f'<text x="{width - 4}" y="{tol_y - 3:.1f}" font-size="9" text-anchor="end" fill="#c62828">tolerance</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _short(label: str, most: int = 28) -> str:
+    return label if len(label) <= most else label[:most - 1] + "…"
+
+
+def _tooltip(c: dict, ratio: float) -> str:
+    """A bar's tooltip, rounded: '1024x1024x256: error 0.0123 of 0.05 allowed (25%)'."""
+    if c["tolerance"]:
+        if c.get("measure") == "error / allowed":
+            return f"{c['label']}: error / allowed {ratio:.3g} ({ratio:.0%} of the tolerance)"
+        return (f"{c['label']}: {c.get('measure') or 'error'} {c['error']:.3g} of {c['tolerance']:.3g} allowed "
+                f"({ratio:.0%})")
+    return f"{c['label']}: {c.get('measure') or 'error'} {c['error']:.3g} (no tolerance given)"
 
 
 def roofline_bars(measured: float, peak: float, label: str, width: int = 360) -> str:
