@@ -819,35 +819,41 @@ def _check_sass_modifiers(c: _Checker, raw: Any, sources: dict) -> dict:
     return out
 
 
-# Figures a product may carry for itself (the rest are the architecture's).
+# Figures a product may carry for itself (any it leaves out are the architecture's).
 _PRODUCT_FIELDS: dict[str, Field] = {
-    "sm_count": SECTIONS["limits"]["sm_count"],
+    "sm_count": Field("int", "SMs", 1, 1024, required=False),
     "l2_mib": Field("number", "MiB", 0.001, 4096, required=False),
-    "hbm_gb": SECTIONS["memory"]["hbm_gb"],
-    "hbm_bandwidth_tb_s": SECTIONS["memory"]["hbm_bandwidth_tb_s"],
+    "hbm_gb": Field("number", "GB (1e9 bytes)", 0.001, 100000, required=False),
+    "hbm_bandwidth_tb_s": Field("number", "TB/s (1e12 bytes/s)", 0.001, 1000, required=False),
 }
 
 
 def _check_products(c: _Checker, raw: Any, sources: dict, d: dict) -> dict:
-    """``products``: each product's own figures (SM count, memory, peaks where they differ)
-    and which one the limits / memory / peak sections describe (``default``)."""
+    """``products``: which product the limits / memory / peak sections describe
+    (``default``), and for every other product the figures it has of its own (SM count,
+    memory, peaks where they differ). Normalised: each product's full figures, the
+    default's being the sections' own."""
     if raw is None:
         return {}
     c.mapping(raw, "products", "default and product name -> figures")
     if "default" not in raw:
         c.fail("products.default", "missing key", "name the product the limits and memory sections describe")
-    listed = d["identity"]["products"]
-    out: dict[str, Any] = {"default": raw["default"], "items": {}}
+    default = raw["default"]
+    if not isinstance(default, str) or not default.strip():
+        c.fail("products.default", f"expected a product name, got {_show(default)}",
+               "name the product the limits and memory sections describe")
+    c.plain_text(default, "products.default")
+    base = {"sm_count": d["limits"]["sm_count"], "l2_mib": d["memory"]["l2_mib"],
+            "hbm_gb": d["memory"]["hbm_gb"], "hbm_bandwidth_tb_s": d["memory"]["hbm_bandwidth_tb_s"],
+            "dense_tflops": {}}
+    items: dict[str, Any] = {}
     for name, spec in raw.items():
         if name in ("default", *_META):
             continue
         dotted = f"products.{name}"
-        if name not in listed:
-            c.fail(dotted, f"product {_show(name)} is not in identity.products ({', '.join(listed)})",
-                   "list it there too, or fix the spelling")
-        c.mapping(spec, dotted, "sm_count, hbm_gb, hbm_bandwidth_tb_s, dense_tflops, source")
-        c.keys(spec, dotted, (*_PRODUCT_FIELDS, "dense_tflops", *_META),
-               [k for k, f in _PRODUCT_FIELDS.items() if f.required] + ["source"])
+        c.plain_text(name, dotted)
+        c.mapping(spec, dotted, "sm_count, l2_mib, hbm_gb, hbm_bandwidth_tb_s, dense_tflops, source")
+        c.keys(spec, dotted, (*_PRODUCT_FIELDS, "dense_tflops", *_META), ["source"])
         item = {k: c.value(spec[k], f, f"{dotted}.{k}") for k, f in _PRODUCT_FIELDS.items() if k in spec}
         rates = c.mapping(spec.get("dense_tflops") or {}, f"{dotted}.dense_tflops", "dtype -> TFLOP/s")
         peak_field = _num(0.001, 1e6, "TFLOP/s (dense, 1e12 FLOP/s)")
@@ -857,32 +863,29 @@ def _check_products(c: _Checker, raw: Any, sources: dict, d: dict) -> dict:
                 c.fail(f"{dotted}.dense_tflops.{dtype}", f"no architecture peak for {dtype} to differ from",
                        f"add peak.dense_tflops.{dtype} first ({', '.join(d['peak']['dense_tflops']) or 'none'})")
             item["dense_tflops"][dtype] = float(c.value(value, peak_field, f"{dotted}.dense_tflops.{dtype}"))
+        if len(item) == 1 and not item["dense_tflops"] and name != default:
+            c.fail(dotted, "a product entry with no figures of its own",
+                   "give the figures that differ (sm_count, l2_mib, hbm_gb, hbm_bandwidth_tb_s, dense_tflops) "
+                   "or drop the entry")
+        if name == default:
+            # The sections describe the default product: its entry may only repeat them.
+            for key, value in item.items():
+                if key != "dense_tflops" and value != base[key]:
+                    c.fail(f"{dotted}.{key}", f"the default product says {value}, the architecture "
+                           f"sections say {base[key]}", "make them agree (the sections describe the default product)")
+            for dtype, value in item["dense_tflops"].items():
+                if value != d["peak"]["dense_tflops"][dtype]:
+                    c.fail(f"{dotted}.dense_tflops.{dtype}", f"the default product says {value}, "
+                           f"peak.dense_tflops says {d['peak']['dense_tflops'][dtype]}", "make them agree")
         if "notes" in spec:
             item["notes"] = c.value(spec["notes"], _NOTES, f"{dotted}.notes")
-        item["source"] = c.source(spec["source"], f"{dotted}.source", (*_PRODUCT_FIELDS, "dense_tflops"),
+        item["source"] = c.source(spec["source"], f"{dotted}.source", tuple(k for k in spec if k not in _META),
                                   sources)
-        out["items"][name] = item
-    missing = [p for p in listed if p not in out["items"]]
-    if missing:
-        c.fail("products", f"identity.products lists {', '.join(missing)} without figures here",
-               "give each listed product its sm_count, hbm_gb and hbm_bandwidth_tb_s")
-    default = out["default"]
-    if default not in out["items"]:
-        c.fail("products.default", f"{_show(default)} is not one of the products listed here",
-               f"use one of {', '.join(out['items'])}")
-    # The default product's figures are the ones the architecture sections state: a
-    # mismatch would make `porter target` and `--product DEFAULT` disagree.
-    base = {"sm_count": d["limits"]["sm_count"], "l2_mib": d["memory"]["l2_mib"],
-            "hbm_gb": d["memory"]["hbm_gb"], "hbm_bandwidth_tb_s": d["memory"]["hbm_bandwidth_tb_s"]}
-    for key, value in out["items"][default].items():
-        if key in base and value != base[key]:
-            c.fail(f"products.{default}.{key}", f"the default product says {value}, the architecture "
-                   f"sections say {base[key]}", "make them agree (the sections describe the default product)")
-    for dtype, value in out["items"][default]["dense_tflops"].items():
-        if value != d["peak"]["dense_tflops"][dtype]:
-            c.fail(f"products.{default}.dense_tflops.{dtype}", f"the default product says {value}, "
-                   f"peak.dense_tflops says {d['peak']['dense_tflops'][dtype]}", "make them agree")
-    return out
+        items[name] = {**base, **item}
+    items.setdefault(default, dict(base))
+    # The default first, then the others in the order written.
+    return {"default": default, "items": {default: items[default],
+                                          **{p: f for p, f in items.items() if p != default}}}
 
 
 def _check_uncertain(c: _Checker, raw: Any, data: dict) -> list[str]:

@@ -101,7 +101,7 @@ def test_diff_says_not_given_for_unsourced_peaks_and_device_memory(capsys):
     rc, out, _ = run(capsys, "arch", "diff", "blackwell", "hopper")
     assert peak_row(out, "fp4")[1:4] == ["9000", "-", "gone"]
     rc, out, _ = run(capsys, "arch", "show", "rtx-blackwell")
-    assert "device memory" in out and "32 GB at 1.79 TB/s" in out and "HBM" not in out
+    assert "device memory" in out and "32 GB at 1.792 TB/s" in out and "HBM" not in out
 
 
 def test_diff_names_a_kind_rename_and_unprobed_kinds(capsys):
