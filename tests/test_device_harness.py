@@ -373,6 +373,24 @@ def test_validate_gemm_on_the_rehearsal_gpu(rehearsal_gpu, hopper, name):
     assert not bad[0]["passed"] and bad[0]["written"]["unwritten"] == 0
 
 
+def test_a_refused_cluster_attribute_is_retried_without_it_and_said(rehearsal_gpu, monkeypatch, hopper):
+    from porter.commands.kernel import find_kernel
+    from porter.runtime import device, driver
+
+    monkeypatch.setattr(driver, "_COMPILED_CLUSTER", set())
+    spec = find_kernel("gemm.bf16", hopper)[0]
+    rehearsal_gpu.refuse_cluster_attribute = True
+    checks = dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1)
+    assert checks[0]["passed"] and rehearsal_gpu.last["cluster"] == (1, 1, 1)
+    note = device.get_device().load_notes[-1]
+    assert "the driver refused the cluster launch attribute (2, 1, 1)" in note and "CUDA_ERROR_INVALID_VALUE" in note
+    monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
+    monkeypatch.setenv(dh.WARMUP_ENV, "5")
+    row = dr.bench_gemm(spec, hopper, shapes=[(256, 256, 64)])[0]         # the bench reuses what validation learnt
+    assert row["spot_check"]["passed"]
+    rehearsal_gpu.refuse_cluster_attribute = False
+
+
 def test_bench_gemm_on_the_rehearsal_gpu(rehearsal_gpu, monkeypatch, hopper):
     from porter.commands.kernel import find_kernel
     from porter.runtime import fakedriver

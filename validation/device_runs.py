@@ -126,11 +126,21 @@ class Launcher:
         self.driver, self.name = driver, getattr(function, "name", "kernel")
         self.function = _handle(function)
         driver.set_function_attributes(self.function, smem_bytes, cluster)
-        self.config = driver.launch_config(grid, block, smem_bytes, cluster, cooperative)
+        self.shape = (grid, block, smem_bytes, cluster, cooperative)
+        self.config, self.note = None, ""
 
     def __call__(self, params) -> None:
-        """``params``: a driver.KernelParams (pack once, launch many times)."""
-        self.driver.enqueue(self.function, self.config, params, f"cuLaunchKernelEx({self.name})")
+        """``params``: a driver.KernelParams (pack once, launch many times). The first launch
+        settles the configuration (driver.enqueue_launch); later ones reuse it."""
+        if self.config is not None:
+            self.driver.enqueue(self.function, self.config, params, f"cuLaunchKernelEx({self.name})")
+            return
+        grid, block, smem_bytes, cluster, cooperative = self.shape
+        self.note = self.driver.enqueue_launch(self.function, grid, block, smem_bytes, cluster, cooperative,
+                                               params, self.name)
+        if self.driver._key(self.function) in self.driver._COMPILED_CLUSTER:
+            cluster = (1, 1, 1)
+        self.config = self.driver.launch_config(grid, block, smem_bytes, cluster, cooperative)
 
     def run(self, params, timeout_s: float | None = None) -> None:
         """Launch and wait (with a watchdog when ``timeout_s`` is given); a failed kernel raises here, named."""
@@ -648,6 +658,18 @@ def _require_resident(spec, program, device=None) -> None:
                           f"the device has {sm_count}")
 
 
+def _planned_hw(arch, device):
+    """The figures the step is planned for: the descriptor's, on as many queues (persistent
+    CTAs) as the device has SMs when it has fewer (a smaller part, or the emulated device)."""
+    import dataclasses
+
+    from porter.megakernel.hw import HwFigures
+
+    hw = HwFigures.of(arch)
+    sm = getattr(device, "sm_count", None)
+    return dataclasses.replace(hw, sm_count=sm) if isinstance(sm, int) and 0 < sm < hw.sm_count else hw
+
+
 def validate_megakernel(spec, arch, shapes=None, seeds: int = 2, device=None, log=None) -> list[dict]:
     """The planned step of the small test models on the device vs the fp64 reference
     (the kernel takes any model within its compiled maxima; the tiny ones keep the
@@ -662,7 +684,7 @@ def validate_megakernel(spec, arch, shapes=None, seeds: int = 2, device=None, lo
         for r in range(seeds):
             inp = family.step_inputs(model, MEGAKERNEL_VALIDATE_POS, seed=r)
             cfg, pos = inp["cfg"], inp["pos"]
-            plan = build_plan(arch, cfg, pos=pos, token=inp["token"])
+            plan = build_plan(_planned_hw(arch, dev), cfg, pos=pos, token=inp["token"])
             program = plan["program"]
             _require_resident(spec, program, dev)
             run = DecodeStepRun(spec, arch, program, cfg, inp["weights"], inp["caches"], pos, dev)

@@ -130,7 +130,8 @@ class CudaDevice:
     def __init__(self, ordinal: int = 0, launch_timeout_s: float = LAUNCH_TIMEOUT_S):
         self.ordinal, self.launch_timeout_s = ordinal, launch_timeout_s
         self._functions: dict[str, CudaFunction] = {}
-        self.load_notes: list[str] = []     # why a cubin was refused, for the run's report
+        self.load_notes: list[str] = []     # why a cubin was refused, a launch retried: for the run's report
+        self.on_note = None
 
     @property
     def info(self):
@@ -187,7 +188,7 @@ class CudaDevice:
                 refused.append(f"{label}: {exc}")
                 continue
             if refused:
-                self.load_notes.append(f"{spec.name}: " + "; ".join(refused) + f"; loaded {label}")
+                self.note(f"{spec.name}: " + "; ".join(refused) + f"; loaded {label}")
             fn = CudaFunction(handle, spec.name, spec.entry, label)
             self._functions[key] = fn
             return fn
@@ -205,12 +206,24 @@ class CudaDevice:
         packed = [driver.pack_arg(ctype, value) for ctype, value in args]
         handle = getattr(function, "handle", function)
         try:
-            driver.launch(handle, grid, block, smem_bytes, cluster, packed, cooperative,
-                          what=name, timeout_s=self.launch_timeout_s)
+            note = driver.launch(handle, grid, block, smem_bytes, cluster, packed, cooperative,
+                                 what=name, timeout_s=self.launch_timeout_s)
         except (KernelFault, KernelHang):
             raise
         except PorterError as exc:
-            raise PorterError(f"{name}: {exc}") if not str(exc).startswith(name) else exc from None
+            if str(exc).startswith(name):
+                raise
+            raise PorterError(f"{name}: {exc}") from None
+        if note:
+            self.note(note)
+
+    def note(self, text: str) -> None:
+        """Something the run must report (a refused cubin, a launch retried): kept, and
+        passed to ``on_note`` when set (the device check streams it)."""
+        if text not in self.load_notes:
+            self.load_notes.append(text)
+            if self.on_note is not None:
+                self.on_note(text)
 
     def synchronize(self, what: str = "device") -> None:
         from porter.runtime import driver

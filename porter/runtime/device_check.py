@@ -235,6 +235,8 @@ def _child(kernel: str) -> int:
     spec = spec_from_dict(entry["spec"])
     shapes = entry["shapes"]
     dev = get_device()
+    if hasattr(dev, "on_note"):
+        dev.on_note = lambda text: _emit({"event": "note", "kernel": kernel, "text": text})
     t0 = time.time()
     fn = dev.load(spec, arch)
     loaded = {"event": "loaded", "kernel": kernel, "from": getattr(fn, "source", dev.kind),
@@ -379,15 +381,16 @@ def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Pr
                 printer.token("ok, " if event["check"].get("passed") else "FAIL, ")
             elif kind == "loaded":
                 record["loaded_from"], record["attributes"] = event.get("from"), event.get("attributes")
-                record["load_notes"] = event.get("notes") or []
-                for note in record["load_notes"]:
-                    printer.say(f"    {note}")
+                record["load_notes"] = event.get("notes") or []     # printed as they came (note events)
             elif kind == "validated":
                 record["validated"] = bool(event["passed"])
                 if event.get("smoke_failed"):
                     record["smoke_failed"] = True
             elif kind == "bench":
                 record["bench"].append(event["row"])
+            elif kind == "note":
+                record.setdefault("notes", []).append(event["text"])
+                printer.say(f"    note: {event['text'][:200]}")
             elif kind == "bench_skipped":
                 record["bench_skipped"] = event["why"]
             elif kind == "error":

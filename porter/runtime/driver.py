@@ -299,6 +299,45 @@ def enqueue(function, config, params: KernelParams, what: str = "cuLaunchKernelE
     check(call(drv.cuLaunchKernelEx, config, function, params.address, 0, what=what), what)
 
 
+# Functions whose compile-time cluster (__cluster_dims__) made the driver refuse the cluster
+# launch attribute; they launch without it (the compiled cluster applies).
+_COMPILED_CLUSTER: set = set()
+
+
+def _key(function):
+    try:
+        return int(function)
+    except (TypeError, ValueError):
+        return repr(function)
+
+
+def enqueue_launch(function, grid, block, smem_bytes: int, cluster, cooperative: bool, params: KernelParams,
+                   what: str = "kernel") -> str:
+    """Enqueue one launch; "" or a note. When the driver refuses the launch with a cluster
+    attribute (a kernel whose ``__cluster_dims__`` fixes its cluster may not be given one at
+    launch), it is retried once without the attribute, and the note says so; if that is
+    refused too, the first error is raised."""
+    c = _dims(cluster)
+    clustered = c[0] * c[1] * c[2] > 1 and _key(function) not in _COMPILED_CLUSTER
+    config = launch_config(grid, block, smem_bytes, c if clustered else (1, 1, 1), cooperative)
+    try:
+        enqueue(function, config, params, f"cuLaunchKernelEx({what})")
+        return ""
+    except KernelFault:
+        raise
+    except PorterError as first:
+        if not clustered:
+            raise
+        try:
+            enqueue(function, launch_config(grid, block, smem_bytes, (1, 1, 1), cooperative), params,
+                    f"cuLaunchKernelEx({what})")
+        except PorterError:
+            raise first from None
+        _COMPILED_CLUSTER.add(_key(function))
+        return (f"{what}: the driver refused the cluster launch attribute {c} ({first}); launched without it "
+                "(the kernel's __cluster_dims__ sets its cluster)")
+
+
 def wait(what: str, timeout_s: float | None = None, stream=None, poll_s: float = 0.002) -> None:
     """Wait for ``stream`` (default: the legacy stream) with a deadline: poll
     cuStreamQuery instead of a blocking synchronize, so a kernel that never finishes
@@ -327,11 +366,11 @@ def wait(what: str, timeout_s: float | None = None, stream=None, poll_s: float =
 
 
 def launch(function, grid, block, smem_bytes: int, cluster: tuple[int, int, int],
-           args: list, cooperative: bool = False, what: str = "kernel", timeout_s: float | None = None) -> None:
+           args: list, cooperative: bool = False, what: str = "kernel", timeout_s: float | None = None) -> str:
     """Launch ``function`` with ``args`` (ctypes objects) and wait for it to finish
-    (with a watchdog when ``timeout_s`` is given)."""
+    (with a watchdog when ``timeout_s`` is given); returns enqueue_launch's note or ""."""
     set_function_attributes(function, smem_bytes, cluster)
-    config = launch_config(grid, block, smem_bytes, cluster, cooperative)
     params = KernelParams(args)
-    enqueue(function, config, params, f"cuLaunchKernelEx({what})")
+    note = enqueue_launch(function, grid, block, smem_bytes, cluster, cooperative, params, what)
     wait(f"{what} execution", timeout_s)
+    return note

@@ -132,6 +132,8 @@ class FakeGPU:
         self.functions: dict[int, tuple] = {}   # handle -> (spec, entry)
         self.smem_optin: dict[int, int] = {}
         self.launches: list[str] = []
+        # PORTER_REHEARSAL_CLUSTER=refuse: refuse the cluster launch attribute (compile-time clusters)
+        self.refuse_cluster_attribute = os.environ.get("PORTER_REHEARSAL_CLUSTER") == "refuse"
         self._next = 1
         self._specs = None
 
@@ -316,6 +318,9 @@ class FakeGPU:
                 cooperative = bool(attr.value.cooperative)
         if any(g % c for g, c in zip(grid, cluster)):
             return self._err("CUDA_ERROR_INVALID_CLUSTER_SIZE")
+        if self.refuse_cluster_attribute and cluster != (1, 1, 1):
+            # as a driver may for a kernel whose __cluster_dims__ fixes the cluster
+            return self._err("CUDA_ERROR_INVALID_VALUE")
         if cooperative and grid[0] * grid[1] * grid[2] > SM_COUNT:
             return self._err("CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")
         names = spec.config.get("params")
