@@ -319,3 +319,24 @@ def test_block_scale_selectors_step_through_the_scale_words(builds):
     assert all(sum(1 for i in ids if i[0][0] == str(b)) == per_stage // 4 for b in range(4))
     nv = re.findall(r"kind::mxf4nvf4\.block_scale\.scale_vec::4X[^;]*", builds[("rtx-blackwell", "nvfp4")].compiled.ptx)
     assert len(nv) == per_stage and all(re.findall(r"\{\s*0,\s*0\s*\}", ins) for ins in nv)
+
+
+def test_scale_words_come_from_the_lanes_the_mma_reads(builds):
+    """The template loads, in lane l, the scales of A row l / 4 + 8 (l % 2) of each m16
+    fragment and of B column l / 4 of each n8 fragment (thread-id 0); porter.emu's reading of
+    the ISA says which lane the MMA takes each row's / column's scale from."""
+    from porter.emu.units import mma_sync as emu
+
+    scale_lanes = getattr(emu, "scale_lanes", None)
+    if scale_lanes is None:
+        pytest.skip("this porter.emu has no block-scaled mma.sync model (scale_lanes)")
+    src = builds[("rtx-blackwell", "mxfp8")].source
+    assert "warp_row + 16 * i + (lane >> 2) + 8 * (lane & 1u)" in src
+    assert "warp_col + 8 * j + (lane >> 2)" in src
+    a_lanes, b_lanes = scale_lanes("a", 0), scale_lanes("b", 0)
+    for lane in range(32):
+        if lane % 4 < 2:
+            assert a_lanes[(lane >> 2) + 8 * (lane & 1)] == lane
+        if lane % 4 == 0:
+            assert b_lanes[lane >> 2] == lane
+    assert sorted(a_lanes) == [l for l in range(32) if l % 4 < 2] and sorted(b_lanes) == list(range(0, 32, 4))
