@@ -220,6 +220,10 @@ def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None
                               f"{out_info.dtype} {tuple(out_info.shape)}")
         if out_info.device != a_info.device:
             raise PorterError(f"{spec.name}: out is on {out_info.device} but A and B are on {a_info.device}")
+        # The epilogue stores C 16 bytes (8 bf16) at a time, from the start of every row.
+        if out_info.ptr % 16:
+            raise PorterError(f"{spec.name}: out starts at 0x{out_info.ptr:x}, not 16-byte aligned as the "
+                              "epilogue's 16-byte stores require: pass an aligned (e.g. freshly allocated) array")
     elif a_info.device == "cuda":
         raise PorterError(f"{spec.name}: with device operands pass out= (a bfloat16 [{m}, {n}] device array)")
     maps = operand_maps(spec, m, n, k, a_info.strides[0], b_info.strides[0])
