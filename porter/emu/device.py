@@ -6,7 +6,7 @@ judging) against this device. Kernels are built with NVRTC as usual and their PT
 executed; tensor maps are encoded by the simulator's own TMA unit (porter's layout, not
 the driver's). Results are "emulated": executed in porter's PTX simulator, not on a GPU.
 
-The emulated device has ``sm_count`` SMs (default 2): persistent kernels size their
+The emulated device has ``sm_count`` SMs (default 4): persistent kernels size their
 grid from it, so small validation shapes still walk several tiles per CTA.
 """
 
@@ -37,7 +37,7 @@ class EmuFunction:
 class EmuDevice:
     kind = "emu"
 
-    def __init__(self, sm_count: int = 2, seed: int | None = None, check_races: bool = False):
+    def __init__(self, sm_count: int = 4, seed: int | None = None, check_races: bool = False):
         self.memory = Memory()
         self.sm_count = sm_count
         env = os.environ.get(SEED_ENV)

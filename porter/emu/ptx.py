@@ -327,7 +327,9 @@ def _parse_entry(t: _Tokens) -> Kernel:
         while t.peek()[1].startswith("."):
             d = t.next()[1]
             if d == ".align":
-                align = _int(t.next()[1])
+                a = _int(t.next()[1])
+                if not ptr:            # after .ptr, .align states the pointee's alignment, not the param's
+                    align = a
             elif d == ".ptr":
                 ptr = True
             elif d[1:] in TYPE_BITS:

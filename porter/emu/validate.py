@@ -31,6 +31,9 @@ def emulation_shapes(spec, smallest: bool = False) -> list[tuple]:
     elif spec.family == "attention":
         # (batch, heads_q, heads_kv, seq_q, seq_k)
         shapes = [(1, 2, 1, 160, 100), (1, 2, 2, 100, 230)]
+    elif spec.family == "megakernel":
+        # the tiny Llama-shaped models, planned on the emulated device's few queues
+        shapes = ["tiny", "tiny-gqa4"]
     else:
         return []
     return shapes[:1] if smallest else shapes

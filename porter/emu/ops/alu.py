@@ -321,6 +321,28 @@ def build_popc(ins, d):
     return popc
 
 
+def build_bfi(ins, d):
+    """bfi.b32/b64 f, a, b, pos, len: b with bits pos..pos+len-1 replaced by a's low len bits
+    (pos and len: the low 8 bits of each; len 0 or pos >= width leave b)."""
+    t = type_of(ins.parts)
+    nb = bits(t)
+    dst, a, b, c, e = ins.operands
+    ra, rb, rc, re_, wd = d.src(a, t), d.src(b, t), d.src(c, "u32"), d.src(e, "u32"), d.dst(dst, t)
+
+    def bfi(w, m):
+        av = np.asarray(ra(w)).astype(np.uint64)
+        bv = np.asarray(rb(w)).astype(np.uint64)
+        pos = np.asarray(rc(w)).astype(np.int64) & 0xFF
+        ln = np.minimum(np.asarray(re_(w)).astype(np.int64) & 0xFF, np.maximum(nb - pos, 0))
+        low = np.where(ln >= 64, np.uint64(2**64 - 1),
+                       (np.uint64(1) << np.minimum(ln, 63).astype(np.uint64)) - np.uint64(1))
+        sh = np.minimum(pos, 63).astype(np.uint64)
+        field = (low << sh) & np.uint64((1 << nb) - 1)
+        out = np.where(ln > 0, (bv & ~field) | ((av << sh) & field), bv)
+        wd(w, out.astype(NP[t]), m)
+    return bfi
+
+
 def build_selp(ins, d):
     t = type_of(ins.parts)
     dst, a, b, p = ins.operands
@@ -555,7 +577,7 @@ BUILDERS = {
     "mov": build_mov, "add": build_add, "sub": build_sub, "mul": build_mul, "mad": build_mad,
     "fma": build_fma, "div": build_div, "rem": build_rem, "min": build_min, "max": build_max,
     "neg": build_neg, "abs": build_abs, "and": build_and, "or": build_or, "xor": build_xor,
-    "not": build_not, "shl": build_shl, "shr": build_shr, "clz": build_clz, "popc": build_popc,
+    "not": build_not, "shl": build_shl, "shr": build_shr, "clz": build_clz, "popc": build_popc, "bfi": build_bfi,
     "selp": build_selp, "setp": build_setp, "ex2": build_ex2, "lg2": build_lg2, "rsqrt": build_rsqrt,
     "sqrt": build_sqrt, "rcp": build_rcp, "sin": build_sin, "cos": build_cos, "tanh": build_tanh,
     "copysign": build_copysign, "cvt": build_cvt, "cvta": build_cvta,

@@ -23,15 +23,41 @@ API
 ``ldmatrix(smem, addresses, num, trans, where="") -> uint32 (32, num)``
     Execute: ``addresses[l]`` is lane l's shared::cta address; register j of every lane
     holds its fragment of matrix j. Rows must be 16-byte aligned and inside smem.
+
+Arithmetic (9.7.14.5.14 ``mma``, 9.7.14.3 "Block Scaling"):
+
+``operand_values(regs, shape, operand, fmt) -> float64``
+    The whole A (16 x K) or B (K x 8) matrix from the 32 lanes' registers ``regs``
+    (uint32 (32, 4) or (32, 2)), element format ``fmt``. For m16n8k32 (``.kind::f8f6f4``
+    and ``.kind::mxf8f6f4``) every element sits in an 8-bit container: e4m3/e5m2 fill it,
+    e3m2/e2m3 use the low 6 bits, e2m1 the central 4 bits (bits 2..5); for m16n8k64
+    (``.kind::mxf4`` / ``.kind::mxf4nvf4``) e2m1 elements are packed eight to a register
+    with no padding, element i at bits 4i..4i+3.
+``accumulator(regs) -> float32 (16, 8)`` and ``accumulator_regs(mat) -> uint32 (32, 4)``
+    C/D fragments (f32, one element per register) to the matrix and back.
+``scale_lanes(operand, thread_id) -> int64``
+    Which lane supplies the scale factor of each row of A (16) or column of B (8): the
+    thread pair ``%laneid % 4 in {2t, 2t+1}`` of every quad for A (the lower lane of the
+    pair holds row groupID, the upper row groupID + 8, as A's own fragments do), the one
+    thread ``%laneid % 4 == t`` of every quad for B (column groupID).
+``scale_values(data, operand, scale_vec, byte_id, thread_id, fmt) -> float64``
+    scale_A (16 x V) or scale_B as (8 x V), V = 1, 2, 4 for scale_vec 1X/2X/4X: the bytes
+    ``byte_id .. byte_id + V - 1`` of the supplying lane's ``scale-*-data``, the lower
+    byte for the lower K block; selectors are checked against the ISA's Table 37.
+``mma(a, b, c, scale_a=None, scale_b=None) -> float32 (16, 8)``
+    ``D = (A * scale_A)(B * scale_B) + C``: K block j (K / V elements) of row m of A is
+    multiplied by scale_a[m, j], of column n of B by scale_b[n, j]; products and sums in
+    float64, rounded once to f32 (the ISA leaves accumulation order and rounding open).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from porter.emu.errors import EmuError
+from porter.emu.errors import CheckFailed, EmuError
 
-SHAPES = {"m16n8k16": 16, "m16n8k32": 8}      # shape -> A/B element bits
+SHAPES = {"m16n8k16": 16, "m16n8k32": 8, "m16n8k64": 4}      # shape -> A/B element bits
+K_OF = {"m16n8k16": 16, "m16n8k32": 32, "m16n8k64": 64}
 
 
 def _lane_ids():
@@ -62,12 +88,19 @@ def fragment_layout(shape: str, operand: str) -> tuple[np.ndarray, np.ndarray]:
         else:
             rows = np.where(i < 2, tig * 2 + (i & 1), tig * 2 + (i & 1) + 8)
             cols = g + 0 * i
-    else:
+    elif shape == "m16n8k32":
         if operand == "a":
             rows = np.where((i < 4) | ((i >= 8) & (i < 12)), g, g + 8)
             cols = np.where(i < 8, tig * 4 + (i & 3), tig * 4 + (i & 3) + 16)
         else:
             rows = np.where(i < 4, tig * 4 + (i & 3), tig * 4 + (i & 3) + 16)
+            cols = g + 0 * i
+    else:                                        # m16n8k64, 4-bit elements (9.7.14.5.11)
+        if operand == "a":
+            rows = np.where((i < 8) | ((i >= 16) & (i < 24)), g, g + 8)
+            cols = np.where(i < 16, tig * 8 + (i & 7), tig * 8 + (i & 7) + 32)
+        else:
+            rows = np.where(i < 8, tig * 8 + (i & 7), tig * 8 + (i & 7) + 32)
             cols = g + 0 * i
     shape3 = (32, regs, per_reg)
     return (np.broadcast_to(rows, (32, regs * per_reg)).reshape(shape3).copy(),
@@ -117,3 +150,109 @@ def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = ""
     elems = mats[:, rows, cols].astype(np.uint32)          # (num, 32, 2)
     regs = elems[:, :, 0] | (elems[:, :, 1] << np.uint32(16))
     return regs.T.copy()
+
+
+# ---- arithmetic -------------------------------------------------------------------------------
+
+FORMATS = {16: ("bf16", "f16"), 8: ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1"), 4: ("e2m1",)}
+SCALE_VEC = {"1X": 1, "2X": 2, "4X": 4}
+SCALE_FORMATS = ("ue8m0", "ue4m3")
+
+
+def _decode(codes: np.ndarray, fmt: str) -> np.ndarray:
+    from porter.emu.units.tcgen05 import decode
+
+    return decode(codes, fmt)
+
+
+def operand_values(regs, shape: str, operand: str, fmt: str) -> np.ndarray:
+    """A (16 x K) or B (K x 8) as float64 from the warp's fragment registers."""
+    if shape not in SHAPES:
+        raise EmuError(f"mma.sync shape {shape!r} not simulated; use one of {', '.join(SHAPES)}")
+    bits = SHAPES[shape]
+    if fmt not in FORMATS[bits]:
+        raise EmuError(f"mma.sync {shape}: element format {fmt!r} is not one of {', '.join(FORMATS[bits])}")
+    nregs = 4 if operand == "a" else 2
+    regs = np.asarray(regs, dtype=np.uint32)
+    if regs.shape != (32, nregs):
+        raise EmuError(f"mma.sync {shape} operand {operand}: need (32, {nregs}) registers, got {regs.shape}")
+    per = 32 // bits
+    shifts = (np.arange(per, dtype=np.uint32) * np.uint32(bits))[None, None, :]
+    codes = (regs[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)
+    rows, cols = fragment_layout(shape, operand)
+    k = K_OF[shape]
+    mat = np.zeros((16, k) if operand == "a" else (k, 8), dtype=np.uint32)
+    mat[rows, cols] = codes
+    if bits == 8:
+        if fmt in ("e3m2", "e2m3"):
+            mat = mat & np.uint32(0x3F)
+        elif fmt == "e2m1":
+            mat = (mat >> np.uint32(2)) & np.uint32(0xF)
+    return _decode(mat, fmt)
+
+
+def accumulator(regs) -> np.ndarray:
+    regs = np.asarray(regs, dtype=np.uint32)
+    rows, cols = fragment_layout("m16n8k16", "c")
+    mat = np.zeros((16, 8), dtype=np.float32)
+    mat[rows[:, :, 0], cols[:, :, 0]] = regs.view(np.float32)
+    return mat
+
+
+def accumulator_regs(mat) -> np.ndarray:
+    rows, cols = fragment_layout("m16n8k16", "c")
+    return np.ascontiguousarray(np.asarray(mat, dtype=np.float32)[rows[:, :, 0], cols[:, :, 0]]).view(np.uint32)
+
+
+def scale_lanes(operand: str, thread_id: int) -> np.ndarray:
+    if operand == "a":
+        r = np.arange(16, dtype=np.int64)
+        return 4 * (r % 8) + 2 * thread_id + r // 8
+    if operand == "b":
+        return 4 * np.arange(8, dtype=np.int64) + thread_id
+    raise EmuError(f"mma.sync scale operand {operand!r} must be 'a' or 'b'")
+
+
+def check_selectors(scale_vec: str, byte_a: int, thread_a: int, byte_b: int, thread_b: int) -> None:
+    """Table 37: valid selector values; anything else is undefined behaviour -> an error."""
+    bytes_ok = {"1X": (0, 1, 2, 3), "2X": (0, 2), "4X": (0,)}[scale_vec]
+    for name, v, ok in (("byte-id-a", byte_a, bytes_ok), ("thread-id-a", thread_a, (0, 1)),
+                        ("byte-id-b", byte_b, bytes_ok), ("thread-id-b", thread_b, (0, 1, 2, 3))):
+        if v not in ok:
+            raise CheckFailed(f"mma.sync block_scale scale_vec::{scale_vec}: {name} = {v} is not one of "
+                              f"{list(ok)} (ISA Table 37: undefined behaviour)")
+
+
+def scale_values(data, operand: str, scale_vec: str, byte_id: int, thread_id: int, fmt: str) -> np.ndarray:
+    if scale_vec not in SCALE_VEC or fmt not in SCALE_FORMATS:
+        raise EmuError(f"mma.sync block scale: scale_vec {scale_vec!r} / format {fmt!r} not simulated")
+    v = SCALE_VEC[scale_vec]
+    data = np.asarray(data, dtype=np.uint32).reshape(32)
+    lanes = scale_lanes(operand, thread_id)
+    word = data[lanes]                                        # (16,) or (8,)
+    shifts = (np.uint32(8) * (np.uint32(byte_id) + np.arange(v, dtype=np.uint32)))[None, :]
+    codes = (word[:, None] >> shifts) & np.uint32(0xFF)
+    return _decode(codes, fmt)
+
+
+def mma(a, b, c=None, scale_a=None, scale_b=None) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    m, k = a.shape
+    if b.shape != (k, 8) or m != 16:
+        raise EmuError(f"mma.sync: A must be 16 x K and B K x 8, got {a.shape} and {b.shape}")
+    if (scale_a is None) != (scale_b is None):
+        raise EmuError("mma.sync: block scaling needs both scale_A and scale_B")
+    if scale_a is not None:
+        sa = np.asarray(scale_a, np.float64)
+        sb = np.asarray(scale_b, np.float64)
+        v = sa.shape[1]
+        if sa.shape != (16, v) or sb.shape != (8, v) or k % v:
+            raise EmuError(f"mma.sync: scales must be (16, V) and (8, V) with V | K, got {sa.shape}, {sb.shape}")
+        a = a * np.repeat(sa, k // v, axis=1)
+        b = b * np.repeat(sb, k // v, axis=1).T
+    with np.errstate(invalid="ignore", over="ignore"):
+        acc = a @ b
+        if c is not None:
+            acc = acc + np.asarray(c, dtype=np.float64)
+        return acc.astype(np.float32)

@@ -1,0 +1,237 @@
+"""Non-bulk asynchronous copies of sm_80: ``cp.async.{ca,cg}.shared{::cta}.global``,
+``cp.async.commit_group``, ``cp.async.wait_group N``, ``cp.async.wait_all`` and
+``cp.async.mbarrier.arrive{.noinc}`` (PTX ISA 9.7.9.25.3, 9.7.13.15.15). Every other
+``cp.*`` form (the bulk and tensor copies) goes to ``porter.emu.ops.tma``.
+
+The ISA makes the copy's writes visible to the executing thread only after the
+``wait_group`` that covers its group (or ``wait_all``, or the mbarrier that tracks it), so
+the simulator lands the bytes as late as that allows: the global source is read at issue
+(bounds-checked then), the shared destination keeps its old bytes until the covering wait
+(or, for copies tracked by ``cp.async.mbarrier.arrive``, until the async engine delivers
+them just before the arrive-on). A missing or too-weak wait therefore reads stale data.
+
+Groups are per thread, as the ISA says: each lane counts its own commits, and a wait
+completes only the executing lanes' copies. Copies still pending when a thread exits are
+landed then (the hardware would finish them; nothing can wait for them any more).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.errors import CheckFailed
+from porter.emu.ops import tma
+
+
+class _Copy:
+    """One cp.async instruction: per lane a destination offset and the bytes to land."""
+
+    __slots__ = ("pending", "group", "dst", "data")
+
+    def __init__(self, pending, group, dst, data):
+        self.pending, self.group, self.dst, self.data = pending, group, dst, data
+
+
+class CpAsyncState:
+    def __init__(self):
+        self.committed = np.zeros(32, dtype=np.int64)    # groups committed so far, per lane
+        self.copies: list[_Copy] = []
+
+    def land(self, w, due_fn) -> None:
+        """Land, per lane, every pending copy for which ``due_fn(copy) -> bool (32,)`` holds."""
+        data = w.cta.smem.data
+        keep = []
+        for c in self.copies:
+            due = c.pending & due_fn(c)
+            if due.any():
+                for lane in np.nonzero(due)[0]:
+                    off = int(c.dst[lane])
+                    data[off:off + c.data.shape[1]] = c.data[lane]
+                c.pending = c.pending & ~due
+            if c.pending.any():
+                keep.append(c)
+        self.copies = keep
+
+
+def _state(w) -> CpAsyncState:
+    st = w.units.get("cp_async")
+    if st is None:
+        st = w.units["cp_async"] = CpAsyncState()
+        w.units.setdefault("exit_checks", []).append(_at_exit)
+    return st
+
+
+def _at_exit(w) -> None:
+    st = w.units.get("cp_async")
+    if st is not None and st.copies and not w.cta.done:
+        st.land(w, lambda c: np.ones(32, dtype=bool))
+
+
+def _copy(ins, d):
+    parts = ins.parts
+    where = d.where(ins)
+    if "shared" not in [p.split("::")[0] for p in parts] or "global" not in parts:
+        raise d.unsupported("(cp.async copies global -> shared only)")
+    if any(p.startswith("shared::") and p != "shared::cta" for p in parts):
+        raise d.unsupported("(destination must be the CTA's own shared memory)")
+    ops = list(ins.operands)
+    hint = "L2::cache_hint" in parts
+    if len(ops) < 3:
+        raise d.unsupported("(expected [dst], [src], cp-size)")
+    if not isinstance(ops[2], ptx.Imm):
+        raise d.unsupported("(cp-size must be an integer constant)")
+    size = int(ops[2].value)
+    if size not in (4, 8, 16):
+        raise d.unsupported(f"(cp-size {size}: must be 4, 8 or 16)")
+    if parts[2] == "cg" and size != 16:
+        raise d.unsupported("(cp.async.cg needs cp-size 16)")
+    rest = ops[3:]
+    if hint:
+        if not rest:
+            raise d.unsupported("(.L2::cache_hint needs a cache-policy operand)")
+        rest = rest[:-1]                             # the policy: a hint only
+    if len(rest) > 1:
+        raise d.unsupported("(too many operands)")
+    src_size_fn = ignore_fn = None
+    if rest:
+        op = rest[0]
+        if d.is_reg(op) and d.reg_bits[d.rid(op)] == 1:
+            ignore_fn = d.src(op, "pred")
+        else:
+            src_size_fn = d.src(op, "u32")
+    dst_fn, dst_sym = d.addr(ops[0], "shared")
+    src_fn, src_sym = d.addr(ops[1], "global")
+    if dst_sym not in (None, "shared") or src_sym not in (None, "global"):
+        raise d.unsupported("(operand symbols in the wrong state space)")
+    what = f"cp.async of {size} B"
+    cols = np.arange(size, dtype=np.int64)
+
+    def cp_async(w, m):
+        sel = w.live if m is None else m
+        lanes = np.nonzero(sel)[0]
+        dst = np.asarray(dst_fn(w)).astype(np.int64)[sel]
+        src = np.asarray(src_fn(w)).astype(np.int64)[sel]
+        mem.check_aligned(dst, size, f"{what} destination")
+        mem.check_aligned(src, size, f"{what} source")
+        w.cta.smem.check_lanes(dst, size, f"{what} destination")
+        n = np.full(lanes.size, size, dtype=np.int64)
+        if src_size_fn is not None:
+            n = np.broadcast_to(np.asarray(src_size_fn(w)), (32,)).astype(np.int64)[sel]
+            if (n > size).any():
+                lane = int(lanes[np.argmax(n > size)])
+                raise CheckFailed(f"{where}: {w.name}: src-size {int(n.max())} exceeds cp-size {size} "
+                                  f"(lane {lane}; undefined behaviour)")
+        if ignore_fn is not None:
+            n = np.where(np.broadcast_to(np.asarray(ignore_fn(w)), (32,))[sel], 0, n)
+        data = np.zeros((32, size), dtype=np.uint8)
+        reading = n > 0
+        if reading.any():
+            gmem = w.cta.launch.gmem
+            # bounds: only the src-size bytes are read
+            for nbytes in np.unique(n[reading]):
+                pick = n == nbytes
+                offs = gmem.check_lanes(src[pick].astype(np.uint64), int(nbytes), f"{what} source")
+                got = gmem.heap[offs[:, None] + cols[None, :int(nbytes)]]
+                data[lanes[pick], :int(nbytes)] = got
+        st = _state(w)
+        full_dst = np.zeros(32, dtype=np.int64)
+        full_dst[sel] = dst
+        st.copies.append(_Copy(sel.copy(), st.committed.copy(), full_dst, data))
+        w.sched.counters["cp_async"] = w.sched.counters.get("cp_async", 0) + 1
+    return cp_async
+
+
+def _commit(ins, d):
+    if ins.operands:
+        raise d.unsupported("(cp.async.commit_group takes no operands)")
+
+    def commit(w, m):
+        sel = w.live if m is None else m
+        st = _state(w)
+        st.committed = st.committed + sel
+    return commit
+
+
+def _wait(ins, d, all_: bool):
+    if all_:
+        if ins.operands:
+            raise d.unsupported("(cp.async.wait_all takes no operands)")
+        n = 0
+    else:
+        if len(ins.operands) != 1 or not isinstance(ins.operands[0], ptx.Imm):
+            raise d.unsupported("(cp.async.wait_group N: N must be an integer constant)")
+        n = int(ins.operands[0].value)
+        if n < 0:
+            raise d.unsupported("(negative N)")
+
+    def wait(w, m):
+        sel = w.live if m is None else m
+        st = _state(w)
+        if all_:                                    # = commit_group; wait_group 0
+            st.committed = st.committed + sel
+        limit = st.committed - n
+        st.land(w, lambda c: sel & (c.group < limit))
+    return wait
+
+
+def _mbarrier_arrive(ins, d):
+    """cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [addr]: an arrive-on the mbarrier
+    once every prior cp.async of the executing thread has completed. Without .noinc the
+    pending count is first incremented, so the async arrive does not count against init's."""
+    from porter.emu.ops.sync import _barrier_at
+
+    parts = ins.parts
+    where = d.where(ins)
+    if "b64" not in parts or any(p.startswith("shared::") and p != "shared::cta" for p in parts):
+        raise d.unsupported("(only .shared{::cta}.b64)")
+    noinc = "noinc" in parts
+    addr_fn, _ = d.addr(ins.operands[0], "shared")
+
+    def arrive(w, m):
+        sel = w.live if m is None else m
+        st = _state(w)
+        addrs = np.asarray(addr_fn(w)).astype(np.int64)
+        for lane in np.nonzero(sel)[0]:
+            bar = _barrier_at(w, int(addrs[lane]), where)
+            if not noinc:
+                bar._require_init("cp.async.mbarrier.arrive")
+                bar.pending += 1
+            tracked = [(c, c.pending & (np.arange(32) == lane)) for c in st.copies]
+            tracked = [(c, t) for c, t in tracked if t.any()]
+
+            def complete(w=w, bar=bar, tracked=tracked, lane=int(lane)):
+                data = w.cta.smem.data
+                for c, t in tracked:
+                    if c.pending[lane]:
+                        off = int(c.dst[lane])
+                        data[off:off + c.data.shape[1]] = c.data[lane]
+                        c.pending = c.pending.copy()
+                        c.pending[lane] = False
+                st.copies = [c for c in st.copies if c.pending.any()]
+                bar.arrive(1, f"cp.async.mbarrier.arrive of {w.name} lane {lane}")
+            w.sched.engine.submit(w.sched.round, complete, f"cp.async.mbarrier.arrive {bar.where}")
+    return arrive
+
+
+def build_cp(ins, d):
+    parts = ins.parts
+    if len(parts) >= 3 and parts[1] == "async":
+        third = parts[2]
+        if third in ("ca", "cg"):
+            return _copy(ins, d)
+        if third == "commit_group":
+            return _commit(ins, d)
+        if third == "wait_group":
+            return _wait(ins, d, False)
+        if third == "wait_all":
+            return _wait(ins, d, True)
+        if third == "mbarrier" and len(parts) > 3 and parts[3] == "arrive":
+            return _mbarrier_arrive(ins, d)
+    return tma.build_cp(ins, d)
+
+
+build_cp.n_dst = 0
+
+BUILDERS = {"cp": build_cp}

@@ -1,0 +1,229 @@
+"""Warp-level matrix instructions: ``mma.sync`` (dense, with or without block scaling),
+``ldmatrix`` and ``stmatrix`` (PTX ISA 9.7.14.5), on the fragment layouts of
+``porter.emu.units.mma_sync``.
+
+All three are ``.sync.aligned`` warp collectives: every thread of the warp must execute
+the same instruction, so a diverged warp defers until its lanes meet (DEFER), and a warp
+with exited or missing threads is an error. ``mma.sync`` is synchronous: it reads the
+A/B/C fragments of all 32 lanes and writes D at once.
+
+Forms: ``mma.sync.aligned.{m16n8k16 (.bf16/.f16), m16n8k32 .kind::f8f6f4 and
+.kind::mxf8f6f4.block_scale.scale_vec::1X (ue8m0), m16n8k64 .kind::mxf4 /
+.kind::mxf4nvf4.block_scale.scale_vec::{2X,4X} (ue8m0 / ue4m3)}.row.col.f32.*.*.f32``
+(the qualifiers in any order); ``ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}{.shared{::cta}}.b16``
+and ``stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}{.shared{::cta}}.b16``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.control import DEFER
+from porter.emu.errors import CheckFailed, EmuError
+from porter.emu.units import mma_sync as unit
+
+_SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
+_NUM = {"x1": 1, "x2": 2, "x4": 4}
+_KINDS = {"m16n8k16": (None,), "m16n8k32": ("f8f6f4", "mxf8f6f4"), "m16n8k64": ("mxf4", "mxf4nvf4")}
+_ELEM_TYPES = {"bf16", "f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}
+
+
+def _whole_warp(w, m, where: str, what: str):
+    """None when the whole warp executes; DEFER while it is diverged."""
+    if m is not None and not (m == w.live).all():
+        return DEFER
+    if not w.live.all():
+        raise CheckFailed(f"{where}: {w.name}: {what} is a warp collective (.sync.aligned) but only "
+                          f"{int(w.live.sum())} of the warp's 32 threads are live")
+    return None
+
+
+def _uniform_imm(d, op, what: str) -> int:
+    if not isinstance(op, ptx.Imm):
+        raise d.unsupported(f"({what} must be an immediate)")
+    return int(op.value)
+
+
+def build_mma(ins, d):
+    parts = ins.parts
+    where = d.where(ins)
+    if parts[1:3] != ["sync", "aligned"]:
+        raise d.unsupported("(only mma.sync.aligned)")
+    shape = next((p for p in parts if _SHAPE.fullmatch(p)), None)
+    if shape not in unit.SHAPES:
+        raise d.unsupported(f"(shape {shape}: the simulator has {', '.join(unit.SHAPES)})")
+    if "row" not in parts or "col" not in parts or parts.index("row") > parts.index("col"):
+        raise d.unsupported("(only .row.col layouts)")
+    kind = next((p.split("::", 1)[1] for p in parts if p.startswith("kind::")), None)
+    if kind not in _KINDS[shape]:
+        raise d.unsupported(f"(kind {kind} with shape {shape})")
+    block_scale = "block_scale" in parts
+    scale_vec = next((p.split("::", 1)[1] for p in parts if p.startswith("scale_vec::")), None)
+    if block_scale and scale_vec is None:
+        if kind == "mxf8f6f4":
+            scale_vec = "1X"
+        elif kind == "mxf4":
+            scale_vec = "2X"
+        else:
+            raise d.unsupported("(kind::mxf4nvf4 needs an explicit .scale_vec)")
+    if kind in ("mxf8f6f4", "mxf4", "mxf4nvf4") and not block_scale:
+        raise d.unsupported(f"(kind::{kind} without .block_scale)")
+    if kind in (None, "f8f6f4") and (block_scale or scale_vec):
+        raise d.unsupported("(block scaling needs kind::mxf8f6f4, mxf4 or mxf4nvf4)")
+    types = [p for p in parts[3:] if p in ("f32", "f16", "s32", "ue8m0", "ue4m3") or p in _ELEM_TYPES]
+    stype = None
+    if block_scale:
+        if not types or types[-1] not in unit.SCALE_FORMATS:
+            raise d.unsupported("(block_scale needs a .stype of ue8m0 or ue4m3)")
+        stype = types.pop()
+        ok = {("mxf8f6f4", "1X", "ue8m0"), ("mxf4", "2X", "ue8m0"), ("mxf4nvf4", "2X", "ue8m0"),
+              ("mxf4nvf4", "4X", "ue4m3")}
+        if (kind, scale_vec, stype) not in ok:
+            raise d.unsupported(f"(kind::{kind} with scale_vec::{scale_vec} and .{stype}: not in the ISA's Table 36)")
+    if len(types) != 4 or types[0] != "f32" or types[3] != "f32":
+        raise d.unsupported("(only f32 D and C)")
+    atype, btype = types[1], types[2]
+    bits = unit.SHAPES[shape]
+    for t in (atype, btype):
+        if t not in unit.FORMATS[bits]:
+            raise d.unsupported(f"(element type .{t} with shape {shape})")
+    if shape == "m16n8k16" and atype != btype:
+        raise d.unsupported("(m16n8k16 needs .atype == .btype)")
+    ops = ins.operands
+    n_ops = 8 if block_scale else 4
+    if len(ops) != n_ops or not all(isinstance(ops[i], ptx.Vec) for i in range(4)):
+        raise d.unsupported(f"(expected {n_ops} operands: d, a, b, c{' and the scale operands' if block_scale else ''})")
+    dv, av, bv, cv = ops[:4]
+    if [len(x.items) for x in (dv, av, bv, cv)] != [4, 4, 2, 4]:
+        raise d.unsupported("(expected {4 d}, {4 a}, {2 b}, {4 c} registers)")
+    d_w = [d.dst(x, "b32") for x in dv.items]
+    a_r = [d.src(x, "b32") for x in av.items]
+    b_r = [d.src(x, "b32") for x in bv.items]
+    c_r = [d.src(x, "b32") for x in cv.items]
+    if block_scale:
+        sa_r, sb_r = d.src(ops[4], "b32"), d.src(ops[6], "b32")
+        sel = []
+        for op in (ops[5], ops[7]):
+            if not isinstance(op, ptx.Vec) or len(op.items) != 2:
+                raise d.unsupported("(selectors must be {byte-id, thread-id})")
+            sel.append([_uniform_imm(d, x, "a scale selector") for x in op.items])
+        (byte_a, thread_a), (byte_b, thread_b) = sel
+        try:
+            unit.check_selectors(scale_vec, byte_a, thread_a, byte_b, thread_b)
+        except CheckFailed as exc:
+            raise CheckFailed(f"{where}: {exc}") from None
+    what = f"mma.sync.{shape}"
+
+    def lanes(w, readers):
+        return np.stack([np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers], axis=1).astype(np.uint32)
+
+    def mma(w, m):
+        res = _whole_warp(w, m, where, what)
+        if res is not None:
+            return res
+        try:
+            a = unit.operand_values(lanes(w, a_r), shape, "a", atype)
+            b = unit.operand_values(lanes(w, b_r), shape, "b", btype)
+            c = unit.accumulator(lanes(w, c_r))
+            sa = sb = None
+            if block_scale:
+                sa = unit.scale_values(np.broadcast_to(np.asarray(sa_r(w)), (32,)), "a", scale_vec, byte_a,
+                                       thread_a, stype)
+                sb = unit.scale_values(np.broadcast_to(np.asarray(sb_r(w)), (32,)), "b", scale_vec, byte_b,
+                                       thread_b, stype)
+            out = unit.accumulator_regs(unit.mma(a, b, c, sa, sb))
+        except EmuError as exc:
+            raise CheckFailed(f"{where}: {w.name}: {exc}") from None
+        for j, wr in enumerate(d_w):
+            wr(w, np.ascontiguousarray(out[:, j]), None)
+    return mma
+
+
+def _shared_offsets(w, addrs: np.ndarray, space: str, where: str) -> np.ndarray:
+    """shared::cta offsets of the lanes' row addresses (generic ones must point into shared)."""
+    a = addrs.astype(np.int64)
+    if space == "generic":
+        lo, hi = mem.SHARED_GENERIC, mem.SHARED_GENERIC + mem.WINDOW
+        bad = (a < lo) | (a >= hi)
+        if bad.any():
+            lane = int(np.argmax(bad))
+            raise CheckFailed(f"{where}: {w.name}: generic address 0x{int(a[lane]):x} (lane {lane}) is not in "
+                              "the shared window (the ISA leaves that undefined)")
+        a = a - lo
+    return a
+
+
+def _matrix_op(ins, d, store: bool):
+    parts = ins.parts
+    where = d.where(ins)
+    name = parts[0]
+    if parts[1:3] != ["sync", "aligned"] or "m8n8" not in parts or "b16" not in parts:
+        raise d.unsupported(f"(only {name}.sync.aligned.m8n8.x{{1,2,4}}{{.trans}}{{.shared}}.b16)")
+    num = next((_NUM[p] for p in parts if p in _NUM), None)
+    if num is None:
+        raise d.unsupported("(.num must be .x1, .x2 or .x4)")
+    trans = "trans" in parts
+    space = "shared" if any(p.split("::")[0] == "shared" for p in parts) else "generic"
+    if any(p.startswith("shared::") and p != "shared::cta" for p in parts):
+        raise d.unsupported("(only the CTA's own shared memory)")
+    regs_op, addr_op = (ins.operands[1], ins.operands[0]) if store else (ins.operands[0], ins.operands[1])
+    if not isinstance(regs_op, ptx.Vec) or len(regs_op.items) != num:
+        raise d.unsupported(f"(expected {num} registers)")
+    addr_fn, sym_space = d.addr(addr_op, space)
+    if sym_space is not None:
+        space = "shared" if sym_space == "shared" else sym_space
+    if space not in ("shared", "generic"):
+        raise d.unsupported(f"(address in .{space})")
+    n_used = 8 * num
+    what = f"{name}.x{num}"
+    rows, cols = unit.ldmatrix_layout(trans)
+    if store:
+        readers = [d.src(x, "b32") for x in regs_op.items]
+    else:
+        writers = [d.dst(x, "b32") for x in regs_op.items]
+
+    def run(w, m):
+        res = _whole_warp(w, m, where, what)
+        if res is not None:
+            return res
+        offs = _shared_offsets(w, np.asarray(addr_fn(w))[:n_used], space, where)
+        smem = w.cta.smem
+        mem.check_aligned(offs, 16, f"{what} row address")
+        smem.check_lanes(offs, 16, f"{what} row")
+        if not store:
+            try:
+                out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),
+                                    num, trans, where)
+            except EmuError as exc:
+                raise CheckFailed(f"{where}: {w.name}: {exc}") from None
+            for j, wr in enumerate(writers):
+                wr(w, np.ascontiguousarray(out[:, j]), None)
+            return None
+        # stmatrix: the inverse of ldmatrix's fragment layout, rows at the same lane addresses
+        regs = np.stack([np.broadcast_to(np.asarray(r(w)), (32,)).astype(np.uint32) for r in readers], axis=0)
+        halves = np.stack([regs & np.uint32(0xFFFF), regs >> np.uint32(16)], axis=2).astype(np.uint16)
+        mats = np.zeros((num, 8, 8), dtype=np.uint16)
+        for j in range(num):
+            mats[j][rows, cols] = halves[j]
+        for lane in range(n_used):
+            off = int(offs[lane])
+            smem.data[off:off + 16] = mats[lane // 8, lane % 8].astype("<u2").view(np.uint8)
+        return None
+    return run
+
+
+def build_ldmatrix(ins, d):
+    return _matrix_op(ins, d, store=False)
+
+
+def build_stmatrix(ins, d):
+    return _matrix_op(ins, d, store=True)
+
+
+build_stmatrix.n_dst = 0
+
+BUILDERS = {"mma": build_mma, "ldmatrix": build_ldmatrix, "stmatrix": build_stmatrix}

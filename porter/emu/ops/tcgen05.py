@@ -1,0 +1,774 @@
+"""Tensor Memory and the 5th-generation tensor core on sm_100a: tcgen05.alloc / dealloc /
+relinquish_alloc_permit, tcgen05.mma (every kind porter emits, A from shared memory or
+TMEM, cta_group::1 and ::2), tcgen05.commit (plain and .multicast::cluster),
+tcgen05.ld / st / wait, tcgen05.cp and tcgen05.fence (PTX ISA 9.7.16), on the pure units
+``porter.emu.units.tmem`` and ``porter.emu.units.tcgen05``.
+
+Asynchrony, as the ISA allows it:
+
+* ``tcgen05.mma`` and ``tcgen05.cp`` are issued by single threads into that thread's
+  pipeline; they execute in issue order. ``tcgen05.commit`` closes the thread's open
+  operations into a group that completes a seeded number of scheduler rounds later; then
+  each operation runs (the MMA reads its operands and scale factors and writes D) and the
+  commit arrives on its mbarrier(s). Groups of one thread complete in order.
+* The shared memory an operation reads is snapshotted at issue and compared at
+  completion: a stage released (or overwritten) before the MMA finished is an error.
+* While an operation is in flight, the TMEM it writes (D) or reads (A, scale factors)
+  is fenced off: a tcgen05.ld / st / cp touching it is an error naming the operation.
+* ``tcgen05.ld`` destinations are poisoned until ``tcgen05.wait::ld``; ``tcgen05.st``
+  data counts as written only after the warp's ``tcgen05.wait::st`` (an MMA or another
+  warp reading it before then is an error).
+* Fence checker: TMEM that another thread (warp) last wrote or read may be accessed
+  after an mbarrier wait only once the accessing thread executed
+  ``tcgen05.fence::after_thread_sync`` after that wait (9.7.16.6.4, "canonical"
+  pipelined and thread-sync orderings).
+
+cta_group::2 (a CTA pair, ranks 2i and 2i+1 of the cluster): alloc is collective (one
+warp of each CTA; both get the same columns), the MMA reads both CTAs' shared memory at
+the same offsets and writes both TMEMs (``units.tcgen05.run_mma``), cp fills both TMEMs,
+each from its own shared memory. dealloc and relinquish act on the executing CTA's TMEM.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+
+from porter.emu import memory as mem
+from porter.emu import ptx
+from porter.emu.control import DEFER, Park
+from porter.emu.errors import CheckFailed, EmuError, Unsupported
+from porter.emu.units import tcgen05 as tc
+from porter.emu.units import tmem as tmem_unit
+
+_LD_SHAPE = re.compile(r"(\d+x\d+b)")
+_NUM = re.compile(r"x(\d+)")
+NO_AGENT = -1
+
+
+# ---- per-CTA state ------------------------------------------------------------------------------
+
+class CtaTc:
+    """One CTA's TMEM and the bookkeeping of the checkers."""
+
+    def __init__(self, cta):
+        self.cta = cta
+        self.tmem = tmem_unit.TensorMemory(cta.name)
+        self.inflight: list = []          # async operations touching this TMEM, not yet complete
+        self.pending_st: list = []        # (warp index, region, where): tcgen05.st before wait::st
+        self.writer = np.full((128, 512), NO_AGENT, dtype=np.int16)
+        self.reader = np.full((128, 512), NO_AGENT, dtype=np.int16)
+        self.writer_where: dict[int, str] = {}
+
+
+def _ctatc(cta) -> CtaTc:
+    st = cta.units.get("tcgen05")
+    if st is None:
+        st = cta.units["tcgen05"] = CtaTc(cta)
+        cta.units.setdefault("exit_checks", []).append(_cta_exit_check)
+    return st
+
+
+def _cta_exit_check(cta) -> None:
+    st = cta.units.get("tcgen05")
+    if st is not None:
+        try:
+            st.tmem.check_exit()
+        except CheckFailed as exc:
+            raise CheckFailed(f"{cta.launch.prog.file}: {exc} (missing tcgen05.dealloc?)") from None
+
+
+def _agent(w) -> int:
+    return w.cta.rank * 64 + w.index
+
+
+def _agent_name(w, agent: int) -> str:
+    rank, idx = divmod(int(agent), 64)
+    ctas = w.cta.cluster.ctas
+    name = ctas[rank].name if rank < len(ctas) else f"rank {rank}"
+    return f"{name} warp {idx}"
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def _region_text(r) -> str:
+    return f"lanes {r[0]}..{r[1] - 1}, columns {r[2]}..{r[3] - 1}"
+
+
+# ---- the fence checker ---------------------------------------------------------------------------
+
+def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: str) -> None:
+    """``lanes`` of warp ``w`` access ``region`` of ``st``'s TMEM; if another warp last wrote
+    it (or, for a write, last read it) the access must follow fence::after_thread_sync when
+    the lanes waited on an mbarrier since their last such fence."""
+    waited = w.units.get("mbarrier_waited")
+    if waited is None:
+        return
+    mask, wait_where = waited
+    if not (mask & lanes).any():
+        return
+    me = _agent(w)
+    l0, l1, c0, c1 = region
+    for arr, how in ((st.writer, "wrote"),) + (((st.reader, "read"),) if writes else ()):
+        block = arr[l0:l1, c0:c1]
+        other = block[(block != NO_AGENT) & (block != me)]
+        if other.size:
+            who = _agent_name(w, other[0])
+            raise CheckFailed(
+                f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that {who} last "
+                f"{how}, after the mbarrier wait at {wait_where} without tcgen05.fence::after_thread_sync in between "
+                "(a TMEM hand-off across threads needs fence::before_thread_sync, the sync, then "
+                "fence::after_thread_sync)")
+
+
+def _note_access(st: CtaTc, region, agent: int, writes: bool) -> None:
+    l0, l1, c0, c1 = region
+    (st.writer if writes else st.reader)[l0:l1, c0:c1] = agent
+
+
+def _check_inflight(st: CtaTc, region, writes: bool, what: str, where: str, w) -> None:
+    for op in st.inflight:
+        for cta, r, op_writes in op.regions:
+            if cta is st.cta and (writes or op_writes) and _overlap(r, region):
+                raise CheckFailed(
+                    f"{where}: {w.name}: {what} {'writes' if writes else 'reads'} TMEM ({st.cta.name} "
+                    f"{_region_text(region)}) that the {op.name} issued at {op.where} still "
+                    f"{'writes' if op_writes else 'reads'} (it has not completed: wait for the mbarrier of the "
+                    "tcgen05.commit that covers it first)")
+    if not writes:
+        for widx, r, st_where in st.pending_st:
+            if widx != w.index and _overlap(r, region):
+                raise CheckFailed(
+                    f"{where}: {w.name}: {what} reads TMEM ({st.cta.name} {_region_text(region)}) written by the "
+                    f"tcgen05.st at {st_where} of warp {widx} before that warp's tcgen05.wait::st")
+
+
+# ---- the async pipeline of one thread ------------------------------------------------------------
+
+class AsyncOp:
+    """An issued tcgen05.mma / tcgen05.cp: ``regions`` [(cta, (l0, l1, c0, c1), writes)]
+    fenced off until ``complete()``; ``snapshots`` [(cta, addresses, bytes)]."""
+
+    def __init__(self, name: str, where: str, issuer: str, regions, snapshots, run, tcs):
+        self.name, self.where, self.issuer = name, where, issuer
+        self.regions, self.snapshots, self.run, self.tcs = regions, snapshots, run, tcs
+
+    def complete(self) -> None:
+        for cta, addr, raw in self.snapshots:
+            if not np.array_equal(cta.smem.data[addr], raw):
+                raise CheckFailed(
+                    f"{self.where}: {self.issuer}: the shared memory of {cta.name} this {self.name} reads changed "
+                    "before the operation completed (a stage released or overwritten before the mbarrier of "
+                    "the tcgen05.commit that covers it)")
+        for st in self.tcs:
+            if self in st.inflight:
+                st.inflight.remove(self)
+        self.run()
+
+
+class Group:
+    def __init__(self, ops, bars, where, issuer):
+        self.ops, self.bars, self.where, self.issuer = ops, bars, where, issuer
+        self.done = False
+
+
+class Pipe:
+    def __init__(self):
+        self.open: list[AsyncOp] = []
+        self.fifo: list[Group] = []
+
+    def complete_through(self, group: Group) -> None:
+        while not group.done:
+            g = self.fifo.pop(0)
+            g.done = True
+            for op in g.ops:
+                op.complete()
+            for bar in g.bars:
+                bar.arrive(1, f"the tcgen05.commit at {g.where}")
+
+
+def _pipe(w, lane: int) -> Pipe:
+    pipes = w.units.get("tcgen05_pipes")
+    if pipes is None:
+        pipes = w.units["tcgen05_pipes"] = {}
+        w.units.setdefault("exit_checks", []).append(_warp_exit_check)
+    p = pipes.get(lane)
+    if p is None:
+        p = pipes[lane] = Pipe()
+    return p
+
+
+def _warp_exit_check(w) -> None:
+    for lane, p in w.units.get("tcgen05_pipes", {}).items():
+        if p.open:
+            op = p.open[0]
+            raise CheckFailed(f"{op.where}: {w.name} (lane {lane}) exits with {len(p.open)} tcgen05 operation(s) "
+                              f"(first: the {op.name} issued here) never committed (missing tcgen05.commit)")
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+def _whole_warp(w, m) -> bool:
+    return m is None or bool((m == w.live).all())
+
+
+def _uniform(v, sel, what: str, where: str) -> int:
+    a = np.broadcast_to(np.asarray(v), (32,))[sel]
+    if (a != a[0]).any():
+        raise CheckFailed(f"{where}: {what} differs across the warp's lanes")
+    return int(a[0])
+
+
+def _cta_group(parts, d) -> int:
+    for p in parts:
+        if p.startswith("cta_group::"):
+            g = int(p.split("::")[1])
+            if g not in (1, 2):
+                raise d.unsupported(f"(.cta_group::{g})")
+            return g
+    return 1
+
+
+def _group_ctas(w, g: int, where: str) -> list:
+    if g == 1:
+        return [w.cta]
+    ctas = w.cta.cluster.ctas
+    even = w.cta.rank & ~1
+    if even + 1 >= len(ctas):
+        raise CheckFailed(f"{where}: {w.name}: .cta_group::2 needs a CTA pair, but the cluster has {len(ctas)} CTA(s)")
+    who = f"{where}: {w.name}"
+    return [c if c is w.cta else w.cta.peer(c.rank, who) for c in (ctas[even], ctas[even + 1])]
+
+
+def _wrap(where: str, who: str, fn):
+    """Run ``fn``; a unit error becomes one line naming the PTX line and warp."""
+    try:
+        return fn()
+    except CheckFailed as exc:
+        if str(exc).startswith(where.split(":")[0]):
+            raise
+        raise CheckFailed(f"{where}: {who}: {exc}") from None
+    except Unsupported as exc:
+        raise Unsupported(f"{where}: {who}: {exc}") from None
+    except EmuError as exc:
+        raise CheckFailed(f"{where}: {who}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _idesc(kind: str, idesc: int, g: int, scale_vec):
+    return tc.decode_idesc(kind, idesc, g, scale_vec)
+
+
+@functools.lru_cache(maxsize=4096)
+def _smem_addrs(instr, b_desc: int, a_desc):
+    a = tc.mma_smem_addresses(instr, b_desc, a_desc)
+    parts = [a["B"].reshape(-1)] + ([a["A"].reshape(-1)] if a["A"] is not None else [])
+    return np.concatenate(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _d_regions(m: int, n: int, g: int, lane0: int):
+    """Per CTA of the group: the (lane, column-offset) bounding box of D."""
+    lay = tc.d_layout(m, n, g, lane_base=lane0)
+    out = []
+    for c in range(g):
+        sel = lay.cta == c
+        ln, cl = lay.lane[sel], lay.column[sel]
+        out.append((int(ln.min()), int(ln.max()) + 1, int(cl.min()), int(cl.max()) + 1))
+    return out
+
+
+# ---- alloc / dealloc / relinquish ----------------------------------------------------------------
+
+def _build_alloc(ins, d, g: int):
+    where = d.where(ins)
+    dst_fn, _ = d.addr(ins.operands[0], "shared")
+    rn = d.src(ins.operands[1], "u32")
+    if "shared::cta" not in ins.parts:
+        raise d.unsupported("(only the .shared::cta destination)")
+
+    def write_addr(cta, dst: int, value: int, who: str):
+        if dst & mem.CLUSTER_BIT:
+            raise CheckFailed(f"{where}: {who}: tcgen05.alloc destination 0x{dst:x} is not a shared::cta address")
+        if dst % 4:
+            raise CheckFailed(f"{where}: {who}: tcgen05.alloc destination 0x{dst:x} is not 4-byte aligned")
+        cta.smem.check_span(dst, 4, "tcgen05.alloc destination")
+        cta.smem.data[dst:dst + 4] = np.frombuffer(np.uint32(value).tobytes(), dtype=np.uint8)
+
+    def alloc(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        sel = w.live
+        dst = _uniform(dst_fn(w), sel, "tcgen05.alloc destination", where)
+        ncols = _uniform(rn(w), sel, "tcgen05.alloc nCols", where)
+        st = _ctatc(w.cta)
+        if g == 1:
+            def attempt():
+                addr = _wrap(where, w.name, lambda: st.tmem.alloc(w.index, ncols, 1))
+                if addr is None:
+                    return False
+                write_addr(w.cta, dst, addr, w.name)
+                return True
+            if attempt():
+                return None
+            return Park(attempt, lambda: f"tcgen05.alloc of {ncols} columns blocks: {st.cta.name}'s TMEM has no "
+                                         f"free aligned run (allocations: {sorted(st.tmem.allocations)})", advance=True)
+        ctas = _group_ctas(w, 2, where)
+        cl = w.cta.cluster
+        rendezvous = cl.__dict__.setdefault("tcgen05_alloc", {})
+        key = ctas[0].rank
+        rec = rendezvous.get(key)
+        if rec is None or rec["done"]:
+            rec = rendezvous[key] = {"done": False, "arrived": {}}
+        if w.cta.rank in rec["arrived"]:
+            raise CheckFailed(f"{where}: {w.name}: a second warp of {w.cta.name} joins the pair's "
+                              "tcgen05.alloc.cta_group::2 before the peer's warp arrived")
+        rec["arrived"][w.cta.rank] = (w, dst, ncols)
+
+        def attempt():
+            if rec["done"]:
+                return True
+            if len(rec["arrived"]) < 2:
+                return False
+            (w0, d0, n0), (w1, d1, n1) = rec["arrived"][ctas[0].rank], rec["arrived"][ctas[1].rank]
+            if n0 != n1:
+                raise CheckFailed(f"{where}: tcgen05.alloc.cta_group::2: {w0.name} asks for {n0} columns, "
+                                  f"{w1.name} for {n1}")
+            t0, t1 = _ctatc(ctas[0]).tmem, _ctatc(ctas[1]).tmem
+            addr = _wrap(where, w.name, lambda: tmem_unit.alloc_pair(t0, t1, w0.index, w1.index, n0))
+            if addr is None:
+                return False
+            write_addr(ctas[0], d0, addr, w0.name)
+            write_addr(ctas[1], d1, addr, w1.name)
+            rec["done"] = True
+            return True
+        if attempt():
+            return None
+        return Park(attempt, lambda: f"tcgen05.alloc.cta_group::2 of {ncols} columns: waits for the peer CTA's "
+                                     "warp (alloc is collective across the pair) or for free columns", advance=True)
+    alloc.n_dst = 0
+    return alloc
+
+
+def _build_dealloc(ins, d, g: int):
+    where = d.where(ins)
+    ra = d.src(ins.operands[0], "u32")
+    rn = d.src(ins.operands[1], "u32")
+
+    def dealloc(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        sel = w.live
+        addr = _uniform(ra(w), sel, "tcgen05.dealloc address", where)
+        ncols = _uniform(rn(w), sel, "tcgen05.dealloc nCols", where)
+        st = _ctatc(w.cta)
+        col = addr & 0xFFFF
+        region = (0, 128, col, col + ncols)
+        for op in st.inflight:
+            for cta, r, _ in op.regions:
+                if cta is w.cta and _overlap(r, region):
+                    raise CheckFailed(f"{where}: {w.name}: tcgen05.dealloc of TMEM columns {col}..{col + ncols - 1} "
+                                      f"while the {op.name} issued at {op.where} still uses them (not complete)")
+        _wrap(where, w.name, lambda: st.tmem.dealloc(w.index, addr, ncols, g))
+    return dealloc
+
+
+def _build_relinquish(ins, d, g: int):
+    where = d.where(ins)
+
+    def relinquish(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        st = _ctatc(w.cta)
+        _wrap(where, w.name, lambda: st.tmem.relinquish(w.index, g))
+    return relinquish
+
+
+# ---- mma ----------------------------------------------------------------------------------------
+
+def _build_mma(ins, d, g: int):
+    parts = ins.parts
+    where = d.where(ins)
+    kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), None)
+    if kind is None:
+        raise d.unsupported("(no .kind)")
+    if any(p in ("ws", "sp") for p in parts):
+        raise d.unsupported("(.ws / .sp forms)")
+    scale_vec = next((p.split("::")[1] for p in parts if p.startswith("scale_vec::")), None)
+    block_scale = "block_scale" in parts
+    if block_scale != (kind in ("mxf8f6f4", "mxf4", "mxf4nvf4")):
+        raise d.unsupported("(.block_scale with this kind)")
+    ops = ins.operands
+    if "collector" in ins.opcode:
+        raise d.unsupported("(collector usage qualifiers)")
+    n_ops = 7 if block_scale else 5
+    if len(ops) != n_ops:
+        raise d.unsupported(f"(expected {n_ops} operands: [d], a, b, idesc{', [sfa], [sfb]' if block_scale else ''}, "
+                            "enable-input-d; disable-output-lane / scale-input-d are not implemented)")
+    d_fn, _ = d.addr(ops[0], "tmem")
+    a_tmem = isinstance(ops[1], ptx.Addr)
+    a_fn = d.addr(ops[1], "tmem")[0] if a_tmem else d.src(ops[1], "b64")
+    b_fn = d.src(ops[2], "b64")
+    i_fn = d.src(ops[3], "u32")
+    if block_scale:
+        sfa_fn, _ = d.addr(ops[4], "tmem")
+        sfb_fn, _ = d.addr(ops[5], "tmem")
+    p_fn = d.src(ops[-1], "pred")
+    line = ins.line
+    name = f"tcgen05.mma (line {line})"
+
+    def mma(w, m):
+        sel = w.live if m is None else m
+        lanes = np.nonzero(sel)[0]
+        dv = np.broadcast_to(np.asarray(d_fn(w)), (32,))
+        av = np.broadcast_to(np.asarray(a_fn(w)), (32,))
+        bv = np.broadcast_to(np.asarray(b_fn(w)), (32,))
+        iv = np.broadcast_to(np.asarray(i_fn(w)), (32,))
+        pv = np.broadcast_to(np.asarray(p_fn(w)), (32,))
+        if block_scale:
+            sav = np.broadcast_to(np.asarray(sfa_fn(w)), (32,))
+            sbv = np.broadcast_to(np.asarray(sfb_fn(w)), (32,))
+        ctas = _group_ctas(w, g, where)
+        tcs = [_ctatc(c) for c in ctas]
+        me = _agent(w)
+        for lane in lanes:
+            lane = int(lane)
+            who = f"{w.name} lane {lane}"
+            instr = _wrap(where, who, lambda: _idesc(kind, int(iv[lane]) & 0xFFFFFFFF, g, scale_vec))
+            d_addr = int(dv[lane]) & 0xFFFFFFFF
+            b_desc = int(bv[lane]) & 0xFFFFFFFFFFFFFFFF
+            a_desc = None if a_tmem else int(av[lane]) & 0xFFFFFFFFFFFFFFFF
+            a_addr = int(av[lane]) & 0xFFFFFFFF if a_tmem else None
+            sfa = int(sav[lane]) & 0xFFFFFFFF if block_scale else None
+            sfb = int(sbv[lane]) & 0xFFFFFFFF if block_scale else None
+            enable_d = bool(pv[lane])
+            for t in tcs:
+                _wrap(where, who, lambda: t.tmem._note_cta_group(g, "tcgen05.mma"))
+            lane0, dcol = d_addr >> 16, d_addr & 0xFFFF
+            regions = []
+            for c, (l0, l1, c0, c1) in enumerate(_wrap(where, who, lambda: _d_regions(instr.m, instr.n, g, lane0))):
+                regions.append((ctas[c], (l0, l1, dcol + c0, dcol + c1), True))
+            reads = []
+            if a_tmem:
+                k_cols = instr.k * tc.FORMAT_BITS[instr.a_format] // 32
+                al0, acol = a_addr >> 16, a_addr & 0xFFFF
+                for c, (l0, l1, _, _) in enumerate(_d_regions(instr.m, k_cols, g, al0)):
+                    reads.append((ctas[c], (l0, l1, acol, acol + k_cols)))
+            if block_scale:
+                sa_cols = -(-(instr.m // g) // 32)
+                sb_cols = -(-instr.n // 32)
+                for c in range(g):
+                    reads.append((ctas[c], (0, 128, sfa & 0xFFFF, (sfa & 0xFFFF) + sa_cols)))
+                    reads.append((ctas[c], (0, 128, sfb & 0xFFFF, (sfb & 0xFFFF) + sb_cols)))
+            for cta, r in reads:
+                st = tcs[ctas.index(cta)]
+                _check_inflight_mma(st, r, where, w, name)
+                _check_handoff(w, sel, st, r, False, "tcgen05.mma", where)
+            for cta, r, _ in regions:
+                st = tcs[ctas.index(cta)]
+                _check_handoff(w, sel, st, r, True, "tcgen05.mma", where)
+                for widx, pr, st_where in st.pending_st:
+                    if _overlap(pr, r):
+                        raise CheckFailed(f"{where}: {who}: tcgen05.mma writes TMEM ({cta.name} {_region_text(r)}) "
+                                          f"written by the tcgen05.st at {st_where} of warp {widx} before that "
+                                          "warp's tcgen05.wait::st")
+            addrs = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc))
+            snapshots = []
+            for cta in ctas:
+                if addrs.max() >= cta.smem.data.size or addrs.min() < mem.SHARED_RESERVED:
+                    raise CheckFailed(f"{where}: {who}: tcgen05.mma operand bytes 0x{int(addrs.min()):x}.."
+                                      f"0x{int(addrs.max()):x} fall outside {cta.name}'s shared memory")
+                snapshots.append((cta, addrs, cta.smem.data[addrs].copy()))
+            for cta, r in reads:
+                _note_access(tcs[ctas.index(cta)], r, me, False)
+            for cta, r, _ in regions:
+                _note_access(tcs[ctas.index(cta)], r, me, True)
+            all_regions = regions + [(c, r, False) for c, r in reads]
+            tmems = [t.tmem for t in tcs]
+            smems = [c.smem.data for c in ctas]
+
+            def run(instr=instr, d_addr=d_addr, b_desc=b_desc, a_desc=a_desc, a_addr=a_addr, enable_d=enable_d,
+                    sfa=sfa, sfb=sfb, who=who):
+                _wrap(where, who, lambda: tc.run_mma(instr, tmems, smems, d_addr, b_desc, a_desc=a_desc,
+                                                     a_tmem=a_addr, enable_input_d=enable_d,
+                                                     sfa_address=sfa, sfb_address=sfb))
+            op = AsyncOp(name, where, who, all_regions, snapshots, run, tcs)
+            for t in tcs:
+                t.inflight.append(op)
+            _pipe(w, lane).open.append(op)
+            w.sched.counters["tcgen05.mma"] = w.sched.counters.get("tcgen05.mma", 0) + 1
+        return None
+    mma.n_dst = 0
+    return mma
+
+
+def _check_inflight_mma(st: CtaTc, region, where: str, w, name: str) -> None:
+    for widx, r, st_where in st.pending_st:
+        if _overlap(r, region):
+            raise CheckFailed(f"{where}: {w.name}: {name} reads TMEM ({st.cta.name} {_region_text(region)}) written "
+                              f"by the tcgen05.st at {st_where} of warp {widx} before that warp's tcgen05.wait::st")
+
+
+# ---- commit --------------------------------------------------------------------------------------
+
+def _build_commit(ins, d, g: int):
+    from porter.emu.ops.sync import _barrier_at
+
+    parts = ins.parts
+    where = d.where(ins)
+    if "mbarrier::arrive::one" not in parts:
+        raise d.unsupported("(only .mbarrier::arrive::one)")
+    multicast = "multicast::cluster" in parts
+    bar_fn, _ = d.addr(ins.operands[0], "shared")
+    mask_fn = d.src(ins.operands[1], "u16") if multicast else None
+
+    def commit(w, m):
+        sel = w.live if m is None else m
+        lanes = np.nonzero(sel)[0]
+        bars_v = np.broadcast_to(np.asarray(bar_fn(w)), (32,))
+        masks = np.broadcast_to(np.asarray(mask_fn(w)), (32,)) if multicast else None
+        for lane in lanes:
+            lane = int(lane)
+            addr = int(bars_v[lane])
+            if multicast:
+                mask = int(masks[lane]) & 0xFFFF
+                ranks = [r for r in range(16) if mask >> r & 1]
+                n = len(w.cta.cluster.ctas)
+                if not ranks:
+                    raise CheckFailed(f"{where}: {w.name}: tcgen05.commit multicast with an empty CTA mask")
+                if max(ranks) >= n:
+                    raise CheckFailed(f"{where}: {w.name}: tcgen05.commit multicast mask 0x{mask:x} names CTA ranks "
+                                      f"beyond the {n}-CTA cluster")
+                _, off = mem.split_cluster_address(addr, w.cta.rank)
+                bars = [_barrier_at(w, off if r == w.cta.rank else mem.cluster_address(off, r), where)
+                        for r in ranks]
+            else:
+                bars = [_barrier_at(w, addr, where)]
+            p = _pipe(w, lane)
+            grp = Group(p.open, bars, where, f"{w.name} lane {lane}")
+            p.open = []
+            p.fifo.append(grp)
+            w.sched.engine.submit(w.sched.round, functools.partial(p.complete_through, grp),
+                                  f"tcgen05.commit at {where} ({len(grp.ops)} operation(s))")
+        return None
+    commit.n_dst = 0
+    return commit
+
+
+# ---- ld / st / wait ------------------------------------------------------------------------------
+
+def _shape_num(parts, d):
+    shape = next((p for p in parts if _LD_SHAPE.fullmatch(p)), None)
+    num = next((int(_NUM.fullmatch(p).group(1)) for p in parts if _NUM.fullmatch(p)), None)
+    if shape is None or num is None:
+        raise d.unsupported("(shape / .num)")
+    if any(p.startswith("pack::") or p.startswith("unpack::") for p in parts):
+        raise d.unsupported("(.pack::16b / .unpack::16b)")
+    return shape, num
+
+
+def _ld_region(w, addr: int, shape: str, num: int):
+    lane0, col = addr >> 16, addr & 0xFFFF
+    nl = 32 if shape == "32x32b" else 16
+    regs = tmem_unit._REGS_X1.get(shape, 1) * num
+    ncols = {"32x32b": num, "16x64b": 2 * num, "16x128b": 4 * num, "16x256b": 8 * num}.get(shape, regs)
+    return (lane0, lane0 + nl, col, col + ncols)
+
+
+def _build_ld(ins, d):
+    where = d.where(ins)
+    shape, num = _shape_num(ins.parts, d)
+    dvec, aop = ins.operands[0], ins.operands[1]
+    if not isinstance(dvec, ptx.Vec):
+        raise d.unsupported("(destination must be a vector)")
+    ids = [d.rid(x) for x in dvec.items]
+    regs = tmem_unit._REGS_X1.get(shape, 1) * num
+    if len(ids) != regs:
+        raise d.unsupported(f"(.{shape}.x{num} needs {regs} destination registers, got {len(ids)})")
+    a_fn, _ = d.addr(aop, "tmem")
+    line = ins.line
+
+    def ld(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        sel = w.live
+        addr = _uniform(a_fn(w), sel, "tcgen05.ld address", where) & 0xFFFFFFFF
+        st = _ctatc(w.cta)
+        region = _ld_region(w, addr, shape, num)
+        _check_inflight(st, region, False, "tcgen05.ld", where, w)
+        _check_handoff(w, sel, st, region, False, "tcgen05.ld", where)
+        vals = _wrap(where, w.name, lambda: st.tmem.ld(w.index, addr, shape, num))
+        _note_access(st, region, _agent(w), False)
+        why = f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld that covers it"
+        pend = w.units.setdefault("tcgen05_ld_regs", set())
+        for j, i in enumerate(ids):
+            w.r[i] = np.ascontiguousarray(vals[:, j])
+            w.poisoned[i] = why
+            pend.add(i)
+        return None
+    ld.n_dst = 1
+    return ld
+
+
+def _build_st(ins, d):
+    where = d.where(ins)
+    shape, num = _shape_num(ins.parts, d)
+    aop, vec = ins.operands[0], ins.operands[1]
+    if not isinstance(vec, ptx.Vec):
+        raise d.unsupported("(source must be a vector)")
+    srcs = [d.src(x, "b32") for x in vec.items]
+    regs = tmem_unit._REGS_X1.get(shape, 1) * num
+    if len(srcs) != regs:
+        raise d.unsupported(f"(.{shape}.x{num} needs {regs} source registers, got {len(srcs)})")
+    a_fn, _ = d.addr(aop, "tmem")
+
+    def st_(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        sel = w.live
+        addr = _uniform(a_fn(w), sel, "tcgen05.st address", where) & 0xFFFFFFFF
+        st = _ctatc(w.cta)
+        region = _ld_region(w, addr, shape, num)
+        _check_inflight(st, region, True, "tcgen05.st", where, w)
+        _check_handoff(w, sel, st, region, True, "tcgen05.st", where)
+        vals = np.stack([np.broadcast_to(np.asarray(f(w)), (32,)).astype(np.uint32) for f in srcs], axis=1)
+        _wrap(where, w.name, lambda: st.tmem.st(w.index, addr, shape, num, vals))
+        _note_access(st, region, _agent(w), True)
+        st.pending_st.append((w.index, region, where))
+        return None
+    st_.n_dst = 0
+    return st_
+
+
+def _build_wait(ins, d):
+    kind = ins.parts[1]
+
+    if kind == "wait::ld":
+        def wait_ld(w, m):
+            if not _whole_warp(w, m):
+                return DEFER
+            for i in w.units.pop("tcgen05_ld_regs", ()):
+                w.poisoned.pop(i, None)
+        return wait_ld
+    if kind == "wait::st":
+        def wait_st(w, m):
+            if not _whole_warp(w, m):
+                return DEFER
+            st = w.cta.units.get("tcgen05")
+            if st is not None and st.pending_st:
+                st.pending_st = [p for p in st.pending_st if p[0] != w.index]
+        return wait_st
+    raise d.unsupported()
+
+
+# ---- cp -----------------------------------------------------------------------------------------
+
+def _build_cp(ins, d, g: int):
+    where = d.where(ins)
+    parts = ins.parts
+    shape = next((p for p in parts if re.fullmatch(r"\d+x\d+b", p)), None)
+    if shape is None:
+        raise d.unsupported("(shape)")
+    multicast = next((p for p in parts if p.startswith("warpx")), None)
+    if any(p.startswith("b8x16") or p.startswith("b6x16") or p.startswith("b4x16") for p in parts):
+        raise d.unsupported("(decompression .b8x16 forms)")
+    a_fn, _ = d.addr(ins.operands[0], "tmem")
+    s_fn = d.src(ins.operands[1], "b64")
+    rows, row_bytes, _ = tmem_unit._CP_SHAPES.get(shape, (0, 0, None))
+    if not rows:
+        raise d.unsupported(f"(shape .{shape})")
+    line = ins.line
+    name = f"tcgen05.cp (line {line})"
+
+    def cp(w, m):
+        sel = w.live if m is None else m
+        av = np.broadcast_to(np.asarray(a_fn(w)), (32,))
+        sv = np.broadcast_to(np.asarray(s_fn(w)), (32,))
+        ctas = _group_ctas(w, g, where)
+        tcs = [_ctatc(c) for c in ctas]
+        for lane in np.nonzero(sel)[0]:
+            lane = int(lane)
+            who = f"{w.name} lane {lane}"
+            addr = int(av[lane]) & 0xFFFFFFFF
+            sdesc = int(sv[lane]) & 0xFFFFFFFFFFFFFFFF
+            col = addr & 0xFFFF
+            ncols = row_bytes // 4
+            lanes = (0, 128) if multicast == "warpx4" or rows == 128 else ((addr >> 16), (addr >> 16) + rows)
+            region = (lanes[0], lanes[1], col, col + ncols)
+            src = _wrap(where, who, lambda: tc.operand_addresses(sdesc, rows, row_bytes, "K", 8).reshape(-1))
+            snapshots = []
+            for cta, st in zip(ctas, tcs):
+                _check_inflight(st, region, True, "tcgen05.cp", where, w)
+                _check_handoff(w, sel, st, region, True, "tcgen05.cp", where)
+                if src.max() >= cta.smem.data.size or src.min() < mem.SHARED_RESERVED:
+                    raise CheckFailed(f"{where}: {who}: tcgen05.cp source bytes fall outside {cta.name}'s shared memory")
+                _wrap(where, who, lambda: st.tmem.cp(addr, cta.smem.data, sdesc, shape, multicast, g))
+                _note_access(st, region, _agent(w), True)
+                snapshots.append((cta, src, cta.smem.data[src].copy()))
+            op = AsyncOp(name, where, who, [], snapshots, lambda: None, tcs)
+            _pipe(w, lane).open.append(op)
+        return None
+    cp.n_dst = 0
+    return cp
+
+
+# ---- fences --------------------------------------------------------------------------------------
+
+def _build_fence(ins, d):
+    kind = ins.parts[1]
+    if kind == "fence::after_thread_sync":
+        def after(w, m):
+            waited = w.units.get("mbarrier_waited")
+            if waited is not None:
+                rest = waited[0] & ~(w.live if m is None else m)
+                if rest.any():
+                    w.units["mbarrier_waited"] = (rest, waited[1])
+                else:
+                    del w.units["mbarrier_waited"]
+        return after
+    if kind == "fence::before_thread_sync":
+        def before(w, m):
+            return None
+        return before
+    raise d.unsupported()
+
+
+# ---- dispatch ------------------------------------------------------------------------------------
+
+def build_tcgen05(ins, d):
+    parts = ins.parts
+    op = parts[1]
+    g = _cta_group(parts, d)
+    # The machine reads the builder's ``n_dst`` after calling it (operands before it are
+    # destinations, the rest sources for the poison checker): only tcgen05.ld has one.
+    build_tcgen05.n_dst = 1 if op == "ld" else 0
+    if op == "alloc":
+        return _build_alloc(ins, d, g)
+    if op == "dealloc":
+        return _build_dealloc(ins, d, g)
+    if op == "relinquish_alloc_permit":
+        return _build_relinquish(ins, d, g)
+    if op == "mma":
+        return _build_mma(ins, d, g)
+    if op == "commit":
+        return _build_commit(ins, d, g)
+    if op == "ld":
+        return _build_ld(ins, d)
+    if op == "st":
+        return _build_st(ins, d)
+    if op.startswith("wait::"):
+        return _build_wait(ins, d)
+    if op == "cp":
+        return _build_cp(ins, d, g)
+    if op.startswith("fence::"):
+        return _build_fence(ins, d)
+    raise d.unsupported()
+
+
+build_tcgen05.n_dst = 0
+
+BUILDERS = {"tcgen05": build_tcgen05}
