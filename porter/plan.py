@@ -49,6 +49,8 @@ FEATURE_PRIMITIVE = {"wgmma": "wgmma", "tcgen05": "tcgen05", "tmem": "tmem", "tm
 
 # What part of a kernel each feature decides: the "why" of a change.
 FEATURE_ROLE = {
+    "mma_sync": "MMA issue (one warp, mma.sync), register fragments and accumulators",
+    "cp_async": "per-thread asynchronous global->shared copies (cp.async, wait_group)",
     "wgmma": "MMA issue (warpgroup wgmma), register accumulators and the register epilogue",
     "tcgen05": "MMA issue (one thread, tcgen05.mma) and its completion via tcgen05.commit",
     "tmem": "accumulator storage (Tensor Memory alloc, tcgen05.ld) and the epilogue",
@@ -64,6 +66,62 @@ FEATURE_ROLE = {
     "block_scale_nvfp4": "NVFP4 block scales (ue4m3 per 16, scale_vec::4X)",
     "setmaxnreg": "register reallocation between producer and consumer warps",
 }
+
+# The jobs a kernel's primitives do and who can do each: (needs, primitive folder, how),
+# the first entry whose needs the arch meets does the job there, else the fallback (no
+# primitive). A port swaps a job's primitive when its doer changes. Listed in the order
+# data flows through a kernel (load, wait, multiply, hold, scale, spread), which is the
+# order the swaps are made in: each later job consumes what the earlier ones produce.
+# A need is a descriptor feature, or an Arch attribute (tma_multicast) where no feature
+# says it.
+PRIMITIVE_JOBS = (
+    ("global->shared tile loads", ((("tma",), "tma", "TMA tensor-map loads"),
+                                   (("cp_async",), "cp_async", "per-thread cp.async copies")), ""),
+    ("stage completion", ((("mbarrier",), "mbarrier", "mbarrier expect_tx / try_wait"),
+                          (("cp_async",), "cp_async", "cp.async commit / wait_group")), ""),
+    ("MMA issue", ((("tcgen05",), "tcgen05", "one-thread tcgen05.mma"),
+                   (("wgmma",), "wgmma", "warpgroup wgmma"),
+                   (("mma_sync",), "mma_sync", "warp-level mma.sync")), ""),
+    ("accumulator storage", ((("tmem",), "tmem", "Tensor Memory (tcgen05.alloc, tcgen05.ld epilogue)"),),
+     "registers (register epilogue)"),
+    ("block-scale delivery", ((("block_scale_mx", "tmem"), "block_scale", "scales staged into Tensor Memory with tcgen05.cp"),
+                              (("block_scale_mx", "mma_sync"), "mma_sync", "scale registers of mma.sync (.block_scale)")),
+     "none (no block-scaled MMA)"),
+    ("CTA pairs", ((("cta_pair",), "tcgen05", "cta_group::2 MMAs across a 2-CTA cluster"),), "single-CTA tiles"),
+    ("operand sharing across a cluster", ((("clusters", "tma_multicast"), "tma", "TMA multicast"),),
+     "each CTA loads its own operands"),
+    ("register reallocation", ((("setmaxnreg",), "", "setmaxnreg between producer and consumer warps"),),
+     "a fixed per-thread register budget"),
+)
+
+
+def _meets(arch, need: str) -> bool:
+    from porter.arch_schema import FEATURES
+
+    return arch.has(need) if need in FEATURES else bool(getattr(arch, need, False))
+
+
+def _doer(arch, doers, fallback):
+    return next(((p, how, needs) for needs, p, how in doers if all(_meets(arch, n) for n in needs)),
+                ("", fallback, ()))
+
+
+def primitive_swaps(base, target) -> list[dict]:
+    """The primitive swaps a port from ``base`` to ``target`` makes, in order: each job
+    whose doer changes, with the primitives (kernels_src folders) out and in and the
+    feature changes that force it."""
+    folders = set(primitive_folders())
+    out = []
+    for job, doers, fallback in PRIMITIVE_JOBS:
+        (pb, hb, nb), (pt, ht, nt) = _doer(base, doers, fallback), _doer(target, doers, fallback)
+        if hb == ht:
+            continue
+        because = [f"{n} lost" for n in nb if not _meets(target, n)]
+        because += [f"{n} gained" for n in nt if not _meets(base, n)]
+        out.append({"job": job, "from": hb, "to": ht, "from_primitive": pb, "to_primitive": pt,
+                    "to_primitive_exists": (pt in folders) if pt else None, "because": because})
+    return out
+
 
 # Features that are a tensor-core path's machinery rather than a capability of the kernel:
 # a kernel missing only these (or the "wgmma|tcgen05" alternative) is blocked on a path
@@ -196,17 +254,26 @@ class Plan:
     items: list[PlanItem]
     summary: list[str]     # one line per changed feature
     notes: list[str]
+    swaps: list = field(default_factory=list)   # primitive_swaps(base, target), in order
 
     def to_dict(self) -> dict:
         return {"base": self.base, "target": self.target, "lost": self.lost,
                 "gained": self.gained, "summary": self.summary,
-                "items": [i.to_dict() for i in self.items], "notes": self.notes}
+                "items": [i.to_dict() for i in self.items], "notes": self.notes, "swaps": self.swaps}
 
     def text(self) -> str:
         lines = [f"porting plan {self.base} -> {self.target}",
                  f"  features lost:   {', '.join(self.lost) or 'none'}",
                  f"  features gained: {', '.join(self.gained) or 'none'}", ""]
         lines += [f"  {s}" for s in self.summary]
+        if self.swaps:
+            lines += ["", "  primitive swaps, in order:"]
+            for n, sw in enumerate(self.swaps, 1):
+                out = f"{sw['from_primitive']}/ " if sw["from_primitive"] else ""
+                into = f"{sw['to_primitive']}/ " if sw["to_primitive"] else ""
+                missing = " (no kernels_src folder yet: write it)" if sw["to_primitive_exists"] is False else ""
+                lines.append(f"  {n:3d}. {sw['job']}: {out}{sw['from']} -> {into}{sw['to']}{missing} "
+                             f"({'; '.join(sw['because']) or 'figures'})")
         if self.items:
             lines += ["", "  in dependency order:"]
             for n, item in enumerate(self.items, 1):
@@ -574,7 +641,7 @@ def porting_plan(base, target, families=None) -> Plan:
         names = sorted(i.name for i in items if i.node in reach["figures"])
         summary.append(f"{'; '.join(figures) or 'figures unchanged'} -> configuration only (grid, "
                        f"pipeline depth, tiles): re-plan {', '.join(names)}")
-    return Plan(base.name, target.name, lost, gained, items, summary, notes)
+    return Plan(base.name, target.name, lost, gained, items, summary, notes, primitive_swaps(base, target))
 
 
 # Descriptor figures a kernel's configuration may follow, with their display names.

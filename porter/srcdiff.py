@@ -183,6 +183,8 @@ class Hunk:
     header: str
     lines: list[str]
     labels: list[str] = field(default_factory=list)
+    # Each line's own label ("" for context lines), aligned with ``lines``.
+    line_labels: list[str] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         return {"header": self.header, "labels": self.labels, "lines": self.lines}
@@ -196,22 +198,25 @@ def labelled_diff(a: Source, b: Source, a_name: str, b_name: str, context: int =
     for group in matcher.get_grouped_opcodes(context):
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         header = f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@"
-        lines, labels = [], []
+        lines, labels, line_labels = [], [], []
         for tag, x1, x2, y1, y2 in group:
             if tag == "equal":
                 lines += [" " + l for l in al[x1:x2]]
+                line_labels += [""] * (x2 - x1)
                 continue
             for i in range(x1, x2):
                 lines.append("-" + al[i])
                 labels.append(label_of(a.origins[i]) if a.origins else "unknown")
+                line_labels.append(labels[-1])
             for j in range(y1, y2):
                 lines.append("+" + bl[j])
                 labels.append(label_of(b.origins[j]) if b.origins else "unknown")
+                line_labels.append(labels[-1])
         uniq = []
         for lab in labels:
             if lab not in uniq:
                 uniq.append(lab)
-        hunks.append(Hunk(header, lines, uniq))
+        hunks.append(Hunk(header, lines, uniq, line_labels))
     return hunks
 
 
@@ -221,3 +226,49 @@ def format_hunks(hunks: list[Hunk], a_name: str, b_name: str) -> str:
         out.append(f"{h.header}  [feature: {', '.join(h.labels)}]")
         out += h.lines
     return "\n".join(out)
+
+
+# Descriptor figures a configuration line may carry (tile budgets, grids, launch bounds).
+_FIGURES = (("sm_count", "sm_count"), ("smem_per_block_bytes", "smem_per_block"),
+            ("smem_per_sm_bytes", "smem_per_sm"), ("max_threads_per_sm", "max_threads_per_sm"),
+            ("max_regs_per_thread", "max_regs_per_thread"), ("l2_bytes", "l2"), ("tmem_bytes", "tmem"))
+
+
+def label_configuration(hunks: list[Hunk], a, b) -> None:
+    """Name what drove the "template" (configuration) lines of each hunk, in place.
+
+    Such lines come from no feature branch: they print values the family chose from the
+    descriptor (the mainloop, the grid, the shared-memory budget). A changed feature
+    drove them when its name leaves with the removed lines or arrives with the added ones
+    (``mainloop: tcgen05`` -> ``mainloop: mma_sync``); a figure did when its value on
+    ``a`` is in the removed lines and its value on ``b`` in the added ones (``grid =
+    min(#tiles, 148)`` -> ``170``). What neither explains stays "template".
+    """
+    from porter.arch import FEATURES
+
+    fa, fb = set(getattr(a, "features", ())), set(getattr(b, "features", ()))
+    changed = [f for f in FEATURES if (f in fa) != (f in fb)]
+    for hunk in hunks:
+        if "template" not in hunk.labels:
+            continue
+        # Only the configuration lines themselves: a primitive's text may name a feature too.
+        own = [l for l, lab in zip(hunk.lines, hunk.line_labels or ["template"] * len(hunk.lines))
+               if lab == "template"]
+        removed = "\n".join(l[1:] for l in own if l.startswith("-"))
+        added = "\n".join(l[1:] for l in own if l.startswith("+"))
+        drivers = []
+        for feat in changed:
+            word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(feat)}(?![A-Za-z0-9_])", re.I)
+            if word.search(removed if feat in fa else added):
+                drivers.append(f"{feat} ({'lost' if feat in fa else 'gained'})")
+        for attr, name in _FIGURES:
+            va, vb = getattr(a, attr, None), getattr(b, attr, None)
+            if not isinstance(va, int) or not isinstance(vb, int) or va == vb:
+                continue
+            num = lambda v: re.compile(rf"(?<![0-9.]){v}(?![0-9.])")
+            if num(va).search(removed) and num(vb).search(added):
+                drivers.append(f"{name} ({va} -> {vb})")
+        if drivers:
+            at = hunk.labels.index("template")
+            rest = [l for l in hunk.labels if l != "template" and l not in drivers]
+            hunk.labels = rest[:at] + drivers + rest[at:]

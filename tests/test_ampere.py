@@ -69,3 +69,32 @@ def test_claiming_cp_async_away_is_caught(tmp_path, arch):
     probe = next(p for p in discover() if p.name == "cp_async")
     (result,) = check_arch(load_arch(path), probes=[probe]).probes
     assert result.verdict.startswith("contradicted: descriptor denies cp_async")
+
+
+# -- porting to Ampere: the plan names the primitive swaps, in order ------------------------
+
+
+def test_plan_from_hopper_names_the_swaps_in_order():
+    from porter.plan import porting_plan
+
+    plan = porting_plan(load_arch("hopper"), load_arch("ampere"))
+    swaps = [(s["job"], s["from_primitive"], s["to_primitive"]) for s in plan.swaps]
+    assert swaps == [("global->shared tile loads", "tma", "cp_async"),
+                     ("stage completion", "mbarrier", "cp_async"),
+                     ("MMA issue", "wgmma", "mma_sync"),
+                     ("operand sharing across a cluster", "tma", ""),
+                     ("register reallocation", "", "")]
+    assert all(s["to_primitive_exists"] in (True, None) for s in plan.swaps)
+    assert plan.swaps[0]["because"] == ["tma lost"]
+    assert "wgmma lost" in plan.swaps[2]["because"] and "mma_sync gained" in plan.swaps[2]["because"]
+    text = plan.text()
+    assert "primitive swaps, in order:" in text
+    assert "1. global->shared tile loads: tma/ TMA tensor-map loads -> cp_async/ per-thread cp.async copies" in text
+    assert plan.to_dict()["swaps"] == plan.swaps
+
+
+def test_megakernel_is_unsupported_by_feature_on_ampere():
+    from porter.kernels import megakernel
+
+    (v,) = megakernel.variants(load_arch("ampere"))
+    assert not hasattr(v, "features") and v.missing == ("mbarrier",)

@@ -151,3 +151,50 @@ def test_decisions_follow_content_not_name(arch):
     renamed = arch_from_text(TEXT.replace(f"name: {NAME}", "name: some-future-gpu"), "some-future-gpu.yaml")
     assert renamed.name == "some-future-gpu" and renamed.features == arch.features
     assert _answers(renamed) == _answers(arch)
+
+
+# -- porting from datacenter Blackwell: swaps in order, diff hunks labelled by feature -------
+
+
+def test_plan_from_blackwell_names_the_swaps_in_order(arch):
+    from porter.plan import porting_plan
+
+    plan = porting_plan(load_arch("blackwell"), arch)
+    assert [(s["job"], s["from_primitive"], s["to_primitive"]) for s in plan.swaps] == [
+        ("MMA issue", "tcgen05", "mma_sync"),
+        ("accumulator storage", "tmem", ""),
+        ("block-scale delivery", "block_scale", "mma_sync"),
+        ("CTA pairs", "tcgen05", ""),
+        ("operand sharing across a cluster", "tma", ""),
+    ]
+    # TMA and mbarriers stay (sm_120a has both): no swap for loads or stage completion.
+    assert not any(s["job"] in ("global->shared tile loads", "stage completion") for s in plan.swaps)
+    assert plan.swaps[1]["because"] == ["tmem lost"] and plan.swaps[1]["to"].startswith("registers")
+    assert "primitive swaps, in order:" in plan.text()
+
+
+def test_diff_labels_hunks_by_the_features_and_figures_that_drove_them(arch):
+    from porter.commands.diff import kernel_diff
+    from porter.kernels import gemm
+
+    base = load_arch("blackwell")
+    d = kernel_diff(base, arch, gemm.make_spec(base, "bf16", False), gemm.make_spec(arch, "bf16", False),
+                    build=False)
+    labels = [label for h in d["hunks"] for label in h.labels]
+    # The header names the mainloop: the generation change drove it, not "the template".
+    assert "tcgen05 (lost)" in d["hunks"][0].labels and "mma_sync (gained)" in d["hunks"][0].labels
+    assert "sm_count (148 -> 170)" in labels and "smem_per_block (232448 -> 101376)" in labels
+    assert any(label.startswith("tmem") for label in labels)
+
+
+def test_configuration_labels_need_evidence():
+    from porter.srcdiff import Hunk, label_configuration
+
+    a, b = load_arch("blackwell"), load_arch("rtx-blackwell")
+    hunks = [Hunk("@@ -1 +1 @@", ["-grid = min(tiles, 148)", "+grid = min(tiles, 170)"], ["template"]),
+             Hunk("@@ -2 +2 @@", ["-tile 128 x 256", "+tile 128 x 128"], ["template"]),
+             Hunk("@@ -3 +3 @@", ["-x", "+y"], ["tma"])]
+    label_configuration(hunks, a, b)
+    assert hunks[0].labels == ["sm_count (148 -> 170)"]
+    assert hunks[1].labels == ["template"]        # nothing in it names a changed feature or figure
+    assert hunks[2].labels == ["tma"]             # feature-branch labels are left alone

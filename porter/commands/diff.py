@@ -60,7 +60,7 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
     """Everything ``porter diff`` shows for one pair (either side may be missing or Unsupported)."""
     from porter.kernels import family_module
     from porter.kernels.base import Unsupported
-    from porter.srcdiff import labelled_diff, render_with_origins
+    from porter.srcdiff import label_configuration, labelled_diff, render_with_origins
 
     out = {"a": None, "b": None, "hunks": [], "notes": [], "histogram": {}, "resources": {},
            "signature_opcodes": []}
@@ -80,6 +80,7 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
             out[key] = spec.name
     if len(sides) == 2:
         out["hunks"] = labelled_diff(sides["a"][2], sides["b"][2], f"{a.name}/{spec_a.name}.cu", f"{b.name}/{spec_b.name}.cu")
+        label_configuration(out["hunks"], a, b)   # configuration hunks: the features and figures behind them
     if build:
         from porter import sass
         from porter.kernels.build import build_kernel
