@@ -23,6 +23,7 @@ Results are "emulated": executed in porter's PTX simulator, not on a GPU.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -68,9 +69,15 @@ class Memory:
         key = (hash(ptx_text), file, entry)
         prog = self._modules.get(key)
         if prog is None:
-            module = ptx.parse(ptx_text, file)
+            module = _parse(ptx_text, file)
             prog = self._modules[key] = build_program(module, entry, self.gmem)
         return prog
+
+
+@functools.lru_cache(maxsize=32)
+def _parse(ptx_text: str, file: str) -> ptx.Module:
+    """Parsed modules are never changed after parsing, so every simulated device shares them."""
+    return ptx.parse(ptx_text, file)
 
 
 @dataclass
