@@ -121,6 +121,14 @@ def cmd_show(args) -> int:
     t.add_row("target", f"{a.target} (compute capability {'.'.join(map(str, a.compute_capability))}), "
               f"PTX >= {a.min_ptx}, CUDA >= {a.min_cuda}")
     t.add_row("products", _lit(", ".join(a.products)))
+    if a.products_figures:   # each product's own figures (porter target --product NAME)
+        def figures(name: str) -> str:
+            f = a.products_figures[name]
+            peaks = ", ".join(f"{d} {v:g}" for d, v in f.get("dense_tflops", {}).items())
+            return (f"{f['sm_count']} SMs, {f['hbm_gb']:g} GB at {f['hbm_bandwidth_tb_s']:g} TB/s, "
+                    f"L2 {f['l2_mib']:g} MiB" + (f", dense TFLOP/s {peaks}" if peaks else ""))
+        t.add_row("product figures", _lit("; ".join(
+            f"{n}{' (default)' if n == a.default_product else ''}: {figures(n)}" for n in a.products_figures)))
     t.add_row("features", ", ".join(f for f in FEATURES if a.has(f)))
     t.add_row("not present", ", ".join(f for f in FEATURES if not a.has(f)) or "-")
     t.add_row("SMs", str(a.sm_count))
