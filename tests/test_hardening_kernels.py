@@ -49,3 +49,78 @@ def test_misaligned_operands_name_the_argument(which):
     args[which] = misaligned_bf16(256, 128, offset=8)
     with pytest.raises(PorterError, match=f"{which.upper()} starts at 0x[0-9a-f]+, not 16-byte aligned"):
         plan_gemm(args["a"], args["b"], arch="hopper")
+
+
+# -- items 13 and 14: the CTA-pair kernels' launch check and pipeline drains -------------------
+
+
+def _specs(family: str, arch_name: str):
+    from porter.arch import load_arch
+    from porter.kernels import family_module
+    from porter.kernels.base import KernelSpec
+
+    arch = load_arch(arch_name)
+    return arch, [s for s in family_module(family).variants(arch) if isinstance(s, KernelSpec)]
+
+
+def _render(family: str, spec, arch) -> str:
+    from porter.kernels import family_module
+
+    return family_module(family).render(spec, arch)
+
+
+@pytest.mark.parametrize("family", ["gemm", "attention"])
+def test_pair_kernels_trap_when_launched_without_their_cluster(family):
+    from porter.kernels.build import build_kernel
+
+    arch, specs = _specs(family, "blackwell")
+    pairs = [s for s in specs if s.config.get("cta_group") == 2]
+    assert pairs, f"no {family} pair kernel on blackwell"
+    for spec in pairs:
+        src = _render(family, spec, arch)
+        check = src.index("cluster_nctarank() != ")
+        # First thing in the kernel body: before any barrier is initialised or the rank is read.
+        body = src.rindex('extern "C" __global__' if family == "gemm" else "PORTER_DEVICE void mainloop(", 0, check)
+        assert "mbar_init(" not in src[body:check] and "cluster_ctarank()" not in src[body:check]
+        assert "__trap();" in src[check:check + 600] and "launched without its cluster of 2 CTAs" in src
+        build = build_kernel(spec, arch)
+        assert build.compiled is not None and "%cluster_nctarank" in build.compiled.ptx
+        assert "trap;" in build.compiled.ptx
+        assert build.ok, [c.detail for c in build.checks if not c.passed]   # no local memory for the message
+    for spec in (s for s in specs if s.config.get("cta_group", 1) == 1):
+        assert "cluster_nctarank() != " not in _render(family, spec, arch)
+
+
+def _section(src: str, start: str, end: str) -> str:
+    i = src.index(start)
+    return src[i:src.index(end, i)]
+
+
+def test_gemm_pipelines_are_drained_before_teardown():
+    arch, specs = _specs("gemm", "blackwell")
+    for spec in (s for s in specs if s.config.get("mainloop") == "tcgen05"):
+        src = _render("gemm", spec, arch)
+        producer = _section(src, "// ---- TMA producer", "// ---- MMA issuer")
+        loop_end = producer.rindex("if (++stage == STAGES)")
+        waits = [i for i in range(len(producer)) if producer.startswith("bars.empty[stage]), phase ^ 1)", i)]
+        assert len(waits) == 2, spec.name   # one per load, one in the tail after the loop
+        tail = producer[producer.index("Producer tail"):]
+        assert "for (int s = 0; s < STAGES; ++s)" in tail and "bars.empty[stage]" in tail
+        assert producer.index("Producer tail") < loop_end   # the tail advances the ring like a load
+        mma = _section(src, "// ---- MMA issuer", "// ---- Epilogue warps")
+        assert "MMA tail" in mma and mma.count("bars.acc_empty[buf]") == 2, spec.name
+
+
+def test_attention_pipelines_are_drained_before_teardown():
+    arch, specs = _specs("attention", "blackwell")
+    checked = 0
+    for spec in specs:
+        src = _render("attention", spec, arch)
+        if "tc::commit" not in src:   # only the tcgen05 path commits asynchronously
+            continue
+        checked += 1
+        producer = _section(src, "PORTER_DEVICE void producer(", "// ---- MMA issuer")
+        assert producer.count("wait_bar(s.q_empty()") == 2, spec.name
+        tail = producer[producer.index("Producer tail"):]
+        assert "wait_bar(s.kv_empty(kv_iter % kStages)" in tail and "i < kStages" in tail
+    assert checked == len(specs) == 6, (checked, [s.name for s in specs])
