@@ -1,9 +1,13 @@
 """Attention forward on warp-level tensor cores (mma.sync), FlashAttention-2 style.
 
-Every warp computes (templates/attention/mma_sync.cu.j2): ``WARPS`` warps x 16 query rows
-= a ``BLOCK_M``-row tile per CTA, persistent over tiles. Q is staged in shared memory
+Every warp computes (templates/attention/mma_sync.cu.j2): ``WARPS`` warps x ``row_tiles``
+m16 row tiles = a ``block_m``-row tile per CTA, persistent over tiles. ``row_tiles`` is the
+most (of ``ROW_TILES``) whose O, S and Q registers fit the descriptor's registers per
+thread: each K / V fragment a warp reads from shared memory then feeds ``row_tiles`` MMAs,
+which halves the shared-memory traffic per MMA at hd64 (2 row tiles, 256-row tiles); hd128
+keeps 1 (O alone is 64 registers per row tile). Q is staged in shared memory
 once per tile and kept in registers as mma A fragments; K and V stream through a
-``stages``-deep ring of ``BLOCK_N``-key tiles; S and P stay in registers, O accumulates
+``stages``-deep ring of ``block_n``-key tiles; S and P stay in registers, O accumulates
 in registers, the online softmax uses ex2 with log2(e) folded into the scale. Staging is
 TMA where the descriptor has it (``tma`` + ``mbarrier``) and cp.async otherwise.
 
@@ -13,7 +17,7 @@ Kernel parameters (config ``params``), by staging:
 The masking (bottom-right causal, keys >= seq_k), LSE and GQA contract is the family's
 (attention.cu.j2, attention/mask.cuh, attention/softmax.cuh).
 
-Registers per thread (hd128, BLOCK_N 64): O 16 x 128 fp32 / 32 lanes = 64, S 16 x 64 / 32
+Registers per thread (hd128, block_n 64): O 16 x 128 fp32 / 32 lanes = 64, S 16 x 64 / 32
 = 32, Q fragments 128 / 4 = 32 bf16x2, plus addresses: under the 255 of one CTA per SM.
 """
 
@@ -23,17 +27,20 @@ from porter.kernels import attention as family
 from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 
 MAINLOOP = "mma_sync"
-WARPS = 8                  # 8 x 16 query rows = 128-row tiles
-BLOCK_M = 16 * WARPS
+WARPS = 8
+# (m16 row tiles per warp, keys per K/V tile), preferred first: two row tiles halve the
+# shared-memory bytes per MMA; a 32-key tile keeps two row tiles' S within the registers.
+TILINGS = ((2, 64), (2, 32), (1, 64))
 THREADS = 32 * WARPS
-BLOCK_N = 64               # keys per K/V tile: S is 32 registers per thread
 MAX_STAGES = 4
 MIN_STAGES = 2
 BOX_COLS = 64              # bf16 columns per 128-byte swizzled row box
 ALIGN_SLACK = 1024
 # Registers a thread holds besides O, S and the Q fragments (P's bf16 pairs, addresses,
 # row statistics, loop state).
-OVERHEAD_REGS = 56
+# Calibrated on ptxas 13.5 (sm_80 / sm_120a): hd128 with one row tile allocates 221-240,
+# hd64 with two row tiles and 64 keys 250-255 and spills, so the estimate errs high.
+OVERHEAD_REGS = 96
 PARAMS_CP_ASYNC = (("q", "const __nv_bfloat16*"), ("k", "const __nv_bfloat16*"), ("v", "const __nv_bfloat16*"))
 
 
@@ -44,9 +51,9 @@ def staging(arch) -> str:
     return "cp_async" if arch.has("cp_async") else ""
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int, stage_with: str) -> dict:
+def smem_plan(head_dim: int, block_n: int, budget: int, stage_with: str, block_m: int = 16 * WARPS) -> dict:
     """Byte sizes and the K/V stages that fit ``budget`` (None if fewer than MIN_STAGES)."""
-    q_bytes = BLOCK_M * head_dim * 2
+    q_bytes = block_m * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2          # K + V
 
     def total(stages: int) -> int:
@@ -59,8 +66,9 @@ def smem_plan(head_dim: int, block_n: int, budget: int, stage_with: str) -> dict
             "stages": stages if stages >= MIN_STAGES else None, "smem_bytes": total(max(stages, MIN_STAGES))}
 
 
-def registers_needed(head_dim: int, block_n: int) -> int:
-    return head_dim // 2 + block_n // 2 + head_dim // 4 + OVERHEAD_REGS
+def registers_needed(head_dim: int, block_n: int, row_tiles: int = 1) -> int:
+    """Per thread: O (head_dim / 2), S (block_n / 2) and Q's bf16 pairs (head_dim / 4) per row tile."""
+    return row_tiles * (head_dim // 2 + block_n // 2 + head_dim // 4) + OVERHEAD_REGS
 
 
 def _sass_rules(arch, stage_with: str):
@@ -89,22 +97,31 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         return Unsupported(family.FAMILY, name, variant, ("mma_sync",),
                            f"{arch.name} has no bf16 mma.sync m16n8k16 (tensor_core.kinds.f16)")
     regs = min(arch.max_regs_per_thread, arch.regs_per_sm // THREADS // 8 * 8)
-    need = registers_needed(head_dim, BLOCK_N)
-    if need > regs:
-        return Unsupported(family.FAMILY, name, variant, (),
-                           f"O, S and Q fragments need about {need} registers per thread; {arch.name} gives {regs}")
-    plan = smem_plan(head_dim, BLOCK_N, arch.smem_per_block_bytes, stage_with)
-    if plan["stages"] is None:
+    fits = []
+    for row_tiles, block_n in TILINGS:
+        need = registers_needed(head_dim, block_n, row_tiles)
+        plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, stage_with, 16 * row_tiles * WARPS)
+        if need <= regs and plan["stages"] is not None:
+            fits = [row_tiles, block_n, need, plan]
+            break
+    if not fits:
+        need = registers_needed(head_dim, TILINGS[-1][1], TILINGS[-1][0])
+        if need > regs:
+            return Unsupported(family.FAMILY, name, variant, (),
+                               f"O, S and Q fragments need about {need} registers per thread; {arch.name} gives {regs}")
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
                            f"the block budget is {arch.smem_per_block_bytes} B")
+    row_tiles, block_n, need, plan = fits
+    block_m = 16 * row_tiles * WARPS
     cfg = family.base_config(arch, head_dim, causal, MAINLOOP)
     if stage_with == "cp_async":
         cfg["params"] = [list(p) for p in PARAMS_CP_ASYNC] + cfg["params"][3:]
     cfg.update({
         "staging": stage_with,
-        "block_m": BLOCK_M,
-        "block_n": BLOCK_N,
+        "block_m": block_m,
+        "row_tiles": row_tiles,
+        "block_n": block_n,
         "stages": plan["stages"],
         "warps": WARPS,
         "q_bytes": plan["q_bytes"],
@@ -112,7 +129,7 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         "box_cols": BOX_COLS,
         # TMA boxes the host encodes (cols, rows), bf16 with the 128-byte swizzle; the
         # cp.async kernel takes plain pointers (config tma_boxes empty).
-        "tma_boxes": ({"q": [BOX_COLS, BLOCK_M], "k": [BOX_COLS, BLOCK_N], "v": [BOX_COLS, BLOCK_N]}
+        "tma_boxes": ({"q": [BOX_COLS, block_m], "k": [BOX_COLS, block_n], "v": [BOX_COLS, block_n]}
                       if stage_with == "tma" else {}),
         "tma_swizzle": "128B",
         "registers_budget": regs,
