@@ -131,9 +131,9 @@ def _path_module(arch, paths: tuple[str, ...] = PATHS):
 def missing_features(arch, variant: GemmVariant, pair: bool) -> tuple[str, ...]:
     """The descriptor features ``variant`` lacks on ``arch``: its own, then its path's.
 
-    Where either generation's path would do, the path is one alternative "tcgen05|wgmma"
-    (as attention says); where only one path can build it (block scales, CTA pairs:
-    tcgen05), that path's features are named one by one.
+    Where several generations' paths would do, the path is one alternative "tcgen05|wgmma|mma_sync"
+    (as attention says; block scales: "tcgen05|mma_sync"); where only one path can build it
+    (CTA pairs: tcgen05), that path's features are named one by one.
     """
     needed = variant.features + (PAIR_FEATURES if pair else ())
     missing = tuple(f for f in needed if not arch.has(f))
