@@ -219,6 +219,44 @@ def test_prepare_builds_a_fallback_set_with_an_older_nvcc(tmp_path):
     cubins.check_manifest(m, "hopper", tmp_path)
 
 
+def test_the_budget_bounds_every_child_and_stops_starting_kernels(tmp_path, monkeypatch, capsys):
+    """Each child's limit is what is left of the budget; under 10 s left, no kernel starts."""
+    import types
+
+    from porter.runtime import device, device_check as dc, driver
+
+    m = _manifest(tmp_path)
+    m["arch"], m["target"] = "hopper", "sm_90a"
+    m["kernels"] = {f"hopper/k{i}": {"cubin": "cubins/k.cubin", "level": "sass-checked",
+                                      "shapes": {"limit_s": 60.0}} for i in range(4)}
+    (tmp_path / "cubins" / "k.cubin").write_bytes(b"\x7fELF primary")
+    (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
+    clock = [1000.0]
+    monkeypatch.setattr(dc, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    limits = []
+
+    def child(script, kernel, limit, env, printer, record):
+        limits.append(limit)
+        took = min(25.0, limit)                        # every kernel takes 25 s, or is killed at its limit
+        clock[0] += took
+        record.update(validated=True, seconds=took)
+
+    monkeypatch.setattr(dc, "_run_child", child)
+    monkeypatch.setattr(dc, "clocks", lambda: None)
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    monkeypatch.setenv(device.DEVICE_ENV, "porter.runtime.fakedriver:rehearsal_device")
+    try:
+        rc = dc.run(tmp_path / "out", SCRIPT, budget_s=60, prepared=tmp_path)
+    finally:
+        driver._init.cache_clear()
+        driver.context.cache_clear()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert limits == [60.0, 35.0, 10.0] and rc == 1 and results["seconds"] <= 60
+    assert [k.get("not_run") for k in results["kernels"]] == [None, None, None, "the run's 60 s budget is spent"]
+    assert "NOT RUN" in capsys.readouterr().out.splitlines()[-3]
+
+
 def test_table_lines_are_compact():
     from porter.runtime.device_check import table_lines
 

@@ -177,6 +177,11 @@ def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: b
             manifest["kernels"][key] = entry
             echo(f"built {key} ({build.level.label}, {time.time() - t0:.1f} s"
                  + (", + fallback" if entry.get("fallback_cubin") else "") + ")")
+    after = cubins.source_digests()
+    changed = sorted(p for p in set(sources) | set(after) if sources.get(p) != after.get(p))
+    if changed:
+        echo(f"warning: {len(changed)} source file(s) changed while preparing ({', '.join(changed[:3])}): "
+             "run will call this manifest stale; prepare again")
     atomic_write(out / cubins.MANIFEST, json.dumps(manifest, indent=1))
     echo(f"wrote {out / cubins.MANIFEST}: {len(manifest['kernels'])} kernels, {len(manifest['failed'])} failed; "
          f"fallback cubins: {fallback_tool if nvcc else 'none (' + fallback_tool + ')'}")
@@ -501,6 +506,9 @@ def table_lines(results: dict) -> list[str]:
 def _environment(dev) -> dict:
     """GPU, driver, CUDA, cuda-bindings, torch; clocks read with nvidia-smi where it is."""
     env = {"python": sys.version.split()[0], "device_kind": dev.kind}
+    if dev.kind != "cuda":               # porter's emulator: no GPU to ask
+        env["gpu"] = dev.name
+        return env
     try:
         import cuda.bindings
 
@@ -551,7 +559,7 @@ def clocks() -> dict | None:
 
 
 def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | None = None,
-        kernels: list[str] | None = None, child_limit_s: float | None = None) -> int:
+        kernels: list[str] | None = None, child_limit_s: float | None = None, check_sources: bool = True) -> int:
     """The whole check; exit 0 all passed, 1 some did not, 2 bad manifest, 3 no GPU of the arch."""
     from porter.fsutil import atomic_write
     from porter.pipeline.work import jsonable
@@ -560,7 +568,7 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
     t_start = time.monotonic()
     folder = Path(prepared or os.environ.get(cubins.CUBIN_DIR_ENV) or cubins.checkout_root() / "build" / "device_check")
     manifest = cubins.read_manifest(folder)
-    cubins.check_manifest(manifest, manifest.get("arch", ARCH), folder)
+    cubins.check_manifest(manifest, manifest.get("arch", ARCH), folder, sources=check_sources)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{cubins.CUBIN_DIR_ENV: str(folder.resolve()),
@@ -588,7 +596,7 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
             atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))
             return 3
         want = manifest.get("target")
-        cc = environment.get("compute_capability")
+        cc = environment.get("compute_capability") if dev.kind == "cuda" else None
         if want and cc and f"sm_{cc[0]}{cc[1]}" != want.rstrip("af"):
             printer.say(f"compute capability mismatch: {environment['gpu']} is {cc[0]}.{cc[1]}, the prepared "
                         f"kernels are {want}")
@@ -639,8 +647,13 @@ def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[
     os.environ.setdefault(fakedriver.REHEARSAL_ENV, REHEARSAL_BEHAVIOURS)
     os.environ.setdefault(fakedriver.TIMEOUT_ENV, "2")
     os.environ.setdefault("PORTER_WARMUP_MS", "20")       # the rehearsal GPU computes on the host
+    # ... with small matrices, where a BLAS thread pool on a busy machine costs 100x
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     rc = prepare(out / "prepared", profile="rehearsal", fallback=False, kernels=kernels)
     if rc:
         return rc
+    # prepare and run back to back from one command: the source check (tested on its own)
+    # could only see other people's edits to a shared checkout in between
     return run(out / "results", script, budget_s, prepared=out / "prepared", kernels=kernels,
-               child_limit_s=child_limit_s)
+               child_limit_s=child_limit_s, check_sources=False)
