@@ -233,6 +233,9 @@ def parse(text: str, file: str = "<ptx>") -> Module:
             if s == ".entry":
                 k = _parse_entry(t)
                 kernels[k.name] = k
+            elif s == ".func" and ".extern" in mods:     # a prototype (printf's vprintf): nothing to run
+                while t.next()[1] != ";":
+                    pass
             elif s == ".func":
                 raise Unsupported(f"{file}:{line}: PTX device functions (.func) are outside the simulator's subset")
             else:
@@ -371,6 +374,7 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
     t.expect("{")
     scopes: list[dict[str, str]] = [{}]       # name -> renamed, innermost last
     block_id = 0
+    call_params: set[str] = set()
 
     def resolve(name: str) -> str | None:
         """The (renamed) register a name means here, or None if it is no register."""
@@ -420,14 +424,65 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
         if s == ".shared":
             k.shared.append(_parse_var(t))
             continue
+        if s == ".param" and len(scopes) > 1 and t.peek(1)[1][1:] in TYPE_BITS and t.peek(3)[1] == ";":
+            # a call sequence's scalar argument / return slot: a scoped register; st.param /
+            # ld.param on it become moves (see _call_param_moves)
+            t.next()
+            typ = t.next()[1][1:]
+            rname = t.next()[1]
+            t.expect(";")
+            renamed = f"{rname}#{block_id}"
+            scopes[-1][rname] = renamed
+            k.regs[renamed] = typ
+            call_params.add(renamed)
+            continue
         if s in (".local", ".param"):
             raise Unsupported(f"{t.file}:{line}: {s} variables inside a kernel are outside the simulator's subset")
+        if s.startswith("call") and kind == "name":
+            k.code.append(_parse_call(t, resolve))
+            continue
         if kind == "name" and t.peek(1)[1] == ":" and not s.startswith("%"):
             t.next()
             t.next()
             k.labels[s] = len(k.code)
             continue
-        k.code.append(_parse_instr(t, resolve))
+        k.code.append(_call_param_moves(_parse_instr(t, resolve), call_params))
+
+
+def _call_param_moves(ins: Instr, call_params: set) -> Instr:
+    """``st.param.T [p], v`` / ``ld.param.T d, [p]`` on a call-sequence slot: ``mov.T``."""
+    if ins.opcode.startswith(("st.param.", "ld.param.")):
+        i = 0 if ins.opcode.startswith("st") else 1
+        a = ins.operands[i]
+        if isinstance(a, Addr) and isinstance(a.base, Reg) and a.base.name in call_params and not a.offset:
+            typ = ins.opcode.rsplit(".", 1)[1]
+            ops = (a.base, ins.operands[1]) if i == 0 else (ins.operands[0], a.base)
+            return Instr(f"mov.{typ}", ops, ins.guard, ins.guard_neg, ins.line)
+    return ins
+
+
+def _parse_call(t: _Tokens, resolve) -> Instr:
+    """``call{.uni} (ret), fn, (args);`` as Instr(opcode, (Vec(rets), Sym(fn), Vec(args)))."""
+    line = t.peek()[2]
+    opcode = t.next()[1]
+
+    def group():
+        items = []
+        t.expect("(")
+        while not t.accept(")"):
+            items.append(_parse_atom(t, resolve))
+            t.accept(",")
+        return Vec(tuple(items))
+    rets = group() if t.peek()[1] == "(" else Vec(())
+    t.accept(",")
+    kind, fn, _ = t.next()
+    if kind != "name":
+        raise Unsupported(f"{t.file}:{line}: indirect calls are outside the simulator's subset")
+    args = Vec(())
+    if t.accept(","):
+        args = group()
+    t.expect(";")
+    return Instr(opcode, (rets, Sym(fn), args), None, False, line)
 
 
 def _skip_line(t: _Tokens, line: int) -> None:
