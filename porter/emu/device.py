@@ -23,6 +23,7 @@ from porter.emu.units import tma as tma_unit
 from porter.errors import PorterError
 
 SEED_ENV = "PORTER_EMU_SEED"
+RACES_ENV = "PORTER_EMU_RACES"      # "0" turns the shared-memory race detector off (it is on by default)
 
 
 class EmuFunction:
@@ -37,12 +38,13 @@ class EmuFunction:
 class EmuDevice:
     kind = "emu"
 
-    def __init__(self, sm_count: int = 4, seed: int | None = None, check_races: bool = False):
+    def __init__(self, sm_count: int = 4, seed: int | None = None, check_races: bool | None = None):
         self.memory = Memory()
         self.sm_count = sm_count
         env = os.environ.get(SEED_ENV)
         self.seed = seed if seed is not None else (int(env) if env else 0)
         self.launches = 0
+        self.check_races = check_races if check_races is not None else os.environ.get(RACES_ENV, "1") != "0"
         self._functions: dict = {}
         self.name = "porter PTX simulator"
         self.sources: dict = {}          # spec name -> an edited .cu to use instead of the template
@@ -134,7 +136,8 @@ class EmuDevice:
         state = LaunchState(prog, dims[0], dims[1], dims[2], int(smem_bytes), bytes(params), self.memory.gmem,
                             function.regs, cooperative)
         self.launches += 1
-        sched = Scheduler(state, seed=self.seed + self.launches if self.seed >= 0 else None)
+        sched = Scheduler(state, seed=self.seed + self.launches if self.seed >= 0 else None,
+                          check_races=self.check_races)
         try:
             summary = sched.run()
         except Deadlock as exc:

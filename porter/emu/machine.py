@@ -402,8 +402,11 @@ class LaunchState:
 
 class Scheduler:
     def __init__(self, launch: LaunchState, seed: int | None = None, budget: int = DEFAULT_BUDGET,
-                 max_resident_clusters: int = 16, max_async_delay: int = 3):
+                 max_resident_clusters: int = 16, max_async_delay: int = 3, check_races: bool = False):
+        from porter.emu.race import RaceDetector
+
         self.launch = launch
+        self.race = RaceDetector(self) if check_races else None
         self.rng = np.random.default_rng(seed) if seed is not None else None
         self.budget = budget
         self.engine = AsyncEngine(self.rng, max_async_delay)
@@ -452,8 +455,12 @@ class Scheduler:
                     w = Warp(cta, wi, min(WARP, n - wi * WARP), self.launch.prog, self)
                     cta.warps.append(w)
                     self.warps.append(w)
+                    if self.race is not None:
+                        self.race.add_warp(w)
                 self.all_ctas.append(cta)
             self.resident.append(cl)
+        if self.race is not None:
+            self.race.grow()
 
     def warp_exited(self, w: Warp) -> None:
         from porter.emu.ops.sync import cluster_barrier_recheck
@@ -461,7 +468,7 @@ class Scheduler:
         for hook in w.units.get("exit_checks", ()):
             hook(w)
         cta = w.cta
-        cluster_barrier_recheck(cta.cluster)
+        cluster_barrier_recheck(cta.cluster, self.race)
         if all(x.done for x in cta.warps):
             cta.check_exit_safe()
             for hook in self.exit_hooks + cta.units.get("exit_checks", []):

@@ -37,8 +37,16 @@ def _vector(parts: list[str]) -> int:
     return 1
 
 
-def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str):
-    """(buffer, byte offsets) for the lanes' addresses in ``space``; checked."""
+def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str) -> None:
+    """The race detector's view of a shared-memory access (every byte of every lane)."""
+    race = w.sched.race
+    if race is not None:
+        race.access(w, cta, (offs[:, None] + np.arange(nbytes)).reshape(-1), write, w.prog.line(w.cur), what)
+
+
+def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):
+    """(buffer, byte offsets) for the lanes' addresses in ``space``; checked (and, for shared
+    memory, shown to the race detector)."""
     launch = w.cta.launch
     if space == "generic":
         a = addrs.astype(np.uint64)
@@ -55,7 +63,9 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str):
     if space in ("global", "const"):
         return launch.gmem.heap, launch.gmem.check_lanes(addrs, nbytes, what)
     if space == "shared":
-        return w.cta.smem.data, w.cta.smem.check_lanes(addrs, nbytes, what)
+        offs = w.cta.smem.check_lanes(addrs, nbytes, what)
+        _track(w, w.cta, offs, nbytes, write, what)
+        return w.cta.smem.data, offs
     if space == "shared_cluster":
         a = addrs.astype(np.int64)
         ranks = np.where(a & mem.CLUSTER_BIT, (a >> mem.RANK_SHIFT) & 0x7F, w.cta.rank)
@@ -63,8 +73,9 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str):
             raise CheckFailed(f"shared::cluster {what} whose lanes address several CTAs; the simulator "
                               "takes one CTA per instruction")
         peer = w.cta.peer(int(ranks[0]), w.name) if int(ranks[0]) != w.cta.rank else w.cta
-        offs = np.where(a & mem.CLUSTER_BIT, a & mem.OFFSET_MASK, a)
-        return peer.smem.data, peer.smem.check_lanes(offs, nbytes, what)
+        offs = peer.smem.check_lanes(np.where(a & mem.CLUSTER_BIT, a & mem.OFFSET_MASK, a), nbytes, what)
+        _track(w, peer, offs, nbytes, write, what)
+        return peer.smem.data, offs
     if space == "param":
         a = addrs.astype(np.int64)
         if ((a < 0) | (a + nbytes > launch.params.size)).any():
@@ -131,7 +142,7 @@ def build_st(ins, d):
         sel = w.live if m is None else m
         a = addrs[sel]
         mem.check_aligned(a, total, what)
-        buf, offs = _resolve(w, space, a, total, what)
+        buf, offs = _resolve(w, space, a, total, what, write=True)
         cols = []
         for r in readers:
             v = np.asarray(r(w))
@@ -172,7 +183,7 @@ def _atomic(ins, d, returns: bool):
         lanes = np.nonzero(sel)[0]
         a = addrs[sel]
         mem.check_aligned(a, nbytes, what)
-        buf, offs = _resolve(w, space, a, nbytes, what)
+        buf, offs = _resolve(w, space, a, nbytes, what, write=True)
         view = buf[: buf.size - buf.size % nbytes].view(dt)
         bv = np.broadcast_to(np.asarray(b(w), dtype=dt), (32,))
         cv = np.broadcast_to(np.asarray(c(w), dtype=dt), (32,)) if c is not None else None

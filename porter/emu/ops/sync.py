@@ -84,16 +84,27 @@ def build_bar(ins, d):
         nb.expected = expected
         nb.arrived += WARP
         gen = nb.generation
+        race = w.sched.race
+        if race is not None:
+            race.release(w, nb)
         if nb.arrived >= expected:
             if nb.arrived > expected:
                 raise CheckFailed(f"{where}: barrier {bid} got {nb.arrived} arrivals for {expected} threads")
             nb.arrived = 0
             nb.generation += 1
             nb.expected = None
+            if race is not None:
+                race.publish(nb, nb.generation)
         if not wait:
             return None
-        return Park(lambda: nb.generation > gen,
-                    lambda: f"bar.sync {bid}: {nb.arrived} of {nb.expected} threads arrived", advance=True)
+
+        def ready():
+            if nb.generation > gen:
+                if race is not None:
+                    race.acquire(w, nb, gen + 1)
+                return True
+            return False
+        return Park(ready, lambda: f"bar.sync {bid}: {nb.arrived} of {nb.expected} threads arrived", advance=True)
     return bar
 
 
@@ -114,7 +125,9 @@ def _build_cluster_barrier(ins, d):
                 raise CheckFailed(f"{where}: {w.name} arrives twice at the cluster barrier in one phase")
             cl.warp_phase[id(w)] = cl.barrier_generation
             cl.barrier_arrived += 1
-            cluster_barrier_recheck(cl)
+            if w.sched.race is not None:
+                w.sched.race.release(w, cl)
+            cluster_barrier_recheck(cl, w.sched.race)
             return None
         return arrive
     if kind == "wait":
@@ -130,6 +143,8 @@ def _build_cluster_barrier(ins, d):
                 return cl.barrier_generation > gen
             if ready():
                 del cl.warp_phase[id(w)]
+                if w.sched.race is not None:
+                    w.sched.race.acquire(w, cl, gen + 1)
                 return None
             return Park(ready, lambda: f"barrier.cluster.wait: {cl.barrier_arrived} of {cl.live_warps()} warps "
                                        "of the cluster arrived", advance=False)
@@ -137,11 +152,13 @@ def _build_cluster_barrier(ins, d):
     raise d.unsupported()
 
 
-def cluster_barrier_recheck(cl) -> None:
+def cluster_barrier_recheck(cl, race=None) -> None:
     """Complete the cluster barrier's phase once every non-exited warp has arrived."""
     if cl.barrier_arrived and cl.barrier_arrived >= cl.live_warps_arrived_needed():
         cl.barrier_arrived = 0
         cl.barrier_generation += 1
+        if race is not None:
+            race.publish(cl, cl.barrier_generation)
 
 
 # ---- mbarrier -----------------------------------------------------------------------------------
@@ -157,7 +174,12 @@ def _barrier_at(w, addr: int, where: str, create: bool = False) -> MBarrier:
         bar = MBarrier(f"{cta.name} shared 0x{off:x}")
         bar.cta = cta
         sched = w.sched
-        bar.on_complete = lambda: setattr(sched, "yield_now", True)
+
+        def phase_done(bar=bar):
+            sched.yield_now = True          # let the waiters run at once
+            if sched.race is not None:
+                sched.race.publish(bar, bar.phase)
+        bar.on_complete = phase_done
         cta.mbarriers[off] = bar
     if cta is not w.cta and not create:
         check_remote_ready(bar, cta, f"{where}: {w.name}")
@@ -214,6 +236,8 @@ def build_mbarrier(ins, d):
                 if not remote and a & mem.CLUSTER_BIT:
                     raise CheckFailed(f"{where}: a shared::cluster address in a shared::cta mbarrier.arrive")
                 bar = _barrier_at(w, a, where)
+                if w.sched.race is not None:
+                    w.sched.race.release(w, bar)
                 if expect:
                     bar.expect_tx(int(vals[j]))
                     bar.arrive(1, w.name)
@@ -259,9 +283,10 @@ def build_mbarrier(ins, d):
                 out = np.zeros(32, dtype=bool)
                 out[lanes] = ok
                 wd(w, out, m)
-                for b, _ in bars:
-                    if getattr(b, "waiting", 0):
-                        pass
+                if w.sched.race is not None:
+                    for (b, _), o in zip(bars, ok):
+                        if o:
+                            w.sched.race.acquire(w, b)
                 if blocking:      # lanes whose wait completed (read by the tcgen05 fence checker)
                     prev = w.units.get("mbarrier_waited")
                     w.units["mbarrier_waited"] = (sel.copy() if prev is None else prev[0] | sel, where)

@@ -69,14 +69,24 @@ def check_inflight(cta, off: int, size: int, what: str) -> None:
                               "read it (its stage was released before the wait that covers it)")
 
 
-def _land(sched, targets, data: np.ndarray, what: str):
+def _land(w, targets, data: np.ndarray, what: str):
+    """The copy's completion: bytes into each destination, then complete-tx on its barrier.
+    For the race detector the write is the issuing warp's, at its clock at issue."""
+    race = w.sched.race
+    issuer = (w.aid, w.vc.copy(), w.prog.line(w.cur), w.name) if race is not None else None
+
     def complete():
         for cta, off, bcta, bar in targets:
             if cta.done:
                 raise CheckFailed(f"{what} lands in the shared memory of {cta.name}, which has already exited")
             check_inflight(cta, off, int(data.size), what)
+            if race is not None:
+                aid, vc, line, who = issuer
+                race.check(cta, np.arange(off, off + data.size), aid, vc, True, line, f"the TMA issued by {who}")
             cta.smem.data[off:off + data.size] = data
         for cta, off, bcta, bar in targets:
+            if race is not None:
+                race.release_clock(issuer[1], bar)
             bar.complete_tx(int(data.size))
     return complete
 
@@ -121,7 +131,7 @@ def build_cp(ins, d):
                     cta.smem.check_span(off, data.size, "TMA destination")
                     check_inflight(cta, off, int(data.size), f"{where}: TMA load")
                 w.sched.counters["tma"] += 1
-                w.sched.engine.submit(w.sched.round, _land(w.sched, targets, data, f"{where}: TMA load"),
+                w.sched.engine.submit(w.sched.round, _land(w, targets, data, f"{where}: TMA load"),
                                       f"TMA load {c} -> 0x{dst:x}")
         return tensor
     # cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
@@ -149,7 +159,7 @@ def build_cp(ins, d):
                     cta.smem.check_span(off, size, "bulk copy destination")
                     check_inflight(cta, off, size, f"{where}: bulk copy")
                 w.sched.counters["tma"] += 1
-                w.sched.engine.submit(w.sched.round, _land(w.sched, targets, data, f"{where}: bulk copy"),
+                w.sched.engine.submit(w.sched.round, _land(w, targets, data, f"{where}: bulk copy"),
                                       f"bulk copy {size} B -> 0x{dst:x}")
         return bulk
     raise d.unsupported()

@@ -166,6 +166,10 @@ def build_wgmma(ins, d):
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
         st = _state(w)
         cta = w.cta
+        if w.sched.race is not None:
+            for addr in (b_addr, a_addr):
+                if addr is not None:
+                    w.sched.race.access(w, cta, addr, False, line, "a wgmma operand")
         token = object()
         what = f"the wgmma.mma_async at line {line} ({w.name})"
         keys = [(id(token), 0)]

@@ -1,0 +1,147 @@
+"""A shared-memory race detector with vector clocks (happens-before, as in FastTrack).
+
+Agents are the launch's warps (a warp's lanes run in lock step here, so a warp is one
+agent). Each warp carries a vector clock; synchronisation moves clocks:
+
+* mbarrier: an arrive (and a TMA's complete-tx, with the issuing warp's clock at issue)
+  releases into the barrier's current phase; the phase's completion publishes it; a
+  successful ``try_wait`` acquires it.
+* named barriers (``bar.sync`` / ``bar.arrive``) and ``barrier.cluster``: every arrival
+  releases into the barrier's phase, every waiter acquires the completed phase.
+
+Every shared-memory byte keeps its last write and its last read as (warp, clock, PTX
+line). A write races with an earlier write or read, and a read with an earlier write,
+when that access is not ordered before it: its warp's clock at the access is beyond what
+the accessing warp has acquired from it. Asynchronous writes (TMA, bulk copies) are
+checked when they land, with the issuing warp's clock from issue time; wgmma operand
+reads at issue.
+
+Limits (v1): one last reader per byte is kept, so of two unordered readers only the later
+is checked against a later write; accesses within one warp are program-ordered; global
+memory is not checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu.errors import CheckFailed
+
+
+class Shadow:
+    """Per byte of one CTA's shared memory: the last write and the last read."""
+
+    def __init__(self, size: int):
+        self.w_agent = np.full(size, -1, dtype=np.int32)
+        self.w_clock = np.zeros(size, dtype=np.int64)
+        self.w_line = np.zeros(size, dtype=np.int32)
+        self.r_agent = np.full(size, -1, dtype=np.int32)
+        self.r_clock = np.zeros(size, dtype=np.int64)
+        self.r_line = np.zeros(size, dtype=np.int32)
+
+
+class RaceDetector:
+    def __init__(self, sched):
+        self.sched = sched
+        self.agents: list = []          # agent id -> warp
+        self.shadows: dict[int, Shadow] = {}
+        self.n = 0
+
+    # ---- agents and clocks --------------------------------------------------------------------
+    def add_warp(self, w) -> None:
+        w.aid = len(self.agents)
+        self.agents.append(w)
+
+    def start(self) -> None:
+        """Give every warp of the launch its clock (all warps are known by now)."""
+        self.n = len(self.agents)
+        for w in self.agents:
+            w.vc = np.zeros(self.n, dtype=np.int64)
+            w.vc[w.aid] = 1
+
+    def grow(self) -> None:
+        """Warps of clusters started later: widen every clock."""
+        n = len(self.agents)
+        for w in self.agents:
+            vc = getattr(w, "vc", None)
+            if vc is None:
+                w.vc = np.zeros(n, dtype=np.int64)
+                w.vc[w.aid] = 1
+            elif vc.size < n:
+                w.vc = np.concatenate([vc, np.zeros(n - vc.size, dtype=np.int64)])
+        self.n = n
+
+    def _fit(self, vc: np.ndarray) -> np.ndarray:
+        return vc if vc.size == self.n else np.concatenate([vc, np.zeros(self.n - vc.size, dtype=np.int64)])
+
+    def release(self, w, holder) -> None:
+        """w's clock joins ``holder.vc_acc`` (a barrier phase being filled); w's epoch advances."""
+        acc = getattr(holder, "vc_acc", None)
+        holder.vc_acc = w.vc.copy() if acc is None else np.maximum(self._fit(acc), w.vc)
+        w.vc[w.aid] += 1
+
+    def release_clock(self, vc: np.ndarray, holder) -> None:
+        acc = getattr(holder, "vc_acc", None)
+        holder.vc_acc = vc.copy() if acc is None else np.maximum(self._fit(acc), self._fit(vc))
+
+    @staticmethod
+    def publish(holder, key) -> None:
+        """The phase ``key`` of ``holder`` completed: what was released into it is published."""
+        done = getattr(holder, "vc_done", None)
+        if done is None:
+            done = holder.vc_done = {}
+        acc = getattr(holder, "vc_acc", None)
+        if acc is not None:
+            done[key] = acc
+            holder.vc_acc = None
+            if len(done) > 8:
+                del done[min(done)]
+
+    def acquire(self, w, holder, key=None) -> None:
+        done = getattr(holder, "vc_done", None)
+        if not done:
+            return
+        vc = done.get(key) if key is not None else None
+        if vc is None:
+            vc = done[max(done)]
+        w.vc = np.maximum(w.vc, self._fit(vc))
+
+    # ---- accesses ---------------------------------------------------------------------------
+    def shadow(self, cta) -> Shadow:
+        s = self.shadows.get(id(cta))
+        if s is None:
+            s = self.shadows[id(cta)] = Shadow(cta.smem.data.size)
+        return s
+
+    def access(self, w, cta, offs: np.ndarray, write: bool, line: int, what: str = "") -> None:
+        self.check(cta, offs, w.aid, w.vc, write, line, w.name, what)
+
+    def check(self, cta, offs: np.ndarray, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
+              what: str = "") -> None:
+        s = self.shadow(cta)
+        offs = np.asarray(offs, dtype=np.int64).reshape(-1)
+        vc = self._fit(vc)
+        clock = vc[aid]
+        for kind, agents, clocks, lines in (("write", s.w_agent, s.w_clock, s.w_line),
+                                           ("read", s.r_agent, s.r_clock, s.r_line)):
+            if kind == "read" and not write:
+                continue
+            a = agents[offs]
+            other = (a >= 0) & (a != aid)
+            if other.any():
+                known = vc[np.where(other, a, 0)]
+                bad = other & (clocks[offs] > known)
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    prev = self.agents[int(a[j])]
+                    raise CheckFailed(
+                        f"shared-memory race in {cta.name} at 0x{int(offs[j]):x}: "
+                        f"{'write' if write else 'read'}{' (' + what + ')' if what else ''} by {who} at "
+                        f"{prev.prog.file}:{line} and an earlier {kind} by {prev.name} at "
+                        f"{prev.prog.file}:{int(lines[offs[j]])}, with no barrier, mbarrier phase or cluster "
+                        "barrier ordering them")
+        if write:
+            s.w_agent[offs], s.w_clock[offs], s.w_line[offs] = aid, clock, line
+            s.r_agent[offs] = -1
+        else:
+            s.r_agent[offs], s.r_clock[offs], s.r_line[offs] = aid, clock, line
