@@ -264,3 +264,38 @@ def test_kv_ring_protocol_model():
                 consumed.add((t, n))
                 step += 1
         assert next(loads, None) is None
+
+
+def _driver_missing() -> bool:
+    try:
+        from cuda.bindings import driver as real
+
+        real.cuInit(0)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__ == "DynamicLibNotFoundError"
+    return False
+
+
+@pytest.mark.skipif(not _driver_missing(), reason="the NVIDIA driver is installed: real calls would run")
+@pytest.mark.parametrize("arch_name", ARCHS)
+def test_rehearsal_launch_with_pointers_or_tensor_maps(monkeypatch, archs, arch_name):
+    """validate_attention through the rehearsal GPU: ampere's q / k / v pointers (unpadded,
+    family.host_views) and rtx-blackwell's tensor maps both reach the launch."""
+    from porter.runtime import cubins, device, driver, fakedriver
+    from porter.validation import device_harness as dh
+    from porter.validation import device_runs as dr
+
+    arch = archs[arch_name]
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test", b"\x7fELF test")]))
+    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
+    fakedriver.install(fakedriver.FakeGPU(arch_name))
+    try:
+        spec = _spec(arch, "attention.hd64.causal")
+        checks = dr.validate_attention(spec, arch, shapes=[(1, 2, 1, 100, 70)], seeds=1)
+        assert checks and all(c["passed"] for c in checks)
+    finally:
+        driver._init.cache_clear()
+        driver.context.cache_clear()

@@ -340,3 +340,39 @@ def test_scale_words_come_from_the_lanes_the_mma_reads(builds):
         if lane % 4 == 0:
             assert b_lanes[lane >> 2] == lane
     assert sorted(a_lanes) == [l for l in range(32) if l % 4 < 2] and sorted(b_lanes) == list(range(0, 32, 4))
+
+
+def _driver_missing() -> bool:
+    try:
+        from cuda.bindings import driver as real
+
+        real.cuInit(0)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__ == "DynamicLibNotFoundError"
+    return False
+
+
+@pytest.mark.skipif(not _driver_missing(), reason="the NVIDIA driver is installed: real calls would run")
+@pytest.mark.parametrize("arch_name", ["ampere", "rtx-blackwell"])
+def test_rehearsal_launch_with_pointers_or_tensor_maps(monkeypatch, archs, arch_name):
+    """validate_gemm through the rehearsal GPU (real binding conversions, then a host
+    model): the cp.async kernel's a / b pointers and the TMA kernel's maps both reach it."""
+    from porter.runtime import cubins, device, driver, fakedriver
+    from porter.validation import device_harness as dh
+    from porter.validation import device_runs as dr
+
+    arch = archs[arch_name]
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test", b"\x7fELF test")]))
+    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
+    fakedriver.install(fakedriver.FakeGPU(arch_name))
+    try:
+        spec = gemm.make_spec(arch, "bf16")
+        cfg = spec.config
+        checks = dr.validate_gemm(spec, arch, shapes=[(cfg["tile_m"], cfg["tile_n"], 2 * cfg["tile_k"])], seeds=1)
+        assert checks and all(c["passed"] for c in checks)
+    finally:
+        driver._init.cache_clear()
+        driver.context.cache_clear()

@@ -429,8 +429,9 @@ def _gemm(spec, v, factor) -> float:
     dt = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}.get(fmt)
     if dt is None or spec.config.get("block_scale"):
         return 0.0                   # a format this rehearsal GPU does not compute: C stays unwritten
-    a = _view(v["tma_a"][0], (m, k), dt).astype(np.float64)
-    b = _view(v["tma_b"][0], (n, k), dt).astype(np.float64)
+    # operands through tensor maps (their global address) or as plain pointers (mma_sync, cp.async)
+    a = _view(v["tma_a"][0] if "tma_a" in v else v["a"], (m, k), dt).astype(np.float64)
+    b = _view(v["tma_b"][0] if "tma_b" in v else v["b"], (n, k), dt).astype(np.float64)
     c = (a @ b.T) * v["scale_a"] * v["scale_b"] * factor
     _view(v["c"], (m, n), ml_dtypes.bfloat16)[:] = c.astype(np.float32).astype(ml_dtypes.bfloat16)
     return 2.0 * m * n * k
@@ -443,9 +444,12 @@ def _attention(spec, v, factor) -> float:
 
     b, hq, hkv, sq, sk = v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_k"]
     d = spec.config["head_dim"]
-    q = _view(v["tma_q"][0], (b, hq, sq, d), ml_dtypes.bfloat16).astype(np.float32)
-    k = _view(v["tma_k"][0], (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float32)
-    val = _view(v["tma_v"][0], (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float32)
+    def operand(name):        # a tensor map's global address, or a plain pointer (cp.async mainloops)
+        return v[f"tma_{name}"][0] if f"tma_{name}" in v else v[name]
+
+    q = _view(operand("q"), (b, hq, sq, d), ml_dtypes.bfloat16).astype(np.float32)
+    k = _view(operand("k"), (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float32)
+    val = _view(operand("v"), (b, hkv, sk, d), ml_dtypes.bfloat16).astype(np.float32)
     o_out = _view(v["o"], (b, hq, sq, d), ml_dtypes.bfloat16)
     lse_out = _view(v["lse"], (b, hq, sq), np.float32)
     visible = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq) if spec.config["causal"] else None
