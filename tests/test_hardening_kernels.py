@@ -124,3 +124,73 @@ def test_attention_pipelines_are_drained_before_teardown():
         tail = producer[producer.index("Producer tail"):]
         assert "wait_bar(s.kv_empty(kv_iter % kStages)" in tail and "i < kStages" in tail
     assert checked == len(specs) == 6, (checked, [s.name for s in specs])
+
+
+# -- item 15: the megakernel's shared-memory margin ---------------------------------------------
+
+
+def test_megakernel_keeps_the_reserve_and_a_margin_below_the_limit():
+    from porter.arch import load_arch
+    from porter.kernels import megakernel
+
+    for name in ("hopper", "blackwell", "rtx-blackwell"):
+        arch = load_arch(name)
+        spec = megakernel.make_spec(arch, "llama-decode")
+        headroom = arch.smem_per_block_bytes - spec.smem_bytes
+        assert headroom >= megakernel.SYSTEM_RESERVE_BYTES + megakernel.SMEM_MARGIN_BYTES, (name, headroom)
+        assert spec.config["pages"] >= 2
+
+
+def test_megakernel_configuration_that_does_not_fit_fails_with_the_figures():
+    from porter.kernels import megakernel
+
+    with pytest.raises(PorterError) as info:
+        megakernel.check_smem_fit("arch x", 231424, 232448)
+    msg = str(info.value)
+    assert "231424 B dynamic" in msg and "1024 B static" in msg and "1024 B margin" in msg and "232448 B" in msg
+    megakernel.check_smem_fit("arch x", 230400, 232448)   # exactly the margin left: fits
+
+
+def test_megakernel_too_little_shared_memory_names_reserve_and_margin(tmp_path):
+    from porter.arch import load_arch
+    from porter.kernels import megakernel
+
+    text = load_arch("hopper").path.read_text()
+    small = tmp_path / "small.yaml"
+    small.write_text(text.replace("smem_per_block_kib: 227", "smem_per_block_kib: 66", 1))
+    with pytest.raises(PorterError) as info:
+        megakernel.make_spec(load_arch(small), "llama-decode")
+    msg = str(info.value)
+    assert "1024 B system reserve" in msg and "1024 B margin" in msg and "at least 2" in msg
+
+
+class _FakeDriver:
+    """set/get function attributes as the driver answers them, with a settable ceiling."""
+
+    def __init__(self, ceiling: int, static: int = 1024):
+        self.ceiling, self.static, self.value = ceiling, static, 48 * 1024
+
+    def set_function_attributes(self, function, smem_bytes, cluster):
+        if smem_bytes > self.ceiling:
+            raise PorterError(f"cuFuncSetAttribute(max dynamic shared memory): {smem_bytes} > {self.ceiling}")
+        self.value = smem_bytes
+
+    def function_attributes(self, function):
+        return {"max_dynamic_smem_bytes": self.value, "static_smem_bytes": self.static}
+
+
+@pytest.mark.parametrize("ceiling,full", [(232448, True), (231424, False)])
+def test_device_run_records_what_the_driver_grants(ceiling, full):
+    from porter.arch import load_arch
+    from porter.kernels import megakernel
+
+    arch = load_arch("blackwell")
+    spec = megakernel.make_spec(arch, "llama-decode")
+    attrs = megakernel.settle_smem(_FakeDriver(ceiling), None, spec, arch, spec.smem_bytes)
+    assert attrs["max_dynamic_smem_bytes"] == spec.smem_bytes and attrs["full_limit_grantable"] is full
+    with pytest.raises(PorterError, match="cuFuncSetAttribute"):   # the driver refuses: its own line
+        megakernel.settle_smem(_FakeDriver(ceiling), None, spec, arch, ceiling + 1)
+    clamping = _FakeDriver(ceiling)
+    clamping.function_attributes = lambda f: {"max_dynamic_smem_bytes": 200_000, "static_smem_bytes": 1024}
+    with pytest.raises(PorterError, match=r"the driver grants 200000 B .* needs 2\d+ B"):
+        megakernel.settle_smem(clamping, None, spec, arch, spec.smem_bytes)

@@ -197,7 +197,7 @@ def _gate_up_queue(program):
                        for w in q))
 
 
-@pytest.mark.parametrize("n_slots", [2, 3, 8, 12])
+@pytest.mark.parametrize("n_slots", [2, 3, 8, 11, 12])
 def test_page_ring_protocol_under_random_interleavings(hopper, model_plan, n_slots):
     arch, cfg = hopper
     tiny = build_plan(arch, "tiny-gqa4", pos=33)["program"]
@@ -209,7 +209,8 @@ def test_page_ring_protocol_under_random_interleavings(hopper, model_plan, n_slo
 
 def test_the_kernels_ring_shape_is_simulated(hopper):
     cfg = hopper[1]
-    assert cfg["pages"] == 12 and cfg["compute_warps"] == 8       # in the parametrisation above
+    # 11: the 227 KiB budget less the 1 KiB system reserve and the 1 KiB margin (megakernel.py)
+    assert cfg["pages"] == 11 and cfg["compute_warps"] == 8       # in the parametrisation above
 
 
 def _one_matvec_queue(rows: int, k: int, epilogue: Epilogue):

@@ -41,6 +41,13 @@ MAX_COMPUTE_WARPS = 8
 REGS_PER_THREAD_BUDGET = 128     # the attention partial keeps q, o, m, l of a group in registers
 Y_ROWS = 128                     # matvec row window (results kept in shared memory)
 MAX_PAGES = 32                   # mbarrier slots reserved in the layout
+# Every CTA carries a 1 KiB system-reserved shared-memory section (sm_90, sm_100; a
+# 1024-byte static section in every cubin). Whether it counts against the per-block opt-in
+# limit is not settled (shared/ARCH_FACTS.md, "Host side"): until a device check settles it
+# (run_on_device records the function's attributes after setting them), the plan counts it
+# against the limit AND keeps a further stated margin, so it never asks for the last KiB.
+SYSTEM_RESERVE_BYTES = 1024
+SMEM_MARGIN_BYTES = 1024
 NEEDS = ("mbarrier",)            # the page ring's full/empty handshake; everything else has a fallback
 
 # Kernel parameters, in launch order.
@@ -105,18 +112,33 @@ def smem_plan(arch, cfg, compute_warps: int) -> dict[str, Any]:
     layout["x"] = layout["u"] + 4 * Y_ROWS
     x_bytes = 4 * max(max_k, attn_floats)
     layout["ring"] = -(-(layout["x"] + x_bytes) // 1024) * 1024
-    budget = arch.smem_per_block_bytes
+    limit = arch.smem_per_block_bytes
+    budget = limit - SYSTEM_RESERVE_BYTES - SMEM_MARGIN_BYTES
     pages = min(MAX_PAGES, (budget - layout["ring"]) // PAGE_BYTES)
     # Every page the budget allows: depth lets the loader run further ahead across
     # counter waits. Each ring slot has one owner warp (page_ring.cuh), so with 12
     # pages over 8 warps, warps 0-3 own two slots; a page takes a warp far less
     # time to reduce than HBM takes to fill it, so the uneven share costs little.
     if pages < 2:
-        raise PorterError(f"arch {arch.name}: smem_per_block_bytes {budget} leaves room for {max(pages, 0)} "
-                          f"weight page(s) of {PAGE_BYTES} B after {layout['ring']} B of scratch; "
+        raise PorterError(f"arch {arch.name}: smem_per_block_bytes {limit} less the {SYSTEM_RESERVE_BYTES} B "
+                          f"system reserve and a {SMEM_MARGIN_BYTES} B margin leaves {budget} B: room for "
+                          f"{max(pages, 0)} weight page(s) of {PAGE_BYTES} B after {layout['ring']} B of scratch; "
                           f"the megakernel needs at least 2 to overlap copies with compute")
-    return {"layout": layout, "pages": pages, "smem_bytes": layout["ring"] + pages * PAGE_BYTES,
-            "max_k": max_k, "x_bytes": x_bytes}
+    smem_bytes = layout["ring"] + pages * PAGE_BYTES
+    check_smem_fit(arch.name, smem_bytes, limit)
+    return {"layout": layout, "pages": pages, "smem_bytes": smem_bytes,
+            "max_k": max_k, "x_bytes": x_bytes, "smem_budget": budget}
+
+
+def check_smem_fit(what: str, dynamic_bytes: int, limit: int, static_bytes: int = SYSTEM_RESERVE_BYTES) -> None:
+    """Fail with the figures when a configuration does not keep the stated margin: dynamic
+    shared memory + the static section (the system reserve at least) + SMEM_MARGIN_BYTES
+    must fit the per-block limit."""
+    need = dynamic_bytes + static_bytes + SMEM_MARGIN_BYTES
+    if need > limit:
+        raise PorterError(f"{what}: megakernel shared memory does not fit: {dynamic_bytes} B dynamic + "
+                          f"{static_bytes} B static (system reserve) + {SMEM_MARGIN_BYTES} B margin = {need} B, "
+                          f"over the {limit} B per-block limit; fewer pages or a smaller scratch layout is needed")
 
 
 def compute_warps_for(arch) -> int:
@@ -365,6 +387,30 @@ def host_arena(program, cfg, weights, caches=None) -> np.ndarray:
     return arena
 
 
+def settle_smem(driver, function, spec, arch, smem_bytes: int) -> dict:
+    """Opt the loaded kernel in to ``smem_bytes`` of dynamic shared memory, then ask the
+    driver what it granted (cuFuncGetAttribute after cuFuncSetAttribute): the figures that
+    settle whether the system reserve counts against the per-block limit. Fails with them
+    when the driver grants less than the launch needs."""
+    limit = int(arch.smem_per_block_bytes)
+    # The question itself: can the whole per-block limit be granted as dynamic memory on top
+    # of the static section? (If so, the 1 KiB reserve does not count against it.)
+    try:
+        driver.set_function_attributes(function, limit, (1, 1, 1))
+        full = int(driver.function_attributes(function).get("max_dynamic_smem_bytes", 0)) >= limit
+    except PorterError:
+        full = False
+    driver.set_function_attributes(function, smem_bytes, (1, 1, 1))
+    attrs = dict(driver.function_attributes(function))
+    granted, static = attrs.get("max_dynamic_smem_bytes", 0), attrs.get("static_smem_bytes", 0)
+    attrs.update({"requested_dynamic_smem_bytes": int(smem_bytes), "per_block_limit_bytes": limit,
+                  "full_limit_grantable": full})
+    if granted < smem_bytes:
+        raise PorterError(f"{spec.name}: the driver grants {granted} B of dynamic shared memory (static {static} B), "
+                          f"the launch needs {smem_bytes} B of the descriptor's {arch.smem_per_block_bytes} B per block")
+    return attrs
+
+
 def run_on_device(spec: KernelSpec, arch, program, cfg, weights, caches=None) -> dict:
     """Launch one decode step of ``program`` on device 0 and read back what it wrote.
 
@@ -399,6 +445,7 @@ def run_on_device(spec: KernelSpec, arch, program, cfg, weights, caches=None) ->
               "counters": d_counters.ptr, "tensors": d_tensors.ptr}
     args = [driver.pack_arg(ctype, values[name]) for name, ctype in PARAMS]
     function = driver.load_function(build.compiled.cubin, spec.entry)
+    attributes = settle_smem(driver, function, spec, arch, launch["smem_bytes"])
     driver.launch(function, launch["grid"][0], launch["block"][0], launch["smem_bytes"], (1, 1, 1), args,
                   cooperative=launch["cooperative"])
     d_arena.copy_to_host(arena.ctypes.data, arena.nbytes)
@@ -409,5 +456,6 @@ def run_on_device(spec: KernelSpec, arch, program, cfg, weights, caches=None) ->
         return arena[t.offset:t.offset + t.nbytes].view(_np_dtype(t.dtype)).reshape(t.shape).copy()
 
     return {"logits": read("buf.logits"), "token": int(read("out.token").reshape(-1)[0]),
+            "function_attributes": attributes,
             "counters": counters[:launch["n_counters"]],
             "caches": {t.name: read(t.name) for t in program.tensors if t.kind == "cache"}}
