@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 
-import jinja2
-
 from porter import paths
 from porter.errors import PorterError
 
 
 @functools.lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
+def environment() -> "jinja2.Environment":  # noqa: F821
+    import jinja2   # here, not at import: a GPU machine that only runs prepared cubins needs no jinja2
+
     loader = jinja2.FileSystemLoader([str(paths.data_dir("templates")),
                                       str(paths.data_dir("kernels_src"))])
     return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
@@ -27,6 +27,8 @@ def environment() -> jinja2.Environment:
 
 def render(template_name: str, **context) -> str:
     """Render ``template_name`` with ``context``; template problems become PorterError."""
+    import jinja2
+
     try:
         return environment().get_template(template_name).render(**context)
     except jinja2.TemplateNotFound as exc:

@@ -33,8 +33,30 @@ def _by_name(results):
     return {k["name"]: k for k in results["kernels"]}
 
 
+def _prepare_then_run(tmp_path, behaviours: str):
+    """prepare here, then run as on the GPU machine: no jinja2 there (so nothing can be
+    rendered or compiled), the rehearsal GPU behind the real binding's conversion."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("PORTER_DEVICE", None)
+    env.pop(cubins.CUBIN_DIR_ENV, None)
+    prep = subprocess.run([sys.executable, str(SCRIPT), "prepare", "--profile", "rehearsal", "--no-fallback",
+                           "--out", str(tmp_path / "prepared")], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=ROOT)
+    assert prep.returncode == 0, prep.stdout[-2000:] + prep.stderr[-2000:]
+    block = tmp_path / "device_python"
+    block.mkdir()
+    (block / "jinja2.py").write_text('raise ImportError("no jinja2 on the GPU machine")\n')
+    env.update(PYTHONPATH=str(block), PORTER_DEVICE="porter.runtime.fakedriver:rehearsal_device",
+               PORTER_REHEARSAL=behaviours, PORTER_LAUNCH_TIMEOUT_S="1", PORTER_WARMUP_MS="20")
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, str(SCRIPT), "run", "--prepared", str(tmp_path / "prepared"),
+                           "--out", str(tmp_path / "results")], capture_output=True, text=True, timeout=400,
+                          env=env, cwd=ROOT)
+    return done, time.monotonic() - t0
+
+
 def test_rehearsal_reports_each_kernel_alone(tmp_path):
-    done, took = _rehearse(tmp_path, "gemm.fp8=fail,attention.hd64=fault@2,attention.hd64.causal=hang")
+    done, took = _prepare_then_run(tmp_path, "gemm.fp8=fail,attention.hd64=fault@2,attention.hd64.causal=hang")
     assert done.returncode == 1, done.stderr[-2000:]
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     k = _by_name(results)
@@ -142,14 +164,14 @@ def test_run_refuses_a_stale_manifest_in_one_line(tmp_path, capsys):
     import importlib.util
 
     m = _manifest(tmp_path)
-    m["sources"]["porter/errors.py"] = "0" * 64
+    m["sources"]["porter/kernels/gemm.py"] = "0" * 64
     (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
     spec = importlib.util.spec_from_file_location("device_check_script", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["run", "--prepared", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "stale" in err[0] and "porter/errors.py" in err[0]
+    assert len(err) == 1 and "stale" in err[0] and "porter/kernels/gemm.py" in err[0]
     with pytest.raises(PorterError, match="no manifest.json there; run benchmarks/device_check.py prepare"):
         cubins.read_manifest(tmp_path / "nowhere")
 

@@ -4,7 +4,7 @@ before a GPU run uses it, and the cubins a CUDA device may load for a spec.
 A GPU machine may lack the header-bundling NVRTC and nvdisasm, so a device run takes
 levels, SASS evidence and resources from the manifest and never compiles. The
 manifest records porter's commit, the NVRTC version, a digest of every source file that
-shapes a cubin (``porter/``, ``templates/``, ``kernels_src/``, ``arch/``), each cubin's
+shapes a cubin or its argument contract (``SOURCE_FOLDERS``), each cubin's
 sha256 and the shapes the run will use; ``check_manifest`` refuses a stale (a source
 file changed since ``prepare``) or foreign (another arch, another format) manifest
 with one line saying what differs.
@@ -26,9 +26,14 @@ from porter.errors import PorterError
 CUBIN_DIR_ENV = "PORTER_CUBIN_DIR"
 MANIFEST = "manifest.json"
 FORMAT = 2
-# Folders whose files decide what a cubin holds (and what the host passes it).
-SOURCE_FOLDERS = ("porter", "templates", "kernels_src", "arch")
+# Files and folders that decide what a cubin holds and the argument contract the host
+# meets (the kernels' configs, parameter lists, tensor maps, the megakernel's ISA); the
+# rest of porter (reports, CLI, the emulator) can change without making cubins stale.
+SOURCE_FOLDERS = ("templates", "kernels_src", "arch", "porter/kernels", "porter/megakernel",
+                  "porter/toolchain.py", "porter/arch.py", "porter/arch_schema.py",
+                  "porter/runtime/gemm.py", "porter/runtime/tensormap.py")
 SOURCE_SUFFIXES = (".py", ".j2", ".cuh", ".cu", ".h", ".yaml", ".yml")
+NOT_SOURCES = ("kernels_src/probes/",)      # feature probes: compiled alone, never into a kernel
 
 
 def checkout_root() -> Path:
@@ -41,12 +46,13 @@ def source_digests(root: Path | None = None) -> dict[str, str]:
     out = {}
     for folder in SOURCE_FOLDERS:
         base = root / folder
-        if not base.is_dir():
+        if not base.exists():
             continue
-        for path in sorted(base.rglob("*")):
+        for path in ([base] if base.is_file() else sorted(base.rglob("*"))):
+            rel = path.relative_to(root).as_posix()
             if path.is_file() and path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts \
-                    and not path.name.startswith("."):
-                out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+                    and not path.name.startswith(".") and not rel.startswith(NOT_SOURCES):
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 

@@ -153,6 +153,9 @@ class FakeGPU:
         return self._next
 
     def _spec_for(self, entry: str):
+        prepared = self._prepared_spec(entry)
+        if prepared is not None:
+            return prepared
         if self._specs is None:
             from porter import kernels
             from porter.arch import load_arch
@@ -162,6 +165,24 @@ class FakeGPU:
             self._specs = {s.entry: s for f in kernels.FAMILIES for s in kernels.family_module(f).variants(arch)
                            if not isinstance(s, Unsupported)}
         return self._specs.get(entry)
+
+    def _prepared_spec(self, entry: str):
+        """The spec from the prepared manifest (what a device run loads), without rendering."""
+        from porter.runtime import cubins
+
+        folder = os.environ.get(cubins.CUBIN_DIR_ENV)
+        if not folder:
+            return None
+        try:
+            manifest = cubins.read_manifest(folder)
+        except PorterError:
+            return None
+        from porter.pipeline.work import spec_from_dict
+
+        for e in (manifest.get("kernels") or {}).values():
+            if e.get("spec", {}).get("entry") == entry:
+                return spec_from_dict(e["spec"])
+        return None
 
     # -- init, device, context ------------------------------------------------------
 
