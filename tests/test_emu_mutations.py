@@ -18,7 +18,8 @@ from porter.kernels import family_module
 MUTATIONS = [
     ("mbarrier-parity", "gemm", "gemm.bf16",
      [("porter::mbar_wait(full_bars + 8 * stage, phase);", "porter::mbar_wait(full_bars + 8 * stage, phase ^ 1u);")],
-     (256, 256, 64), "released before the wait"),
+     # the consumer's wgmma reads the TMA's bytes without having acquired their phase
+     (256, 256, 64), "read (a wgmma operand)"),
     ("arrival-count", "gemm", "gemm.bf16",
      [("porter::mbar_init(empty_bars + 8 * s, 4 * CONSUMERS * CLUSTER_M);",
        "porter::mbar_init(empty_bars + 8 * s, 4 * CONSUMERS * CLUSTER_M + 1);")],
