@@ -64,6 +64,22 @@ def test_config_from_descriptor(archs, key):
     assert spec.cluster == (1, 1, 1) and spec.tmem_columns == 0
 
 
+def test_fp8_variants_promote_each_k_block(archs, builds):
+    rtx = archs["rtx-blackwell"]
+    acc = {v: gemm.make_spec(rtx, v).config["accumulation"] for v in RTX_VARIANTS}
+    assert acc == {"bf16": "registers", "fp8": "promoted", "mxfp8": "promoted", "nvfp4": "registers"}
+    for v in ("fp8", "mxfp8"):
+        spec = builds[("rtx-blackwell", v)].spec
+        assert spec.config["promote_every_k"] == spec.config["tile_k"]
+        assert any("promotion" in r.why for r in spec.sass_required)
+        assert any(op.startswith("FADD") for op in builds[("rtx-blackwell", v)].histogram)
+    fast = gemm_mma_sync.make_spec(rtx, gemm.VARIANTS["fp8"], False, accumulation="registers")
+    assert fast.config["promote_every_k"] == 0 and fast.config["registers_estimate"] < \
+        gemm.make_spec(rtx, "fp8").config["registers_estimate"]
+    with pytest.raises(PorterError, match="accumulation 'tensor-core'"):
+        gemm_mma_sync.make_spec(rtx, gemm.VARIANTS["fp8"], False, accumulation="tensor-core")
+
+
 def test_params_follow_the_staging(archs):
     tma = [n for n, _ in gemm.make_spec(archs["rtx-blackwell"], "bf16").config["params"]]
     ptr = [n for n, _ in gemm.make_spec(archs["ampere"], "bf16").config["params"]]
@@ -163,13 +179,13 @@ def test_the_compiler_judges_the_staging(builds):
 
 @pytest.mark.parametrize("key", BUILDS)
 def test_numerics_model(archs, key):
-    """mma.sync adds every MMA's result into fp32 registers (C is a register operand), so
-    the model is gemm_model at the instruction K without promotion (fp8 on sm_120a too:
-    no reduced-precision accumulator chain to promote, unlike Hopper's fp8 wgmma)."""
+    """gemm_model at the instruction K: every MMA adds into fp32 registers (C is a register
+    operand); fp8 variants promote each k-block's MMAs (promote_k = TILE_K) as the kernel does."""
     spec = gemm.make_spec(archs[key[0]], key[1])
     result = gemm.numerics(spec, archs[key[0]])
     assert result["passed"], [r for r in result["results"] if not r["passed"]]
-    assert result["mma_k"] == spec.config["mma_k"] and result["promote_k"] is None
+    assert result["mma_k"] == spec.config["mma_k"]
+    assert result["promote_k"] == (spec.config["tile_k"] if spec.config["accumulation"] == "promoted" else None)
     for m, n, k in result["shapes"]:
         gemm.check_problem_shape(spec, m, n, k)
 

@@ -38,7 +38,8 @@ from porter.validation.quantize import Quantized, dequantize
 # MMA K per variant: 256 bits of A per tcgen05.mma (ARCH_FACTS): 16 x bf16,
 # 32 x fp8, 64 x fp4. Warp-level mma.sync reads the same 32 bytes of each A row
 # (m16n8k16 bf16, m16n8k32 fp8, m16n8k64 packed fp4) and adds each result into fp32
-# registers, so this model (no promote_k) is also the mma_sync path's.
+# registers, so this model is also the mma_sync path's (promote_k = TILE_K for its fp8
+# variants, which add each k-block's MMAs into the fp32 accumulator with FADDs).
 DEFAULT_MMA_K = {"bf16": 16, "fp8": 32, "mxfp8": 32, "nvfp4": 64}
 
 

@@ -90,11 +90,26 @@ def registers_per_thread(arch, threads: int) -> int:
     return min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8)
 
 
-def register_need(warp_m: int, warp_n: int, block_scale: str) -> int:
-    """fp32 accumulators + one K step's A / B fragments + scale words + overhead."""
+def register_need(warp_m: int, warp_n: int, block_scale: str, accumulation: str = "registers") -> int:
+    """fp32 accumulators (twice when promoted) + one K step's A / B fragments + scale words
+    + overhead."""
     mi, ni = warp_m // 16, warp_n // 8
     scale = 2 * SCALE_REGS[block_scale] * (mi + ni)   # loaded for k-block kb while kb - 1 computes
-    return 4 * mi * ni + 4 * mi + 2 * ni + scale + OVERHEAD_REGS
+    acc = 4 * mi * ni * (2 if accumulation == "promoted" else 1)
+    return acc + 4 * mi + 2 * ni + scale + OVERHEAD_REGS
+
+
+ACCUMULATIONS = ("promoted", "registers")
+# Variant features whose MMAs may add into their accumulator with less than fp32
+# precision: fp8 mma.sync has been measured with a 22-bit (FP22) accumulator on sm_89 (the
+# SageAttention2 paper); sm_120a's QMMA is not measured, so fp8 variants promote by
+# default, as the wgmma path does for Hopper's fp8 wgmma.
+REDUCED_PRECISION_ACCUMULATION = ("fp8",)
+
+
+def default_accumulation(variant) -> str:
+    """'promoted' for variants whose MMAs may keep fewer than fp32's bits, else 'registers'."""
+    return "promoted" if set(variant.features) & set(REDUCED_PRECISION_ACCUMULATION) else "registers"
 
 
 def kernel_params(variant, stage_with: str) -> list[tuple[str, str]]:
@@ -106,7 +121,7 @@ def kernel_params(variant, stage_with: str) -> list[tuple[str, str]]:
                                 ("scale_a", "float"), ("scale_b", "float")]
 
 
-def _choose(arch, variant, stage_with: str):
+def _choose(arch, variant, stage_with: str, accumulation: str = "registers"):
     """(layout, stages, threads, registers) of the first warp layout that fits."""
     budget = arch.smem_per_block_bytes - ALIGN_SLACK
     tried = []
@@ -116,7 +131,7 @@ def _choose(arch, variant, stage_with: str):
         if threads > arch.max_threads_per_block or max(tile_m, tile_n) > TMA_BOX_MAX:
             continue
         regs = registers_per_thread(arch, threads)
-        need = register_need(warp_m, warp_n, variant.block_scale)
+        need = register_need(warp_m, warp_n, variant.block_scale, accumulation)
         stage_bytes = (tile_m + tile_n) * ROW_BYTES + (BARRIER_BYTES if stage_with == "tma" else 0)
         stages = min(MAX_STAGES, budget // stage_bytes)
         tried.append(f"{tile_m}x{tile_n}: {need} of {regs} registers, {stages} stages")
@@ -153,10 +168,19 @@ def _sass_rules(arch, kind: str, variant, stage_with: str):
     return tuple(required), no_spills(arch)
 
 
-def make_spec(arch, variant, pair: bool):
+def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
     """The mma.sync KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch`` (an
-    Unsupported naming the staging alternative where the descriptor has neither)."""
+    Unsupported naming the staging alternative where the descriptor has neither).
+
+    ``accumulation``: "promoted" (each k-block's MMAs into a zeroed partial accumulator,
+    added into the fp32 one with FADDs) or "registers" (every MMA into the fp32
+    accumulator); None takes ``default_accumulation(variant)``.
+    """
     from porter.kernels import gemm
+
+    accumulation = accumulation or default_accumulation(variant)
+    if accumulation not in ACCUMULATIONS:
+        raise PorterError(f"{variant.variant}: accumulation {accumulation!r}; use one of {', '.join(ACCUMULATIONS)}")
 
     if pair:
         raise PorterError(f"{gemm.spec_name(variant, pair)}: the mma.sync path has no CTA-pair MMA "
@@ -191,7 +215,7 @@ def make_spec(arch, variant, pair: bool):
             raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not take one scale word of "
                               f"{variant.scale_block_k}-element blocks per MMA")
     stage_with = staging(arch)
-    (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with)
+    (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with, accumulation)
     tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
     stage_bytes = (tile_m + tile_n) * ROW_BYTES
     smem_bytes = ALIGN_SLACK + stages * stage_bytes + (stages * BARRIER_BYTES if stage_with == "tma" else 0)
@@ -239,15 +263,18 @@ def make_spec(arch, variant, pair: bool):
         "swizzle": "128B",
         "registers_budget": regs,
         "registers_estimate": need,
-        "register_note": (f"{4 * (warp_m // 16) * (warp_n // 8)} fp32 accumulators + "
+        "register_note": (f"{'2 x ' if accumulation == 'promoted' else ''}{4 * (warp_m // 16) * (warp_n // 8)} "
+                          "fp32 accumulators + "
                           f"{4 * (warp_m // 16) + 2 * (warp_n // 8)} fragment registers + scale words + "
                           f"{OVERHEAD_REGS} overhead = {need} <= {regs} per thread at one CTA per SM"),
         "smem_budget": {"per_block": arch.smem_per_block_bytes, "per_stage": stage_bytes, "stages": stages,
                         "barriers": stages * BARRIER_BYTES if stage_with == "tma" else 0,
                         "align_slack": ALIGN_SLACK, "total": smem_bytes},
-        # fp32 accumulation in registers after every MMA (C is a register operand of each
-        # mma.sync): no promotion interval; the model's chunks are the MMA K.
-        "accumulation": "registers, per MMA",
+        # "registers": every MMA adds into the fp32 register accumulator (C is a register
+        # operand); "promoted": each k-block's MMAs run into a zeroed partial accumulator
+        # that FADDs add into the fp32 one every promote_every_k = TILE_K elements.
+        "accumulation": accumulation,
+        "promote_every_k": tile_k if accumulation == "promoted" else 0,
         "epilogue": "registers -> alpha * acc -> bf16x2 stores straight from the fragments",
         "params": params,
         "tma_maps": tma_maps,
@@ -255,6 +282,8 @@ def make_spec(arch, variant, pair: bool):
         "tmem_columns": 0,
     }
     required, forbidden = _sass_rules(arch, kind, variant, stage_with)
+    if accumulation == "promoted":
+        required += optional_rule(arch, "op:fp32_add", "fp32 promotion of each k-block's MMAs into the accumulator")
     features = ("mma_sync",) + (("tma", "mbarrier") if stage_with == "tma" else ("cp_async",)) \
         + tuple(variant.features)
     return KernelSpec(
