@@ -303,6 +303,11 @@ def test_a_copy_with_the_same_name_cannot_overwrite_anothers_build(tmp_path, mon
     assert str((ARCH_DIR / "blackwell.yaml").resolve()) in msg and str(copy.resolve()) in msg
     assert json.loads((out / "report.json").read_text())["arch"]["digest"] == report["arch"]["digest"]
 
+    # A byte-identical copy builds the same thing and may share the folder.
+    same = tmp_path / "same" / "blackwell.yaml"
+    same.parent.mkdir()
+    same.write_text(BLACKWELL)
+    assert run_target(RunOptions(str(same), runbook=str(book), out=out, jobs=1)).exit_code == 0
     # The copy builds in its own folder, and the same file edited keeps its folder.
     other = tmp_path / "build" / "mine"
     assert run_target(RunOptions(str(copy), runbook=str(book), out=other, jobs=1)).exit_code == 0

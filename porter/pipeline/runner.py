@@ -174,14 +174,17 @@ def _previous_owner(out_dir: Path) -> dict | None:
 def claim_out_dir(out_dir: Path, arch, explicit: bool) -> None:
     """Refuse to let one descriptor file overwrite another's build: two files that both
     say ``name: blackwell`` would share build/blackwell/. The same file edited keeps its
-    folder; a folder whose descriptor file is gone may be taken over."""
+    folder, a byte-identical copy may share it, and a folder whose descriptor file is gone
+    may be taken over."""
     import json
 
     from porter.fsutil import atomic_write
 
     me = descriptor_identity(arch)
     old = _previous_owner(out_dir)
-    if old is not None and old["path"] != me["path"] and Path(old["path"]).is_file():
+    # A byte-identical copy (the installed descriptor and the checkout's) builds the same thing.
+    if (old is not None and old["path"] != me["path"] and old.get("digest") != me["digest"]
+            and Path(old["path"]).is_file()):
         flag = f"--out {out_dir}" if explicit else f"{out_dir}"
         raise PorterError(f"{flag}: holds the build of {old['path']}, and {me['path']} (also named "
                           f"'{arch.name}') would overwrite it; give --out build/<another name>, or change "
