@@ -33,15 +33,28 @@ def _by_name(results):
     return {k["name"]: k for k in results["kernels"]}
 
 
+def _checkout_copy(tmp_path) -> Path:
+    """The folders a device machine receives, copied (no .git): other people's edits to a
+    shared checkout cannot make the rehearsal's manifest stale halfway through."""
+    import shutil
+
+    dest = tmp_path / "checkout"
+    for folder in ("porter", "templates", "kernels_src", "arch", "benchmarks", "validation"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
 def _prepare_then_run(tmp_path, behaviours: str):
     """prepare here, then run as on the GPU machine: no jinja2 there (so nothing can be
     rendered or compiled), the rehearsal GPU behind the real binding's conversion."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("PORTER_DEVICE", None)
     env.pop(cubins.CUBIN_DIR_ENV, None)
-    prep = subprocess.run([sys.executable, str(SCRIPT), "prepare", "--profile", "rehearsal", "--no-fallback",
+    checkout = _checkout_copy(tmp_path)
+    script = checkout / "benchmarks" / "device_check.py"
+    prep = subprocess.run([sys.executable, str(script), "prepare", "--profile", "rehearsal", "--no-fallback",
                            "--out", str(tmp_path / "prepared")], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=ROOT)
+                          env=env, cwd=checkout)
     assert prep.returncode == 0, prep.stdout[-2000:] + prep.stderr[-2000:]
     block = tmp_path / "device_python"
     block.mkdir()
@@ -49,9 +62,9 @@ def _prepare_then_run(tmp_path, behaviours: str):
     env.update(PYTHONPATH=str(block), PORTER_DEVICE="porter.runtime.fakedriver:rehearsal_device",
                PORTER_REHEARSAL=behaviours, PORTER_LAUNCH_TIMEOUT_S="1", PORTER_WARMUP_MS="20")
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, str(SCRIPT), "run", "--prepared", str(tmp_path / "prepared"),
+    done = subprocess.run([sys.executable, str(script), "run", "--prepared", str(tmp_path / "prepared"),
                            "--out", str(tmp_path / "results")], capture_output=True, text=True, timeout=400,
-                          env=env, cwd=ROOT)
+                          env=env, cwd=checkout)
     return done, time.monotonic() - t0
 
 
@@ -87,7 +100,7 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     for key in ("gpu", "driver_cuda", "cuda_bindings", "torch", "clocks_before", "clocks_after", "sdpa_backend",
                 "manifest"):
         assert key in env, key
-    assert env["manifest"]["nvrtc"] and env["manifest"]["porter_commit"]
+    assert env["manifest"]["nvrtc"] and env["manifest"]["porter_commit"] == "unknown"     # a copy has no .git
     # bounded, self-describing output
     files = sorted(p.name for p in (tmp_path / "results").iterdir())
     assert files == ["results.json", "run.log"]
@@ -277,6 +290,22 @@ def test_the_budget_bounds_every_child_and_stops_starting_kernels(tmp_path, monk
     assert limits == [60.0, 35.0, 10.0] and rc == 1 and results["seconds"] <= 60
     assert [k.get("not_run") for k in results["kernels"]] == [None, None, None, "the run's 60 s budget is spent"]
     assert "NOT RUN" in capsys.readouterr().out.splitlines()[-3]
+
+
+def test_run_without_a_gpu_says_so_and_keeps_every_kernel_open(tmp_path, monkeypatch, capsys):
+    from porter.runtime import device, device_check as dc
+
+    m = _manifest(tmp_path)
+    m["kernels"]["hopper/gemm.bf16"].update(level="sass-checked", shapes={"limit_s": 60.0})
+    (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    monkeypatch.delenv(device.DEVICE_ENV, raising=False)
+    assert dc.run(tmp_path / "out", SCRIPT, prepared=tmp_path) == 3
+    out = capsys.readouterr().out
+    assert "no CUDA device" in out and "device validation and benchmarks of hopper still open" in out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["kernels"] == [{"name": "gemm.bf16", "not_run": "no GPU", "checks": [], "bench": [],
+                                   "level": "sass-checked"}]
 
 
 def test_table_lines_are_compact():
