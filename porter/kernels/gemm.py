@@ -5,17 +5,19 @@ format, which scales, which descriptor features they need. ``variants(arch)``
 returns a ``KernelSpec`` for every variant the arch supports and an
 ``Unsupported`` naming the missing features for the rest; the configuration
 itself comes from the path module chosen by the arch's tensor-core feature
-(``gemm_wgmma`` for wgmma, ``gemm_tcgen05`` for tcgen05). Every spec renders
-through ``templates/gemm.cu.j2``, which holds what both paths share and
-includes ``gemm/<cfg.mainloop>.cu.j2``.
+(``gemm_wgmma`` for wgmma, ``gemm_tcgen05`` for tcgen05, ``gemm_mma_sync`` for
+warp-level mma.sync). Every spec renders through ``templates/gemm.cu.j2``, which
+holds what the paths share and includes ``gemm/<cfg.mainloop>.cu.j2``.
 
-Kernel parameters are the same on every path (see ``kernel_params``), so the
-host side builds arguments from ``spec.config["params"]`` alone.
+Kernel parameters are the same on the TMA-staged paths (see ``kernel_params``); the
+mma_sync path takes plain pointers where it stages with cp.async (a, b) and for its
+block scales (sfa, sfb) - ``gemm_mma_sync.kernel_params``. The host side builds
+arguments from ``spec.config["params"]`` alone.
 
 Contract of a path module: ``make_spec(arch, variant: GemmVariant, pair: bool) ->
 KernelSpec`` whose config holds at least ``SHARED_CONFIG_KEYS`` (``render``
 checks): ``mainloop`` (= arch.tensor_core.generation, names the included
-template), ``a_format``/``b_format``, ``params`` (= ``kernel_params(variant)``),
+template), ``a_format``/``b_format``, ``params`` (the kernel's parameter list),
 ``tma_maps`` (one prose line per tensor map, printed in the kernel header; the
 wgmma path also gives them as data in ``tensor_maps``), ``tile_m/n/k``,
 ``stages``, ``group_m`` (rows of tiles per L2 group in gemm::TileScheduler),
