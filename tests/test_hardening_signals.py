@@ -104,7 +104,7 @@ def test_worker_exits_at_once_when_its_parent_is_already_gone():
     code = ("import os\nfrom porter.pipeline.context import _exit_with_parent\n"
             "_exit_with_parent(os.getppid() + 123456)\nprint('still here')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and "still here" not in proc.stdout
+    assert proc.returncode == 1 and "still here" not in proc.stdout and proc.stderr == "", proc.stderr
 
 
 def test_sigterm_is_interrupted_exit_143_and_a_rerun_resumes(tmp_path, monkeypatch):
