@@ -71,7 +71,6 @@ def _at_exit(w) -> None:
 
 def _copy(ins, d):
     parts = ins.parts
-    where = d.where(ins)
     if "shared" not in [p.split("::")[0] for p in parts] or "global" not in parts:
         raise d.unsupported("(cp.async copies global -> shared only)")
     if any(p.startswith("shared::") and p != "shared::cta" for p in parts):
@@ -121,7 +120,7 @@ def _copy(ins, d):
             n = np.broadcast_to(np.asarray(src_size_fn(w)), (32,)).astype(np.int64)[sel]
             if (n > size).any():
                 lane = int(lanes[np.argmax(n > size)])
-                raise CheckFailed(f"{where}: {w.name}: src-size {int(n.max())} exceeds cp-size {size} "
+                raise CheckFailed(f"src-size {int(n.max())} exceeds cp-size {size} "
                                   f"(lane {lane}; undefined behaviour)")
         if ignore_fn is not None:
             n = np.where(np.broadcast_to(np.asarray(ignore_fn(w)), (32,))[sel], 0, n)

@@ -37,7 +37,7 @@ def _whole_warp(w, m, where: str, what: str):
     if m is not None and not (m == w.live).all():
         return DEFER
     if not w.live.all():
-        raise CheckFailed(f"{where}: {w.name}: {what} is a warp collective (.sync.aligned) but only "
+        raise CheckFailed(f"{what} is a warp collective (.sync.aligned) but only "
                           f"{int(w.live.sum())} of the warp's 32 threads are live")
     return None
 
@@ -137,7 +137,7 @@ def build_mma(ins, d):
                                        thread_b, stype)
             out = unit.accumulator_regs(unit.mma(a, b, c, sa, sb))
         except EmuError as exc:
-            raise CheckFailed(f"{where}: {w.name}: {exc}") from None
+            raise CheckFailed(f"{exc}") from None
         for j, wr in enumerate(d_w):
             wr(w, np.ascontiguousarray(out[:, j]), None)
     return mma
@@ -151,7 +151,7 @@ def _shared_offsets(w, addrs: np.ndarray, space: str, where: str) -> np.ndarray:
         bad = (a < lo) | (a >= hi)
         if bad.any():
             lane = int(np.argmax(bad))
-            raise CheckFailed(f"{where}: {w.name}: generic address 0x{int(a[lane]):x} (lane {lane}) is not in "
+            raise CheckFailed(f"generic address 0x{int(a[lane]):x} (lane {lane}) is not in "
                               "the shared window (the ISA leaves that undefined)")
         a = a - lo
     return a
@@ -199,7 +199,7 @@ def _matrix_op(ins, d, store: bool):
                 out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),
                                     num, trans, where)
             except EmuError as exc:
-                raise CheckFailed(f"{where}: {w.name}: {exc}") from None
+                raise CheckFailed(f"{exc}") from None
             for j, wr in enumerate(writers):
                 wr(w, np.ascontiguousarray(out[:, j]), None)
             return None
