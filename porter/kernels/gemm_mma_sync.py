@@ -18,6 +18,10 @@ Choices, each from a descriptor figure:
     threads, capped at ``max_regs_per_thread``) and whose ring holds ``MIN_STAGES``
     stages in ``smem_per_block_bytes``.
   * STAGES: as many as fit, at most MAX_STAGES.
+  * Accumulation: "promoted" for fp8 variants (each k-block's MMAs into a zeroed partial
+    accumulator, FADDed into the fp32 one: fp8 mma.sync may keep fewer bits in its
+    accumulator), "registers" otherwise; the register budget counts the second copy.
+  * Grid: one persistent CTA per SM (``sm_count``), tiles walked in GROUP_M-row groups.
 
 Kernel parameters (config ``params``), by staging:
   tma:      tma_a, tma_b [, sfa, sfb], c, m, n, k, scale_a, scale_b
