@@ -117,6 +117,17 @@ def interrupted_exit_code(exc: BaseException) -> int:
     return 128 + getattr(exc, "signum", 2)
 
 
+_MAX_ERROR_CHARS = 2000
+
+
+def _printable(text: str) -> str:
+    """An error for a terminal: one line, control characters (ESC, NUL, newlines, bidi
+    overrides) escaped rather than obeyed, and bounded in length whatever it quotes."""
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[:_MAX_ERROR_CHARS - 3] + "..."
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def _where(exc: BaseException) -> str:
     """file:line of the innermost frame that raised ``exc`` (for a one-line bug report)."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -139,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except PorterError as exc:
-        print(f"porter: error: {exc}", file=sys.stderr)
+        print(f"porter: error: {_printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         print("porter: interrupted", file=sys.stderr)
@@ -149,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         # permission): name the path; the command wrote its files atomically, so
         # nothing half-written is left behind.
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        print(f"porter: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"porter: error: {_printable(where + str(exc.strerror or exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get("PORTER_TRACEBACK"):

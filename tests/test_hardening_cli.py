@@ -100,3 +100,22 @@ def test_target_in_a_read_only_place_says_default_folder(capsys, monkeypatch, tm
     (tmp_path / "build").write_text("in the way")
     rc, out, err = run(capsys, "target", "blackwell", "--quiet")
     assert rc == 2 and "--out" not in err.split(";")[0] and "default output folder" in err
+
+
+def test_errors_reach_the_terminal_as_one_escaped_bounded_line(capsys, monkeypatch):
+    import porter.commands.plan as plan_cmd
+
+    def hostile(args):
+        raise PorterError("kernel '\x1b[2J\x1b]0;owned\x07': bad\nsecond line \u202e" + "x" * 5000)
+
+    monkeypatch.setattr(plan_cmd, "run", hostile)
+    rc = main(["plan", "blackwell", "--from", "hopper"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "\x1b" not in err and "\u202e" not in err and "\\x1b[2J" in err and len(err) < 2100
+
+
+def test_a_path_with_control_characters_is_escaped(capsys):
+    rc = main(["arch", "show", "/tmp/no\x1b[31msuch\n.yaml"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "\x1b" not in err and len(err.strip().splitlines()) == 1
