@@ -37,6 +37,9 @@ def test_a_cached_rerun_keeps_the_cold_bring_up_cost(book, tmp_path):
     md = (out / "report.md").read_text()
     assert "the cold bring-up this run reuses took" in md and f"{first['cold_run']['units_run']} units" in md
     assert "the cold bring-up this run reuses took" in (out / "report.html").read_text()
+    # the report says how far the descriptor's limits were checked (issue #11 item 6)
+    assert "known figures for compute capability 10.0" in again["arch"]["limits_checked"]
+    assert "- limits: within the known figures" in md
 
 
 def test_kernel_runs_write_their_own_report_and_keep_the_full_one(book, tmp_path):

@@ -220,7 +220,8 @@ def build_report(ctx) -> dict:
                  "products": list(getattr(arch, "products", ())),
                  # The product whose SM count, memory and peaks this run scheduled for.
                  "product": getattr(arch, "product", ""),
-                 "path": str(Path(arch.path).resolve()) if getattr(arch, "path", None) else ""},
+                 "path": str(Path(arch.path).resolve()) if getattr(arch, "path", None) else "",
+                 "limits_checked": _limits_checked(arch)},
         "base": {"name": ctx.base.name, "target": ctx.base.target, "why": run.base_why}
                 if ctx.base is not None else None,
         "base_why": run.base_why,
@@ -236,6 +237,16 @@ def build_report(ctx) -> dict:
         "plan": plan,
         "other_arch_levels": _other_levels(ctx),
     }
+
+
+def _limits_checked(arch) -> str:
+    """How far the descriptor's limits were checked (porter.arch.limits_check), in words."""
+    try:
+        from porter.arch import limits_check
+
+        return limits_check(arch)
+    except (ImportError, AttributeError, ValueError):   # a stand-in arch without a target
+        return ""
 
 
 def arch_argument(arch) -> str:

@@ -53,6 +53,7 @@ def render_markdown(r: dict) -> str:
     lines += [_line(line) for line in summary_lines(r)]
     lines += ["", f"- descriptor: `{_md(r['arch'].get('path') or r['arch']['name'])}` "
               f"(sha256 {r['arch']['digest'][:16]})",
+              *([f"- limits: {_md(r['arch']['limits_checked'])}"] if r["arch"].get("limits_checked") else []),
               f"- runbook: `{r['runbook']}`; base arch: {base}"
               + (f" ({_md(r['base_why'])})" if r.get("base_why") else ""),
               f"- features: {', '.join(r['arch']['features'])}",

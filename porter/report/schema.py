@@ -37,7 +37,8 @@ REPORT_SCHEMA = {
         "porter_version": _STR,
         "arch": {"type": "object", "required": ["name", "target", "digest", "features"],
                  # path (optional): the descriptor file, resolved; digest: the sha256 of its text
-                 "properties": {"name": _STR, "target": _STR, "digest": _STR, "path": _STR,
+                 # limits_checked (optional): how far the limits were checked (known figures, compiler proof)
+                 "properties": {"name": _STR, "target": _STR, "digest": _STR, "path": _STR, "limits_checked": _STR,
                                 "features": {"type": "array", "items": _STR}}},
         "base": {"type": ["object", "null"], "required": ["name", "target"],
                  "properties": {"name": _STR, "target": _STR}},
