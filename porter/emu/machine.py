@@ -244,6 +244,8 @@ class CTA:
         self.warps: list[Warp] = []
         self.done = False
         self.remote_seen: dict[int, tuple] = {}     # peer rank -> (cluster barrier generation, where)
+        # bytes of shared memory generic stores wrote since the last fence.proxy.async
+        self.generic_written = np.zeros(self.smem.data.size, dtype=bool)
         self.inflight_reads: dict = {}              # async reads of this shared memory: key -> (lo, hi, what)
 
     def special_regs(self, tid, lanes, warp_index) -> dict:

@@ -38,10 +38,27 @@ def _vector(parts: list[str]) -> int:
 
 
 def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str) -> None:
-    """The race detector's view of a shared-memory access (every byte of every lane)."""
+    """A shared-memory access as the checkers see it: the race detector (every byte of every
+    lane), and for a store the generic-proxy mark the async proxy must not read past."""
     race = w.sched.race
+    if race is None and not write:
+        return
+    span = (offs[:, None] + np.arange(nbytes)).reshape(-1)
     if race is not None:
-        race.access(w, cta, (offs[:, None] + np.arange(nbytes)).reshape(-1), write, w.prog.line(w.cur), what)
+        race.access(w, cta, span, write, w.prog.line(w.cur), what)
+    if write:
+        cta.generic_written[span] = True
+
+
+def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
+    """The async proxy (wgmma, tcgen05, TMA stores) reading shared memory that generic stores
+    wrote with no ``fence.proxy.async`` since: the PTX ISA's memory consistency model gives
+    no ordering between the two proxies without that fence."""
+    hit = cta.generic_written[np.asarray(addrs).reshape(-1)]
+    if hit.any():
+        addr = int(np.asarray(addrs).reshape(-1)[int(np.argmax(hit))])
+        raise CheckFailed(f"{what} reads {cta.name} shared 0x{addr:x}, written by generic stores with no "
+                          "fence.proxy.async since (the async proxy may not see them)")
 
 
 def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):

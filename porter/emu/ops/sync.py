@@ -328,6 +328,13 @@ def build_fence(ins, d):
                     bar.fence_gen = gen
         return fence_init
 
+    if "proxy" in ins.parts and "async" in ins.parts:
+        def fence_proxy_async(w, m):
+            # the executing thread's generic writes become visible to the async proxy; the
+            # simulator clears the mark for the whole CTA (other threads order through a barrier)
+            w.cta.generic_written[:] = False
+        return fence_proxy_async
+
     def fence(w, m):
         return None
     return fence

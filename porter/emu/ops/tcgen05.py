@@ -60,7 +60,9 @@ class CtaTc:
         self.pending_st: list = []        # (warp index, region, where): tcgen05.st before wait::st
         self.writer = np.full((128, 512), NO_AGENT, dtype=np.int16)
         self.reader = np.full((128, 512), NO_AGENT, dtype=np.int16)
-        self.writer_where: dict[int, str] = {}
+        self.writer_ep = np.full((128, 512), -1, dtype=np.int32)   # the writer's fence::before count then
+        self.reader_ep = np.full((128, 512), -1, dtype=np.int32)
+        self.access_where: dict[int, str] = {}
 
 
 def _ctatc(cta) -> CtaTc:
@@ -101,33 +103,56 @@ def _region_text(r) -> str:
 
 # ---- the fence checker ---------------------------------------------------------------------------
 
+def _epochs(cluster) -> dict:
+    """agent -> how many tcgen05.fence::before_thread_sync it executed (cluster-wide)."""
+    return cluster.__dict__.setdefault("tcgen05_before", {})
+
+
 def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: str) -> None:
-    """``lanes`` of warp ``w`` access ``region`` of ``st``'s TMEM; if another warp last wrote
-    it (or, for a write, last read it) the access must follow fence::after_thread_sync when
-    the lanes waited on an mbarrier since their last such fence."""
-    waited = w.units.get("mbarrier_waited")
-    if waited is None:
-        return
-    mask, wait_where = waited
-    if not (mask & lanes).any():
-        return
+    """``lanes`` of warp ``w`` access ``region`` of ``st``'s TMEM. If another warp last wrote it
+    (or, for a write, last read it), that warp must have executed fence::before_thread_sync
+    after its access (the asynchronous MMA / cp count as fenced by their tcgen05.commit), and
+    when these lanes waited on an mbarrier since their last fence::after_thread_sync, the
+    access must follow such a fence (PTX ISA 9.7.16.6.4)."""
     me = _agent(w)
     l0, l1, c0, c1 = region
-    for arr, how in ((st.writer, "wrote"),) + (((st.reader, "read"),) if writes else ()):
+    waited = w.units.get("mbarrier_waited")
+    after_missing = waited is not None and bool((waited[0] & lanes).any())
+    epochs = None
+    for arr, eps, how in ((st.writer, st.writer_ep, "wrote"),) + (((st.reader, st.reader_ep, "read"),)
+                                                                   if writes else ()):
         block = arr[l0:l1, c0:c1]
-        other = block[(block != NO_AGENT) & (block != me)]
-        if other.size:
-            who = _agent_name(w, other[0])
+        other = (block != NO_AGENT) & (block != me)
+        if not other.any():
+            continue
+        agents = np.unique(block[other])
+        if after_missing:
             raise CheckFailed(
-                f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that {who} last "
-                f"{how}, after the mbarrier wait at {wait_where} without tcgen05.fence::after_thread_sync in between "
-                "(a TMEM hand-off across threads needs fence::before_thread_sync, the sync, then "
-                "fence::after_thread_sync)")
+                f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
+                f"{_agent_name(w, agents[0])} last {how}, after the mbarrier wait at {waited[1]} without "
+                "tcgen05.fence::after_thread_sync in between (a TMEM hand-off across threads needs "
+                "fence::before_thread_sync, the sync, then fence::after_thread_sync)")
+        epochs = epochs if epochs is not None else _epochs(w.cta.cluster)
+        blk_eps = eps[l0:l1, c0:c1]
+        for a in agents:
+            last = int(blk_eps[other & (block == a)].max())
+            if last >= 0 and epochs.get(int(a), 0) <= last:
+                raise CheckFailed(
+                    f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
+                    f"{_agent_name(w, a)} last {how} at {st.access_where.get(int(a), '?')} and handed over without "
+                    "tcgen05.fence::before_thread_sync between that access and the thread sync")
 
 
-def _note_access(st: CtaTc, region, agent: int, writes: bool) -> None:
+def _note_access(st: CtaTc, region, agent: int, writes: bool, w=None, where: str = "") -> None:
+    """Record ``agent``'s access; ``w`` given: a warp's own (ld/st), which a later
+    fence::before_thread_sync of that warp covers; None: an asynchronous MMA / cp (its
+    commit fences it)."""
     l0, l1, c0, c1 = region
     (st.writer if writes else st.reader)[l0:l1, c0:c1] = agent
+    ep = -1 if w is None else _epochs(w.cta.cluster).get(agent, 0)
+    (st.writer_ep if writes else st.reader_ep)[l0:l1, c0:c1] = ep
+    if w is not None:
+        st.access_where[agent] = where
 
 
 def _check_inflight(st: CtaTc, region, writes: bool, what: str, where: str, w) -> None:
@@ -248,14 +273,13 @@ def _wrap(where: str, who: str, fn):
     """Run ``fn``; a unit error becomes one line naming the PTX line and warp."""
     try:
         return fn()
-    except CheckFailed as exc:
-        if str(exc).startswith(where.split(":")[0]):
-            raise
-        raise CheckFailed(f"{where}: {who}: {exc}") from None
-    except Unsupported as exc:
-        raise Unsupported(f"{where}: {who}: {exc}") from None
     except EmuError as exc:
-        raise CheckFailed(f"{where}: {who}: {exc}") from None
+        msg = str(exc)
+        if msg.startswith(where.split(":")[0]):
+            raise
+        # the units name the CTA (and warp) themselves: "CTA 0: warp 5: ..."
+        loc = f"{where}: {msg}" if msg.split(":")[0] in who else f"{where}: {who}: {msg}"
+        raise (Unsupported if isinstance(exc, Unsupported) else CheckFailed)(loc) from None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -418,8 +442,7 @@ def _build_mma(ins, d, g: int):
         sfa_fn, _ = d.addr(ops[4], "tmem")
         sfb_fn, _ = d.addr(ops[5], "tmem")
     p_fn = d.src(ops[-1], "pred")
-    line = ins.line
-    name = f"tcgen05.mma (line {line})"
+    name = "tcgen05.mma"
 
     def mma(w, m):
         sel = w.live if m is None else m
@@ -602,7 +625,7 @@ def _build_ld(ins, d):
         _check_inflight(st, region, False, "tcgen05.ld", where, w)
         _check_handoff(w, sel, st, region, False, "tcgen05.ld", where)
         vals = _wrap(where, w.name, lambda: st.tmem.ld(w.index, addr, shape, num))
-        _note_access(st, region, _agent(w), False)
+        _note_access(st, region, _agent(w), False, w, where)
         why = f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld that covers it"
         pend = w.units.setdefault("tcgen05_ld_regs", set())
         for j, i in enumerate(ids):
@@ -637,7 +660,7 @@ def _build_st(ins, d):
         _check_handoff(w, sel, st, region, True, "tcgen05.st", where)
         vals = np.stack([np.broadcast_to(np.asarray(f(w)), (32,)).astype(np.uint32) for f in srcs], axis=1)
         _wrap(where, w.name, lambda: st.tmem.st(w.index, addr, shape, num, vals))
-        _note_access(st, region, _agent(w), True)
+        _note_access(st, region, _agent(w), True, w, where)
         st.pending_st.append((w.index, region, where))
         return None
     st_.n_dst = 0
@@ -681,8 +704,7 @@ def _build_cp(ins, d, g: int):
     rows, row_bytes, _ = tmem_unit._CP_SHAPES.get(shape, (0, 0, None))
     if not rows:
         raise d.unsupported(f"(shape .{shape})")
-    line = ins.line
-    name = f"tcgen05.cp (line {line})"
+    name = "tcgen05.cp"
 
     def cp(w, m):
         sel = w.live if m is None else m
@@ -732,7 +754,9 @@ def _build_fence(ins, d):
         return after
     if kind == "fence::before_thread_sync":
         def before(w, m):
-            return None
+            ep = _epochs(w.cta.cluster)
+            a = _agent(w)
+            ep[a] = ep.get(a, 0) + 1
         return before
     raise d.unsupported()
 

@@ -23,6 +23,7 @@ import numpy as np
 from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed
+from porter.emu.ops.memory import check_async_read
 from porter.emu.units import wgmma as unit
 
 _SHAPE = re.compile(r"m64n(\d+)k(\d+)")
@@ -166,9 +167,10 @@ def build_wgmma(ins, d):
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
         st = _state(w)
         cta = w.cta
-        if w.sched.race is not None:
-            for addr in (b_addr, a_addr):
-                if addr is not None:
+        for addr in (b_addr, a_addr):
+            if addr is not None:
+                check_async_read(cta, addr, f"{where}: the wgmma.mma_async of {w.name}")
+                if w.sched.race is not None:
                     w.sched.race.access(w, cta, addr, False, line, "a wgmma operand")
         token = object()
         what = f"the wgmma.mma_async at line {line} ({w.name})"
