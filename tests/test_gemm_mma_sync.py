@@ -392,3 +392,72 @@ def test_rehearsal_launch_with_pointers_or_tensor_maps(monkeypatch, archs, arch_
     finally:
         driver._init.cache_clear()
         driver.context.cache_clear()
+
+
+@pytest.mark.parametrize("variant", ["mxfp8", "nvfp4"])
+def test_block_scaled_warp_stage_model(builds, variant):
+    """One warp's MMAs over one stage of a block-scaled kernel, executed with porter.emu's
+    mma.sync arithmetic: the swizzled tiles read through the template's ldmatrix addresses,
+    the scale words each lane loads (row-major [rows, K/block] bytes, the template's lanes
+    and byte / word per MMA step) - against the dequantized product of the same codes."""
+    from porter.emu.units import mma_sync as emu
+    from porter.validation import formats
+
+    if "m16n8k64" not in emu.SHAPES or not hasattr(emu, "scale_values"):
+        pytest.skip("this porter.emu has no block-scaled mma.sync model")
+    spec = builds[("rtx-blackwell", variant)].spec
+    cfg = spec.config
+    rng = np.random.default_rng(3)
+    fmt, sfmt = cfg["a_format"], cfg["scale_format"]
+    shape = "m16n8k32" if fmt == "e4m3" else "m16n8k64"
+    block = cfg["scale_block_k"]
+    k = cfg["tile_k"]                                            # one stage of K elements
+    tile_m, tile_n = cfg["tile_m"], cfg["tile_n"]
+
+    def operand(rows):
+        raw = rng.integers(0, 256, (rows, 128), dtype=np.uint8)
+        if fmt == "e4m3":
+            raw[(raw & 0x7F) == 0x7F] = 0                        # no NaN codes
+            codes = raw
+        else:                                                    # two e2m1 per byte, even k low
+            codes = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(rows, k)
+        scales = (rng.integers(120, 135, (rows, k // block)) if sfmt == "ue8m0"
+                  else rng.integers(0x20, 0x50, (rows, k // block))).astype(np.uint8)
+        values = formats.decode(codes, fmt) * np.repeat(formats.decode(scales, sfmt), block, axis=1)
+        smem = np.zeros(rows * 128, np.uint8)
+        for r in range(rows):
+            for c in range(8):
+                smem[swizzle_128b(r, c): swizzle_128b(r, c) + 16] = raw[r, 16 * c: 16 * c + 16]
+        return smem, scales, values
+
+    a_smem, sfa, a_vals = operand(tile_m)
+    b_smem, sfb, b_vals = operand(tile_n)
+    lanes = np.arange(32)
+
+    def words(scales, rows, kk):
+        """Each lane's 32-bit scale word for MMA step kk (mx: the k-block's four bytes,
+        byte kk selected by byte-id; nvfp4: word kk of the 16 bytes)."""
+        chunk = scales[rows]                                     # (32, K/block) bytes
+        w = chunk[:, 0:4] if block == 32 else chunk[:, 4 * kk: 4 * kk + 4]
+        return np.ascontiguousarray(w).view("<u4").reshape(32)
+
+    for warp_row, warp_col in ((0, 0), (64, 96)):
+        acc = np.zeros((4, 4, 16, 8), np.float32)
+        for kk in range(4):
+            for i in range(4):
+                regs_a = emu.ldmatrix(a_smem, a_addresses(warp_row, i, kk), 4, False)
+                a16 = emu.operand_values(regs_a, shape, "a", fmt)
+                a_rows = warp_row + 16 * i + (lanes >> 2) + 8 * (lanes & 1)
+                sa = emu.scale_values(words(sfa, a_rows, kk), "a", "1X" if block == 32 else "4X",
+                                      kk if block == 32 else 0, 0, sfmt)
+                for jj in range(2):
+                    regs_b = emu.ldmatrix(b_smem, b_addresses(warp_col, jj, kk), 4, False)
+                    for f, pair in ((2 * jj, regs_b[:, 0:2]), (2 * jj + 1, regs_b[:, 2:4])):
+                        b8 = emu.operand_values(pair, shape, "b", fmt)
+                        b_cols = warp_col + 8 * f + (lanes >> 2)
+                        sb = emu.scale_values(words(sfb, b_cols, kk), "b", "1X" if block == 32 else "4X",
+                                              kk if block == 32 else 0, 0, sfmt)
+                        acc[i, f] = emu.mma(a16, b8, acc[i, f], sa, sb)
+        ref = a_vals[warp_row: warp_row + 64] @ b_vals[warp_col: warp_col + 32].T
+        got = acc.transpose(0, 2, 1, 3).reshape(64, 32)
+        assert np.allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max()), (variant, warp_row, warp_col)
