@@ -147,6 +147,7 @@ def test_function_attribute_module_memory_and_event_calls_convert():
     assert converted(d.cuEventSynchronize, ev)
     assert converted(d.cuEventElapsedTime, ev, ev)
     assert converted(d.cuStreamQuery, d.CUstream(0))
+    assert converted(d.cuEventQuery, ev)
     assert converted(d.cuStreamSynchronize, d.CUstream(0))
     assert converted(d.cuDriverGetVersion)
 
@@ -170,7 +171,7 @@ def test_porters_own_calls_turn_a_missing_driver_into_one_line():
 RUN_PATH = {"cuInit", "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
             "cuMemAlloc", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8", "cuTensorMapEncodeTiled",
             "cuModuleLoadData", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
-            "cuLaunchKernelEx", "cuStreamQuery", "cuEventCreate", "cuEventRecord", "cuEventSynchronize",
+            "cuLaunchKernelEx", "cuStreamQuery", "cuEventCreate", "cuEventRecord", "cuEventQuery",
             "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async"}
 
 

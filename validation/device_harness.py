@@ -47,6 +47,9 @@ WARMUP_MS = 200.0
 WARMUP_ENV = "PORTER_WARMUP_MS"
 MAX_WARMUP_LAUNCHES = 2000
 TIMED_LAUNCHES = 30
+# A benchmark's queued launches must drain within this (its watchdog); the longest timed
+# region, warm-up included, is a few seconds on an H200.
+BENCH_WAIT_S = 60.0
 
 
 # ---- poison and the written check ------------------------------------------------------
@@ -296,26 +299,32 @@ def rate(amount: float, stats: dict) -> float:
 # ---- device timing -----------------------------------------------------------------------
 
 class DriverEvents:
-    """CUDA events through cuda.bindings.driver on the legacy default stream."""
+    """CUDA events through cuda.bindings.driver on the legacy default stream. Waits poll
+    with a deadline (``timeout_s``), so a kernel that hangs during a benchmark becomes a
+    KernelHang naming it instead of a stuck process."""
 
-    def __init__(self):
+    def __init__(self, timeout_s: float = BENCH_WAIT_S, what: str = "benchmark launches"):
         from porter.runtime import driver
 
         driver.context()
-        self._drv, self._check = driver.bindings(), driver.check
+        self._driver, self._drv, self._check = driver, driver.bindings(), driver.check
+        self.timeout_s, self.what = timeout_s, what
 
     def event(self):
-        return self._check(self._drv.cuEventCreate(self._drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+        return self._check(self._driver.call(self._drv.cuEventCreate, self._drv.CUevent_flags.CU_EVENT_DEFAULT,
+                                             what="cuEventCreate"), "cuEventCreate")
 
     def record(self, ev) -> None:
-        self._check(self._drv.cuEventRecord(ev, self._drv.CUstream(0)), "cuEventRecord")
+        self._check(self._driver.call(self._drv.cuEventRecord, ev, self._drv.CUstream(0), what="cuEventRecord"),
+                    "cuEventRecord")
 
     def elapsed_ms(self, start, end) -> float:
-        self._check(self._drv.cuEventSynchronize(end), "cuEventSynchronize (kernel execution)")
-        return float(self._check(self._drv.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+        self._driver.wait_event(end, f"{self.what} (event)", self.timeout_s)
+        return float(self._check(self._driver.call(self._drv.cuEventElapsedTime, start, end,
+                                                   what="cuEventElapsedTime"), "cuEventElapsedTime"))
 
     def synchronize(self) -> None:
-        self._check(self._drv.cuCtxSynchronize(), "cuCtxSynchronize (kernel execution)")
+        self._driver.wait(self.what, self.timeout_s)
 
     def destroy(self, ev) -> None:
         self._drv.cuEventDestroy(ev)

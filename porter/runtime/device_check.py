@@ -277,6 +277,7 @@ def _child(kernel: str) -> int:
         _emit({"event": "bench_skipped", "kernel": kernel, "why": "no benchmark shapes in this profile"})
         return 0
     for shape in shapes["bench"]:
+        _emit({"event": "launch", "phase": "bench", "kernel": kernel, "shape": shape, "seed": "bench"})
         rows = dr.bench_family(spec, arch, [_shape_of(shape, spec.family)], baseline=True)
         for row in rows:
             _emit({"event": "bench", "kernel": kernel, "row": row})
@@ -330,6 +331,8 @@ class Printer:
 
 def _where(event: dict) -> str:
     shape, seed = event.get("shape"), event.get("seed")
+    if event.get("phase") == "bench":
+        return f"bench {_where({'shape': shape})[:-len(' seed None')]}"
     if isinstance(shape, dict) and "model" in shape:
         shape = f"{shape['model']} pos {shape.get('pos')}"
     elif isinstance(shape, dict):
@@ -393,6 +396,7 @@ def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Pr
                     record["smoke_failed"] = True
             elif kind == "bench":
                 record["bench"].append(event["row"])
+                printer.token("timed, " if (event["row"].get("spot_check") or {}).get("passed") else "SPOT CHECK FAILED, ")
             elif kind == "note":
                 record.setdefault("notes", []).append(event["text"])
                 printer.say(f"    note: {event['text'][:200]}")
@@ -475,9 +479,9 @@ def _bench_cell(rows: list[dict]) -> tuple[str, str]:
         base = row.get("copy_floor_us")
         return f"{row['us_per_step']:.1f} us", (f"floor {base:.1f} us" if base else "-")
     base = row.get("baseline") or {}
-    ours = f"{row['tflops']:.0f} TF/s"
+    ours = f"{row['tflops']:.3g} TF/s"
     if base.get("tflops"):
-        return ours, f"{base['tflops']:.0f} TF/s ({row['pct_of_baseline']:.0f}%)"
+        return ours, f"{base['tflops']:.3g} TF/s ({row['pct_of_baseline']:.0f}%)"
     return ours, "skipped" if base.get("skipped") else "-"
 
 

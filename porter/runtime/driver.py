@@ -365,6 +365,28 @@ def wait(what: str, timeout_s: float | None = None, stream=None, poll_s: float =
         delay = min(delay * 2, poll_s * 25)
 
 
+def wait_event(event, what: str, timeout_s: float | None = None) -> None:
+    """Wait for ``event`` like ``wait`` waits for a stream: cuEventQuery polled with a deadline."""
+    import time
+
+    drv = bindings()
+    if timeout_s is None:
+        check(call(drv.cuEventSynchronize, event, what="cuEventSynchronize"), f"{what} (cuEventSynchronize)")
+        return
+    deadline = time.monotonic() + timeout_s
+    delay = 1e-4
+    while True:
+        result = call(drv.cuEventQuery, event, what="cuEventQuery")
+        err = result[0] if isinstance(result, tuple) else result
+        if int(err) != NOT_READY:
+            check(result, f"{what} (cuEventQuery)")
+            return
+        if time.monotonic() >= deadline:
+            raise KernelHang(f"{what}: not done after {timeout_s:.0f} s (watchdog)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 def launch(function, grid, block, smem_bytes: int, cluster: tuple[int, int, int],
            args: list, cooperative: bool = False, what: str = "kernel", timeout_s: float | None = None) -> str:
     """Launch ``function`` with ``args`` (ctypes objects) and wait for it to finish
