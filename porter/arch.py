@@ -566,13 +566,20 @@ def _check_target(d: dict, lines: dict[str, int], file: str) -> None:
     if supported is None:
         return
     number = int(re.match(r"sm_(\d+)", target).group(1))
+    line = lines.get("identity.target")
+    where = f"{file}:{line}" if line else file
     if number not in supported:
-        line = lines.get("identity.target")
-        where = f"{file}:{line}" if line else file
         names = ", ".join(f"sm_{n}" for n in supported)
         raise _err(f"{where}: identity.target: {target} is not a target the installed NVRTC "
                    f"compiles for (supported: {names}, each with an a/f suffix where it has one); "
                    "fix the target, or install a newer nvidia-cuda-nvrtc")
+    # Arch-specific targets (a) start at sm_90, family targets (f) at sm_100; NVRTC rejects
+    # e.g. sm_80a or sm_90f with "invalid --nv_arch", a quarter-minute into a run.
+    suffix = target[len(f"sm_{number}"):]
+    first = {"a": 90, "f": 100}.get(suffix)
+    if first is not None and number < first:
+        raise _err(f"{where}: identity.target: {target}: the '{suffix}' suffix exists from sm_{first}"
+                   f"{suffix} on; write sm_{number} (or a newer target with the suffix)")
 
 
 def _limit_problems(d: dict) -> list[tuple[str, str]]:

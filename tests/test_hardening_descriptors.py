@@ -313,3 +313,13 @@ def test_a_copy_with_the_same_name_cannot_overwrite_anothers_build(tmp_path, mon
     assert run_target(RunOptions(str(copy), runbook=str(book), out=other, jobs=1)).exit_code == 0
     copy.write_text(BLACKWELL.replace("sm_count: 148", "sm_count: 132"))
     assert run_target(RunOptions(str(copy), runbook=str(book), out=other, jobs=1)).exit_code == 0
+
+
+@pytest.mark.parametrize("target", ["sm_80a", "sm_90f", "sm_89a"])
+def test_a_suffix_the_target_does_not_have_is_refused(tmp_path, target):
+    from porter.arch import nvrtc_targets
+
+    if nvrtc_targets() is None:
+        pytest.skip("NVRTC is not installed")
+    msg = error_of(write(tmp_path, BLACKWELL, "target: sm_100a", f"target: {target}"))
+    assert "identity.target" in msg and "suffix" in msg
