@@ -1,0 +1,318 @@
+"""The simulator's tcgen05 instructions (porter.emu.ops.tcgen05) on small hand-written PTX
+kernels: TMEM allocation rules, the address written to shared memory, tcgen05.ld / st with
+the lane-quarter rule and the wait poisoning, one tcgen05.mma (operands laid out here from
+the PTX ISA's canonical K-major layout, not by porter's encoders) completing at its commit's
+mbarrier, and the checkers (in-flight TMEM, shared memory changed under an MMA, missing
+fences, missing dealloc, dealloc under an MMA)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from porter import emu
+from porter.emu.errors import CheckFailed, Deadlock
+
+HEAD = """.version 8.7
+.target sm_100a
+.address_size 64
+"""
+
+
+def _run(body: str, params: str, args: list, block: int = 128, seed: int = 1):
+    text = HEAD + f".visible .entry k({params})\n{{\n{body}\n}}\n"
+    return emu.launch(text, "k", grid=1, block=block, args=args, seed=seed, file="t.ptx")
+
+
+# ---- allocation --------------------------------------------------------------------------------
+
+ALLOC = """
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<4>;
+  .shared .align 16 .b8 slot[16];
+  mov.u32 %r1, slot;
+  add.u32 %r2, %r1, 4;
+  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r1], 64;
+  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r2], 32;
+  RELINQUISH
+  ld.shared.u32 %r3, [%r1];
+  ld.shared.u32 %r4, [%r2];
+  ld.param.u64 %rd1, [out];
+  st.global.u32 [%rd1], %r3;
+  st.global.u32 [%rd1+4], %r4;
+  DEALLOC
+  ret;
+"""
+DEALLOC = ("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r3, 64;\n"
+           "  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r4, 32;")
+
+
+def test_alloc_writes_the_tmem_address_to_shared_memory():
+    out = np.full(2, 0xFFFF, dtype=np.uint32)
+    res = _run(ALLOC.replace("RELINQUISH", "tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;")
+               .replace("DEALLOC", DEALLOC), ".param .u64 out", [out], block=32)
+    # lane 0, the lowest free run aligned to the size: columns 0..63, then 64..95
+    assert res.outputs[0].tolist() == [0, 64]
+
+
+def test_tmem_left_allocated_at_exit_is_reported():
+    with pytest.raises(CheckFailed, match="TMEM not deallocated at exit: columns 0..63"):
+        _run(ALLOC.replace("RELINQUISH", "").replace("DEALLOC", ""), ".param .u64 out",
+             [np.zeros(2, np.uint32)], block=32)
+
+
+def test_alloc_after_relinquish_is_reported():
+    body = ALLOC.replace("RELINQUISH", "").replace("DEALLOC", DEALLOC)
+    body = body.replace("  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r2], 32;",
+                        "  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;\n"
+                        "  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r2], 32;")
+    with pytest.raises(CheckFailed, match="t.ptx:14: CTA 0: warp 0: tcgen05.alloc 32 columns after warp 0 executed tcgen05.relinquish_alloc_permit"):
+        _run(body, ".param .u64 out", [np.zeros(2, np.uint32)], block=32)
+
+
+def test_alloc_that_never_finds_columns_blocks_into_a_deadlock_report():
+    # warp 0 holds all 512 columns until the kernel's end; warp 1's alloc blocks forever
+    body = """
+  .reg .b32 %r<20>;
+  .reg .pred %p<4>;
+  .shared .align 16 .b8 slot[16];
+  mov.u32 %r1, %tid.x;
+  shr.u32 %r2, %r1, 5;
+  mov.u32 %r3, slot;
+  shl.b32 %r4, %r2, 2;
+  add.u32 %r5, %r3, %r4;
+  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r5], 512;
+  bar.sync 0;
+  ld.shared.u32 %r6, [%r5];
+  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r6, 512;
+  ret;
+"""
+    with pytest.raises(Deadlock, match="tcgen05.alloc of 512 columns blocks"):
+        _run(body, ".param .u64 out", [np.zeros(1, np.uint64)], block=64)
+
+
+# ---- ld / st ---------------------------------------------------------------------------------
+
+LDST = """
+  .reg .b32 %r<40>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<4>;
+  .shared .align 16 .b8 slot[16];
+  mov.u32 %r1, %tid.x;
+  shr.u32 %r2, %r1, 5;
+  mov.u32 %r10, slot;
+  setp.ne.u32 %p1, %r2, 0;
+  @%p1 bra SKIP;
+  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r10], 32;
+  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
+SKIP:
+  tcgen05.fence::before_thread_sync;
+  bar.sync 0;
+  tcgen05.fence::after_thread_sync;
+  ld.shared.u32 %r20, [%r10];
+  and.b32 %r3, %r2, QUARTER;
+  shl.b32 %r4, %r3, 21;
+  add.u32 %r21, %r20, %r4;
+  mul.lo.u32 %r5, %r1, 3;
+  add.u32 %r6, %r5, 1;
+  tcgen05.st.sync.aligned.32x32b.x2.b32 [%r21], {%r5, %r6};
+  tcgen05.wait::st.sync.aligned;
+  tcgen05.ld.sync.aligned.32x32b.x2.b32 {%r7, %r8}, [%r21];
+  WAIT
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r1, 8;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v2.b32 [%rd3], {%r7, %r8};
+  tcgen05.fence::before_thread_sync;
+  bar.sync 0;
+  @%p1 bra END;
+  tcgen05.fence::after_thread_sync;
+  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;
+END:
+  ret;
+"""
+
+
+def test_st_then_ld_round_trip_by_lane_quarter():
+    out = np.zeros((128, 2), dtype=np.uint32)
+    res = _run(LDST.replace("QUARTER", "3").replace("WAIT", "tcgen05.wait::ld.sync.aligned;"),
+               ".param .u64 out", [out])
+    tid = np.arange(128)
+    assert (res.outputs[0][:, 0] == 3 * tid).all() and (res.outputs[0][:, 1] == 3 * tid + 1).all()
+
+
+def test_ld_destinations_are_poisoned_until_wait_ld():
+    with pytest.raises(CheckFailed, match=r"t.ptx:35 `st.global.v2.b32`: CTA 0 warp \d reads %r[78], the destination of the "
+                                          "tcgen05.ld at line 30, before the tcgen05.wait::ld"):
+        _run(LDST.replace("QUARTER", "3").replace("WAIT", ""), ".param .u64 out", [np.zeros((128, 2), np.uint32)])
+
+
+def test_a_warp_outside_its_lane_quarter_is_reported():
+    # every warp addresses lane quarter 0: warp 1 may reach lanes 32..63 only
+    with pytest.raises(CheckFailed, match=r"t.ptx:28: CTA 0: warp (\d): tcgen05.st.32x32b.x2 \[0x0\]: warp \1 \(warp \1 of its "
+                                          r"warpgroup\) may access TMEM lanes \d+..\d+ only, this reaches lanes 0..31"):
+        _run(LDST.replace("QUARTER", "0").replace("WAIT", "tcgen05.wait::ld.sync.aligned;"),
+             ".param .u64 out", [np.zeros((128, 2), np.uint32)])
+
+
+# ---- one MMA through commit ------------------------------------------------------------------
+
+M, N, K = 128, 16, 16
+LBO, SBO = 128, 256          # K-major, no swizzle: K core matrices 128 B apart, 8-row groups 256 B
+A_BYTES = M // 8 * SBO
+BUF = A_BYTES + N // 8 * SBO
+
+
+def _kmajor_image(mat_u16: np.ndarray) -> np.ndarray:
+    """A (rows, 16) bf16 matrix in the canonical K-major, no-swizzle layout (PTX ISA
+    "Shared memory matrix layouts": 8 rows x 16 bytes core matrices; the next 8 K elements at
+    LBO, the next 8 rows at SBO), written here from the ISA text."""
+    rows = mat_u16.shape[0]
+    img = np.zeros(rows // 8 * SBO, dtype=np.uint8)
+    raw = mat_u16.astype("<u2").view(np.uint8).reshape(rows, 32)
+    for r in range(rows):
+        for kb in range(32):
+            img[(r % 8) * 16 + (r // 8) * SBO + (kb // 16) * LBO + kb % 16] = raw[r, kb]
+    return img
+
+
+IDESC = (1 << 4) | (1 << 7) | (1 << 10) | ((N >> 3) << 17) | ((M >> 4) << 24)   # f32 D, bf16 A/B, K-major
+DESC = (1 << 46) | ((LBO >> 4) << 16) | ((SBO >> 4) << 32)                     # version 1, no swizzle
+
+MMA = f"""
+  .reg .b32 %r<80>;
+  .reg .b64 %rd<16>;
+  .reg .pred %p<8>;
+  .shared .align 1024 .b8 buf[{BUF}];
+  .shared .align 16 .b8 bars[32];
+  mov.u32 %r1, %tid.x;
+  shr.u32 %r2, %r1, 5;
+  mov.u32 %r10, bars;
+  add.u32 %r11, %r10, 8;
+  add.u32 %r12, %r10, 16;
+  mov.u32 %r13, buf;
+  setp.ne.u32 %p1, %r2, 0;
+  setp.ne.u32 %p2, %r1, 0;
+  @%p1 bra SKIP_ALLOC;
+  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r12], 32;
+  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
+SKIP_ALLOC:
+  @%p2 bra SKIP_INIT;
+  mbarrier.init.shared::cta.b64 [%r10], 1;
+  mbarrier.init.shared::cta.b64 [%r11], 1;
+SKIP_INIT:
+  tcgen05.fence::before_thread_sync;
+  bar.sync 0;
+  tcgen05.fence::after_thread_sync;
+  ld.shared.u32 %r20, [%r12];
+  @%p2 bra WAIT;
+  ld.param.u64 %rd1, [src];
+  mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r10], {BUF};
+  cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r13], [%rd1], {BUF}, [%r10];
+L1:
+  mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r10], 0;
+  @!%p3 bra L1;
+  tcgen05.fence::after_thread_sync;
+  cvt.u64.u32 %rd3, %r13;
+  shr.u64 %rd4, %rd3, 4;
+  or.b64 %rd5, %rd4, {DESC};
+  add.s64 %rd6, %rd5, {A_BYTES >> 4};
+  mov.u32 %r21, {IDESC};
+  setp.ne.u32 %p4, %r1, %r1;
+  tcgen05.mma.cta_group::1.kind::f16 [%r20], %rd5, %rd6, %r21, %p4;
+  COMMIT
+  POKE
+WAIT:
+  WAITMMA
+  FENCE
+  and.b32 %r30, %r2, 3;
+  shl.b32 %r31, %r30, 21;
+  add.u32 %r32, %r20, %r31;
+  tcgen05.ld.sync.aligned.32x32b.x16.b32 {{%r40, %r41, %r42, %r43, %r44, %r45, %r46, %r47, %r48, %r49, %r50, %r51, %r52, %r53, %r54, %r55}}, [%r32];
+  tcgen05.wait::ld.sync.aligned;
+  ld.param.u64 %rd7, [out];
+  mul.wide.u32 %rd8, %r1, 64;
+  add.s64 %rd9, %rd7, %rd8;
+  st.global.v4.b32 [%rd9], {{%r40, %r41, %r42, %r43}};
+  st.global.v4.b32 [%rd9+16], {{%r44, %r45, %r46, %r47}};
+  st.global.v4.b32 [%rd9+32], {{%r48, %r49, %r50, %r51}};
+  st.global.v4.b32 [%rd9+48], {{%r52, %r53, %r54, %r55}};
+  tcgen05.fence::before_thread_sync;
+  bar.sync 0;
+  @%p1 bra END;
+  tcgen05.fence::after_thread_sync;
+  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;
+END:
+  ret;
+"""
+PARTS = {"COMMIT": "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r11];",
+         "POKE": "",
+         "WAITMMA": "L2:\n  mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r11], 0;\n  @!%p5 bra L2;",
+         "FENCE": "tcgen05.fence::after_thread_sync;"}
+
+
+def _mma_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    a16 = (a.view(np.uint32) >> 16).astype(np.uint16)          # bf16 by truncation: exact in f32
+    b16 = (b.view(np.uint32) >> 16).astype(np.uint16)
+    src = np.concatenate([_kmajor_image(a16), _kmajor_image(b16)])
+    ref = (a16.astype(np.uint32) << 16).view(np.float32).astype(np.float64) @ \
+        (b16.astype(np.uint32) << 16).view(np.float32).astype(np.float64).T
+    return src, ref
+
+
+def _mma(seed: int = 3, **edits):
+    body = MMA
+    for key, default in PARTS.items():
+        body = body.replace(key, edits.get(key, default))
+    src, ref = _mma_inputs(seed)
+    out = np.zeros((128, N), dtype=np.float32)
+    res = _run(body, ".param .u64 src, .param .u64 out", [src, out], seed=seed)
+    return res, ref
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_mma_completes_at_its_commit_and_d_is_row_per_lane(seed):
+    res, ref = _mma(seed)
+    np.testing.assert_allclose(res.outputs[1], ref, rtol=1e-6, atol=1e-5)
+    assert res.summary.warp_instructions > 50
+
+
+def test_reading_d_before_the_commit_completes_is_reported():
+    with pytest.raises(CheckFailed, match=r"t.ptx:\d+: CTA 0 warp 0: tcgen05.ld reads TMEM \(CTA 0 lanes 0..31, columns 0..15\) that "
+                                          "the tcgen05.mma issued at t.ptx:46 still writes"):
+        # warp 0 (whose lane 0 issued the MMA) reads D without waiting for the commit
+        _mma(WAITMMA="@%p1 bra L2;\n  bra.uni NOWAIT;\n" + PARTS["WAITMMA"] + "\nNOWAIT:")
+
+
+def test_missing_fence_after_thread_sync_is_reported():
+    with pytest.raises(CheckFailed, match=r"t.ptx:57: CTA 0 warp \d: tcgen05.ld accesses TMEM \(CTA 0 lanes \d+..\d+, columns 0..15\) that "
+                                          "CTA 0 warp 0 last wrote, after the mbarrier wait at t.ptx:51 without "
+                                          "tcgen05.fence::after_thread_sync"):
+        _mma(FENCE="")
+
+
+def test_shared_memory_changed_under_an_mma_is_reported():
+    with pytest.raises(CheckFailed, match="t.ptx:46: CTA 0 warp 0 lane 0: the shared memory of CTA 0 this "
+                                          "tcgen05.mma reads changed before the operation completed"):
+        _mma(POKE="st.shared.u32 [%r13], %r1;")
+
+
+def test_dealloc_under_an_uncommitted_mma_is_reported():
+    # no commit, no wait: warp 0 reaches the dealloc while the MMA is still in its pipeline
+    with pytest.raises(CheckFailed, match="tcgen05.dealloc of TMEM columns 0..31 while the tcgen05.mma issued at "
+                                          "t.ptx:46 still uses them"):
+        _mma_without_reads()
+
+
+def _mma_without_reads():
+    body = MMA
+    for key, default in PARTS.items():
+        body = body.replace(key, "" if key in ("COMMIT", "WAITMMA", "FENCE") else default)
+    start = body.index("  and.b32 %r30")
+    end = body.index("  tcgen05.fence::before_thread_sync;\n  bar.sync 0;\n  @%p1 bra END;")
+    body = body[:start] + body[end:]
+    src, _ = _mma_inputs(3)
+    _run(body, ".param .u64 src, .param .u64 out", [src, np.zeros((128, N), np.float32)])
