@@ -160,9 +160,12 @@ class Warp:
         self.full = bool(self.live.all())
         self.pc = 0
         self.cur = 0
-        self.pcs = np.zeros(WARP, dtype=np.int64)
+        # Converged: every live lane at ``pc``. Diverged: ``groups`` of lanes that share a pc,
+        # each [pc, lane mask, deferred]; the stepper runs the lowest-pc group that is not
+        # deferred (waiting at a collective for the others), and groups whose pcs meet merge.
         self.converged = True
-        self.deferred = np.zeros(WARP, dtype=bool)
+        self.groups: list[list] = []
+        self.gi: list | None = None     # the group being executed
         self.done = not self.live.any()
         self.park: Park | None = None
         self.poisoned: dict[int, str] = {}
@@ -178,7 +181,7 @@ class Warp:
         return f"{self.cta.name} warp {self.index}"
 
     def where(self) -> str:
-        pc = self.pc if self.converged else int(np.where(self.live, self.pcs, 1 << 40).min())
+        pc = self.pc if self.converged else min(g[0] for g in self.groups)
         return self.prog.where(pc)
 
     def current_pc(self) -> int:
@@ -190,20 +193,42 @@ class Warp:
 
     # -- pcs ------------------------------------------------------------------------------------
     def set_pcs(self, m, target: int, pc: int, taken) -> None:
-        """Lanes ``m`` at ``pc``: those in ``taken`` go to ``target``, the rest fall through."""
-        if self.converged:
-            self.pcs = np.full(WARP, pc + 1, dtype=np.int64)
-            self.converged = False
+        """The executing lanes at ``pc``: those in ``taken`` go to ``target``, the rest fall through."""
         sel = self.live if m is None else m
-        self.pcs = np.where(sel & taken, target, np.where(sel, pc + 1, self.pcs))
-        self.reconverge()
+        go, stay = sel & taken, sel & ~taken
+        new = [[target, go, False]] if go.any() else []
+        if stay.any():
+            new.append([pc + 1, stay, False])
+        if self.converged:
+            self.groups = new
+            self.converged = False
+        else:
+            i = next(k for k, g in enumerate(self.groups) if g is self.gi)
+            self.groups[i:i + 1] = new
+        self.merge()
+
+    def merge(self) -> None:
+        """Groups at the same pc become one; one group left is a converged warp."""
+        gs = self.groups
+        if len(gs) > 1:
+            by_pc: dict[int, list] = {}
+            for g in gs:
+                h = by_pc.get(g[0])
+                if h is None:
+                    by_pc[g[0]] = g
+                else:
+                    h[1] = h[1] | g[1]
+                    h[2] = False
+            if len(by_pc) < len(gs):
+                gs = self.groups = list(by_pc.values())
+        if len(gs) == 1:
+            self.converged = True
+            self.pc = gs[0][0]
+            self.groups = []
 
     def reconverge(self) -> None:
-        live_pcs = self.pcs[self.live]
-        if live_pcs.size and (live_pcs == live_pcs[0]).all():
-            self.converged = True
-            self.pc = int(live_pcs[0])
-            self.deferred[:] = False
+        if not self.converged:
+            self.merge()
 
     def exit_lanes(self, m) -> None:
         sel = self.live if m is None else m
@@ -211,7 +236,11 @@ class Warp:
         self.full = False
         if not self.live.any():
             self.done = True
+            self.groups = []
             self.sched.warp_exited(self)
+        elif not self.converged:
+            self.groups = [[g[0], g[1] & self.live, g[2]] for g in self.groups if (g[1] & self.live).any()]
+            self.merge()
 
     # -- checkers ---------------------------------------------------------------------------------
     def poison_read(self, regs) -> None:
@@ -545,12 +574,16 @@ class Scheduler:
             if w.converged:
                 pc = w.pc
                 m = None if w.full else w.live
+                g = None
             else:
-                sel = w.live & ~w.deferred
-                if not sel.any():
+                g = None
+                for h in w.groups:
+                    if not h[2] and (g is None or h[0] < g[0]):
+                        g = h
+                if g is None:
                     raise CheckFailed(self._diverged_collective(w))
-                pc = int(np.where(sel, w.pcs, 1 << 40).min())
-                m = sel & (w.pcs == pc)
+                pc, m = g[0], g[1]
+                w.gi = g
             w.cur = pc
             if w.poisoned and srcs[pc] & w.poisoned.keys():
                 w.poison_read(srcs[pc])
@@ -568,33 +601,32 @@ class Scheduler:
                                       "(no ret/exit)") from None
                 raise
             n += 1
-            threads += WARP if m is None else int(m.sum())
+            threads += WARP if m is None else np.count_nonzero(m)
             if res is None:
-                if w.converged:
+                if g is None:
                     w.pc = pc + 1
                 else:
-                    w.pcs = np.where(m, pc + 1, w.pcs)
-                    w.reconverge()
+                    g[0] = pc + 1
+                    w.merge()
             elif type(res) is int:
-                if w.converged:
+                if g is None:
                     w.pc = res
                 else:
-                    w.pcs = np.where(m, res, w.pcs)
-                    w.reconverge()
+                    g[0] = res
+                    w.merge()
             elif res is HANDLED:
                 continue
             elif res is DEFER:
-                if w.converged:
-                    w.pcs = np.full(WARP, pc, dtype=np.int64)
-                    w.converged = False
-                w.deferred = w.deferred | (w.live if m is None else m)
+                if g is None:
+                    raise CheckFailed(self._diverged_collective(w))
+                g[2] = True
             elif isinstance(res, Park):
                 if res.advance:
-                    if w.converged:
+                    if g is None:
                         w.pc = pc + 1
                     else:
-                        w.pcs = np.where(m, pc + 1, w.pcs)
-                        w.reconverge()
+                        g[0] = pc + 1
+                        w.merge()
                 if not res.ready():
                     w.park = res
                     break
@@ -605,7 +637,7 @@ class Scheduler:
         return n
 
     def _diverged_collective(self, w: Warp) -> str:
-        lines = sorted({w.prog.line(int(p)) for p in w.pcs[w.live]})
+        lines = sorted({w.prog.line(g[0]) for g in w.groups} or {w.prog.line(w.pc)})
         return (f"{w.prog.file}: {w.name}: a warp-collective (.sync/.aligned) instruction was reached by a diverged "
                 f"warp: its lanes wait at PTX lines {', '.join(map(str, lines))}")
 
