@@ -84,6 +84,7 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     assert bf16["checks"][0]["shape"] == [256, 256, 64] and all(c["passed"] for c in bf16["checks"])
     assert bf16["bench"] and bf16["bench"][0]["spot_check"]["passed"] and bf16["loaded_from"].startswith("prepared")
     assert bf16["attributes"]["max_dynamic_smem_bytes"] > 48 * 1024
+    assert bf16["sass_checks"] and all(c["passed"] for c in bf16["sass_checks"]) and bf16["resources"]
     # numerical failure: the smoke launch failed, nothing else ran, no benchmark
     assert k["gemm.fp8"]["smoke_failed"] and len(k["gemm.fp8"]["checks"]) == 1 and not k["gemm.fp8"]["bench"]
     # fault on the second launch: the first check kept, the error named
@@ -229,6 +230,12 @@ def test_a_refused_cubin_falls_back_and_says_why(prepared_on_rehearsal_gpu, hopp
     (folder / "cubins" / "f.cubin").write_bytes(b"ALSO REFUSED")
     with pytest.raises(PorterError, match="the driver refused every cubin: prepared cubin .*; fallback cubin"):
         CudaDevice().load(spec, hopper)
+
+
+def test_levels_come_from_the_manifest_on_the_device(prepared_on_rehearsal_gpu, hopper):
+    spec, _ = prepared_on_rehearsal_gpu
+    ev = cubins.level_evidence(spec, hopper)
+    assert ev == {"level": "sass-checked", "sass_checks": [], "resources": None, "from": "prepared manifest"}
 
 
 def test_a_kernel_missing_from_the_manifest_is_not_built_on_the_device(prepared_on_rehearsal_gpu, hopper):

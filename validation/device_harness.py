@@ -461,10 +461,12 @@ def validate(spec, arch, out_dir=None, shapes=None, seeds: int = 2, device=None)
         level = reached
     else:
         # A failed device check establishes nothing new: report what the build itself
-        # reached (a cache hit here), never a level this run did not check.
-        from porter.kernels.build import build_kernel
+        # reached (the prepared manifest's record, or a cache hit here), never a level
+        # this run did not check.
+        from porter.runtime.cubins import level_evidence
 
-        level = min(build_kernel(spec, arch).level, Level.SASS_CHECKED)
+        label = level_evidence(spec, arch)["level"]
+        level = min(next(lv for lv in Level if lv.label == label), Level.SASS_CHECKED)
     result = {"name": spec.name, "variant": spec.variant, "spec": spec.to_dict(), "device": where,
               "checks": checks, "passed": passed, "level": level.label}
     _write(out_dir, "device_validation.json", result)

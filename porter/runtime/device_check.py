@@ -609,7 +609,9 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
                     + (" (REHEARSAL: no GPU, levels not raised)" if rehearsal else ""))
         deadline = t_start + budget_s
         for name, entry in entries:
-            record = {"name": name, "checks": [], "bench": [], "level": entry["level"]}
+            record = {"name": name, "checks": [], "bench": [], "level": entry["level"],
+                      # what the toolchain established here, carried in the manifest
+                      "sass_checks": entry.get("checks"), "resources": entry.get("resources")}
             left = deadline - time.monotonic()
             limit = min(child_limit_s or entry["shapes"]["limit_s"], left)
             if left < 10:
