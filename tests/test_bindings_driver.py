@@ -140,6 +140,7 @@ def test_function_attribute_module_memory_and_event_calls_convert():
     assert converted(d.cuMemsetD8, 1 << 20, 0xFF, 64)
     assert converted(d.cuMemsetD32Async, 1 << 20, 0, 16, d.CUstream(0))
     assert converted(d.cuMemsetD8Async, 1 << 20, 0x25, 64, d.CUstream(0))
+    assert converted(d.cuMemcpyDtoDAsync, 1 << 21, 1 << 20, 64, d.CUstream(0))
     assert converted(d.cuMemFree, 1 << 20)
     ev = d.CUevent(1)
     assert converted(d.cuEventCreate, d.CUevent_flags.CU_EVENT_DEFAULT)
@@ -172,7 +173,7 @@ RUN_PATH = {"cuInit", "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtx
             "cuMemAlloc", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8", "cuTensorMapEncodeTiled",
             "cuModuleLoadData", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
             "cuLaunchKernelEx", "cuStreamQuery", "cuEventCreate", "cuEventRecord", "cuEventQuery",
-            "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async"}
+            "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async", "cuMemcpyDtoDAsync"}
 
 
 def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
@@ -198,9 +199,13 @@ def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
         assert all(c["passed"] for c in dr.validate_attention(att, hopper, shapes=[(1, 1, 1, 64, 64)], seeds=1))
         mk = megakernel.variants(hopper)[0]
         dr.validate_megakernel(mk, hopper, shapes=["tiny"], seeds=1)
-        run = dr.DecodeStepRun.__new__(dr.DecodeStepRun)          # the bench's counter reset alone
-        run.d_counters, run.n_counters = device.get_device().alloc(64), 16
-        run.reset_counters()
+        from porter.validation import model_config
+
+        tiny = model_config.load_model_config("tiny")              # the bench path on a small model
+        monkeypatch.setattr(model_config, "load_model_config", lambda name: tiny)
+        rows = dr.bench_megakernel(mk, hopper, shapes=[8])
+        assert rows[0]["spot_check"]["counters_ok"] is False        # the rehearsal's megakernel does nothing
+        assert rows[0]["baseline"]["bytes_per_s"] > 0
         fn = device.get_device().load(gemm, hopper)
         attrs = driver.function_attributes(fn.handle)
         assert attrs["max_dynamic_smem_bytes"] == gemm.smem_bytes and attrs["registers"] > 0
