@@ -121,3 +121,10 @@ def test_target_with_product_reports_it(tmp_path):
     md = next(out.glob("report*.md")).read_text()
     assert md.startswith("# Bring-up report: rtx-blackwell (sm_120a, RTX PRO 6000)")
     assert "188 queues" in md or "188" in md
+
+
+def test_bench_takes_the_product_too(capsys):
+    # The roofline a benchmark is measured against follows the product on the bench.
+    assert main(["bench", "hopper", "--kernel", "gemm.bf16", "--product", "H100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no product 'H100'" in err[0] and "H100 SXM" in err[0]

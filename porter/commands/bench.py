@@ -30,6 +30,9 @@ def register(sub) -> None:
                    help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--device", choices=("on", "auto"), default="auto",
                    help="on: fail without a matching GPU (exit 3); auto (default): skip without one (exit 0)")
+    p.add_argument("--product", metavar="NAME",
+                   help="the product on the bench (its SM count, memory and peaks from the descriptor's products "
+                        "section set the roofline), e.g. \"H100 SXM\"; default: the descriptor's default product")
     p.add_argument("--no-baseline", action="store_true", help="time porter's kernels only")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
     p.set_defaults(func=run)
@@ -44,6 +47,8 @@ def run(args) -> int:
     from porter.pipeline.work import jsonable
 
     arch = load_arch(args.arch)
+    if args.product:
+        arch = arch.for_product(args.product)
     specs, unsupported = select_kernels(arch, args.kernel)
     family = one_family(specs)
     shapes = parse_shapes(family, args.shape, "bench")
