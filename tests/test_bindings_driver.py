@@ -10,8 +10,6 @@ On a machine with a driver these tests skip: there the real calls would run.
 """
 from __future__ import annotations
 
-import ctypes
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -229,4 +227,3 @@ def test_the_checked_driver_lets_a_type_error_through():
                                        checked.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
                                        checked.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                        checked.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    assert ctypes.sizeof(ctypes.c_void_p) == 8

@@ -198,11 +198,8 @@ def _emit(event: dict) -> None:
 
 
 def _shape_of(shape, family):
-    if family == "gemm":
-        return tuple(shape)
-    if family == "attention":
-        return tuple(shape)
-    return shape
+    """A shape from the manifest (JSON lists) as the family's runs take it."""
+    return tuple(shape) if family in ("gemm", "attention") else shape
 
 
 def child(kernel: str) -> int:
@@ -342,6 +339,34 @@ def _where(event: dict) -> str:
     return f"{shape} seed {seed}"
 
 
+def _record_event(event: dict, record: dict, printer: Printer, state: dict) -> None:
+    """One streamed event from a child into its kernel's record (and the progress line)."""
+    kind = event.get("event")
+    if kind == "launch":
+        state["last"] = event
+        printer.token(f"{_where(event)} ")
+    elif kind == "check":
+        record["checks"].append(event["check"])
+        printer.token("ok, " if event["check"].get("passed") else "FAIL, ")
+    elif kind == "loaded":
+        record["loaded_from"], record["attributes"] = event.get("from"), event.get("attributes")
+        record["load_notes"] = event.get("notes") or []     # printed as they came (note events)
+    elif kind == "validated":
+        record["validated"] = bool(event["passed"])
+        if event.get("smoke_failed"):
+            record["smoke_failed"] = True
+    elif kind == "bench":
+        record["bench"].append(event["row"])
+        printer.token("timed, " if (event["row"].get("spot_check") or {}).get("passed") else "SPOT CHECK FAILED, ")
+    elif kind == "note":
+        record.setdefault("notes", []).append(event["text"])
+        printer.say(f"    note: {event['text'][:200]}")
+    elif kind == "bench_skipped":
+        record["bench_skipped"] = event["why"]
+    elif kind == "error":
+        record["error"] = {k: event[k] for k in ("kind", "message", "traceback") if k in event}
+
+
 def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Printer, record: dict) -> None:
     """One child, streamed into ``record``; killed at ``limit_s``."""
     import selectors
@@ -353,23 +378,13 @@ def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Pr
                             start_new_session=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    buf, last_launch, killed, other = b"", None, False, []
-    while True:
-        left = limit_s - (time.monotonic() - t0)
-        if left <= 0:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed = True
-            break
-        if not sel.select(timeout=min(left, 1.0)):
-            if proc.poll() is not None:
-                break
-            continue
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            raw, buf = buf.split(b"\n", 1)
+    state = {"buf": b"", "last": None}
+    other: list[str] = []
+
+    def feed(chunk: bytes) -> None:
+        state["buf"] += chunk
+        while b"\n" in state["buf"]:
+            raw, state["buf"] = state["buf"].split(b"\n", 1)
             line = raw.decode(errors="replace")
             if not line.startswith(EVENT_PREFIX):
                 printer.logline(f"[{kernel}] {line}")
@@ -380,30 +395,29 @@ def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Pr
                 event = json.loads(line[len(EVENT_PREFIX):])
             except ValueError:
                 continue
-            kind = event.get("event")
-            if kind == "launch":
-                last_launch = event
-                printer.token(f"{_where(event)} ")
-            elif kind == "check":
-                record["checks"].append(event["check"])
-                printer.token("ok, " if event["check"].get("passed") else "FAIL, ")
-            elif kind == "loaded":
-                record["loaded_from"], record["attributes"] = event.get("from"), event.get("attributes")
-                record["load_notes"] = event.get("notes") or []     # printed as they came (note events)
-            elif kind == "validated":
-                record["validated"] = bool(event["passed"])
-                if event.get("smoke_failed"):
-                    record["smoke_failed"] = True
-            elif kind == "bench":
-                record["bench"].append(event["row"])
-                printer.token("timed, " if (event["row"].get("spot_check") or {}).get("passed") else "SPOT CHECK FAILED, ")
-            elif kind == "note":
-                record.setdefault("notes", []).append(event["text"])
-                printer.say(f"    note: {event['text'][:200]}")
-            elif kind == "bench_skipped":
-                record["bench_skipped"] = event["why"]
-            elif kind == "error":
-                record["error"] = {k: event[k] for k in ("kind", "message", "traceback") if k in event}
+            _record_event(event, record, printer, state)
+
+    killed = False
+    while True:
+        left = limit_s - (time.monotonic() - t0)
+        if left <= 0:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
+            while sel.select(timeout=0.5):            # what the child said before it was killed
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                feed(chunk)
+            break
+        if not sel.select(timeout=min(left, 1.0)):
+            if proc.poll() is not None:
+                break
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        feed(chunk)
+    last_launch = state["last"]
     sel.close()
     try:
         proc.wait(timeout=10)
