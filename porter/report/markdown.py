@@ -107,4 +107,9 @@ def render_markdown(r: dict) -> str:
                          f"| {p['predicted_latency_us']:.0f} µs | {p['memory_floor_us']:.0f} µs | {p['floor_ratio']:.0%} |")
     if r["plan"]:
         lines += ["", "## Porting plan", ""] + [f"- {_md(s)}" for s in r["plan"].get("summary", [])]
+        swaps = r["plan"].get("swaps") or []
+        if swaps:
+            lines += ["", "Primitive swaps, in order:", ""]
+            lines += [f"{n}. {_md(sw['job'])}: {_md(sw['from'])} -> {_md(sw['to'])}"
+                      f" ({_md('; '.join(sw['because']) or 'figures')})" for n, sw in enumerate(swaps, 1)]
     return "\n".join(lines) + "\n"
