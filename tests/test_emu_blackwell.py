@@ -1,0 +1,149 @@
+"""Every Blackwell (sm_100a) GEMM and attention kernel executed in porter's PTX simulator
+(level "emulated": not on a GPU), with the device harness's poisoned outputs, fp64
+references and tolerance policies; then planted bugs in them, each of which must fail for
+its planted reason.
+
+Shapes (porter.emu.validate.emulation_shapes): a GEMM's single k-block, then a problem of 3
+tiles per persistent CTA (or CTA pair) on the emulated device's 4 SMs (both TMEM
+accumulator buffers, their acc_empty phases and the TMA ring wrap); attention with ragged
+lengths and grouped-query heads, then 3+ tiles per CTA (pair) with seq_q < seq_k.
+The default suite runs one input set per shape; ``-m slow`` runs three.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from porter.emu.validate import emulate, emulation_shapes
+from porter.kernels import family_module
+
+BLACKWELL_KERNELS = [("gemm", n) for n in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.bf16.pair",
+                                          "gemm.fp8.pair", "gemm.mxfp8.pair", "gemm.nvfp4.pair")] + \
+    [("attention", n) for n in ("attention.hd64", "attention.hd64.causal", "attention.hd128",
+                                "attention.hd128.causal", "attention.hd128.pair", "attention.hd128.causal.pair")]
+
+
+def _spec(family: str, name: str, arch):
+    return next(s for s in family_module(family).variants(arch) if getattr(s, "name", None) == name)
+
+
+def _check_result(result, spec, seeds: int) -> None:
+    assert result["status"] == "passed", result["reason"]
+    shapes = emulation_shapes(spec)
+    assert len(result["checks"]) == seeds * len(shapes) >= 2
+    for c in result["checks"]:
+        written = c["written"] if isinstance(c["written"], list) else [c["written"]]
+        assert c["passed"] and written and all(w["passed"] and w["unwritten"] == 0 for w in written)
+    assert len({c["seed"] for c in result["checks"]}) == len(result["checks"])
+    runs = result["runs"]
+    assert runs and all(r["warp_instructions"] > 1000 for r in runs)
+    if spec.family == "gemm":
+        g = int(spec.config["cta_group"])
+        m, n, _ = shapes[1]
+        tiles = (m // spec.config["tile_m"]) * (n // spec.config["tile_n"])
+        assert runs[-1]["ctas"] == 4 and tiles == 3 * (4 // g)     # 3 tiles per persistent CTA (pair)
+
+
+@pytest.mark.parametrize("family,name", BLACKWELL_KERNELS, ids=[n for _, n in BLACKWELL_KERNELS])
+def test_blackwell_kernel_emulated(family, name, blackwell):
+    spec = _spec(family, name, blackwell)
+    _check_result(emulate(spec, blackwell, seeds=1), spec, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,name", BLACKWELL_KERNELS, ids=[n for _, n in BLACKWELL_KERNELS])
+def test_blackwell_kernel_emulated_several_seeds(family, name, blackwell):
+    spec = _spec(family, name, blackwell)
+    _check_result(emulate(spec, blackwell, seeds=3), spec, 3)
+
+
+def test_every_blackwell_gemm_and_attention_kernel_is_covered(blackwell):
+    names = {getattr(s, "name", None) for f in ("gemm", "attention") for s in family_module(f).variants(blackwell)
+             if hasattr(s, "config")}
+    assert names == {n for _, n in BLACKWELL_KERNELS}
+
+
+# ---- planted bugs (issue #12 item 5) -------------------------------------------------------------
+# (id, family, kernel, [(old, new)] applied to the rendered .cu (each must match exactly once),
+#  shape, expected: a substring of the failure)
+GEMM_SMALL = (128, 256, 64)
+IDESC_BF16 = "{ 0x08400490u, 0x08400490u, 0x08400490u, 0x08400490u }"
+MUTATIONS = [
+    # M = 64 (bits 24-28 = 4): Layout F fills half the lanes; the epilogue reads lanes never written
+    ("idesc-wrong-m", "gemm", "gemm.bf16", [(IDESC_BF16, IDESC_BF16.replace("0x084", "0x044"))],
+     GEMM_SMALL, "never written since its columns were allocated"),
+    # N = 128 (bits 17-22 = 16): the right half of each accumulator is never written
+    ("idesc-wrong-n", "gemm", "gemm.bf16", [(IDESC_BF16, IDESC_BF16.replace("0x084", "0x082"))],
+     GEMM_SMALL, "column 128, never written"),
+    # the MMAs put the second accumulator buffer at column 128 instead of 256: the epilogue
+    # (2 tiles per CTA) reads buffer 1's columns 384.. that no MMA wrote
+    ("second-accumulator-column", "gemm", "gemm.bf16",
+     [("const uint32_t d_tmem = tmem_base + buf * MMA_N;", "const uint32_t d_tmem = tmem_base + buf * (MMA_N / 2);")],
+     (512, 512, 64), "column 384, never written"),
+    ("missing-commit", "gemm", "gemm.bf16", [("porter::tc::commit(bar(bars.acc_full[buf]));", "")],
+     GEMM_SMALL, "deadlock"),
+    # the pair's stage-release commit reaches only the even CTA: the odd producer never gets its stages back
+    ("multicast-mask", "gemm", "gemm.bf16.pair",
+     [("porter::tc::commit_multicast(bar(bars.empty[stage]), 0x3);",
+       "porter::tc::commit_multicast(bar(bars.empty[stage]), 0x1);")],
+     (256, 256, 64), "deadlock"),
+    ("missing-fence-after-thread-sync", "gemm", "gemm.bf16",
+     [("porter::mbar_wait(bar(bars.acc_full[buf]), acc_phase);\n            porter::tc::fence_after_thread_sync();",
+       "porter::mbar_wait(bar(bars.acc_full[buf]), acc_phase);")],
+     GEMM_SMALL, "without tcgen05.fence::after_thread_sync"),
+    # the epilogue hands the accumulator back without fence::before_thread_sync: caught when the
+    # MMA overwrites it (the third tile of a CTA)
+    ("missing-fence-before-thread-sync", "gemm", "gemm.bf16",
+     [("porter::tc::fence_before_thread_sync();\n                        __syncwarp();", "__syncwarp();")],
+     (512, 768, 64), "without tcgen05.fence::before_thread_sync"),
+    ("tmem-not-deallocated", "gemm", "gemm.bf16", [("porter::tmem::dealloc(tmem_base, TMEM_COLUMNS);", "")],
+     GEMM_SMALL, "TMEM not deallocated at exit"),
+    ("epilogue-lane-quarter", "gemm", "gemm.bf16",
+     [("porter::tmem::addr(tmem_base, quarter * 32, buf * MMA_N)",
+       "porter::tmem::addr(tmem_base, ((quarter + 1) % 4) * 32, buf * MMA_N)")],
+     GEMM_SMALL, "may access TMEM lanes"),
+    # A's scale chunks 2 and 3 swapped in TMEM: the MMAs scale K blocks with the wrong factors
+    ("scale-factor-column", "gemm", "gemm.nvfp4",
+     [("SFA_CHUNK_COLUMN[SFA_CHUNKS] = { 0u, 4u, 8u, 12u }", "SFA_CHUNK_COLUMN[SFA_CHUNKS] = { 0u, 4u, 12u, 8u }")],
+     (128, 128, 256), "outside tolerance"),
+    # the stage is released (commit) before its MMAs: the producer refills it under them
+    ("stage-released-before-mma", "gemm", "gemm.bf16",
+     [("#pragma unroll\n                    for (int j = 0; j < MMAS_PER_STAGE; ++j) {\n"
+       "                        const uint64_t a_desc",
+       "porter::tc::commit(bar(bars.empty[stage]));\n#pragma unroll\n"
+       "                    for (int j = 0; j < MMAS_PER_STAGE; ++j) {\n                        const uint64_t a_desc"),
+      ("// Frees the stage once these MMAs have read it.\n                    porter::tc::commit(bar(bars.empty[stage]));",
+       "")],
+     (128, 256, 512), "changed before the operation completed"),
+    # attention: P is handed to the P V MMA before tcgen05.wait::st
+    ("missing-wait-st", "attention", "attention.hd128",
+     [("tmem::wait_st();\n            tc::fence_before_thread_sync();", "tc::fence_before_thread_sync();")],
+     (1, 1, 1, 128, 128), "before that warp's tcgen05.wait::st"),
+]
+
+
+def _mutate(source: str, edits) -> str:
+    for old, new in edits:
+        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:70]!r}"
+        source = source.replace(old, new)
+    return source
+
+
+@pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_planted_bug_is_caught(case, blackwell):
+    _, family, name, edits, shape, reason = case
+    spec = _spec(family, name, blackwell)
+    source = _mutate(family_module(family).render(spec, blackwell), edits)
+    result = emulate(spec, blackwell, shapes=[shape], seeds=1, source=source)
+    assert result["status"] == "failed", result
+    assert reason in result["reason"], result["reason"]
+
+
+def test_unmutated_kernels_pass_at_the_mutation_shapes(blackwell):
+    """The anchors' kernels are right as generated: every failure above is the planted bug's."""
+    for name in sorted({m[2] for m in MUTATIONS}):
+        family = name.split(".")[0]
+        spec = _spec(family, name, blackwell)
+        shapes = sorted({m[4] for m in MUTATIONS if m[2] == name})
+        result = emulate(spec, blackwell, shapes=shapes, seeds=1)
+        assert result["status"] == "passed", (name, result["reason"])
