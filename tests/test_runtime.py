@@ -251,41 +251,38 @@ def test_pack_arg():
         driver.pack_arg("half2", 1)
 
 
-def test_launch_sets_smem_cluster_and_kernel_params(monkeypatch):
-    """driver.launch against a recording stand-in for cuda.bindings.driver."""
-    import ctypes
+def test_launch_sets_smem_cluster_and_kernel_params(monkeypatch, hopper):
+    """driver.launch on the rehearsal GPU: every call through the real binding's argument
+    conversion, then a model that checks the opt-in, the cluster and the kernelParams."""
+    from porter.commands.kernel import find_kernel
+    from porter.runtime import fakedriver
 
-    real = driver.bindings()
-    calls = []
-
-    class Recorder:
-        CUresult = real.CUresult
-        CUfunction_attribute = real.CUfunction_attribute
-        CUlaunchAttributeID = real.CUlaunchAttributeID
-        CUlaunchConfig = real.CUlaunchConfig
-        CUlaunchAttribute = real.CUlaunchAttribute
-        CUstream = real.CUstream
-
-        def cuFuncSetAttribute(self, fn, attr, value):
-            calls.append(("attr", attr, value))
-            return (real.CUresult.CUDA_SUCCESS,)
-
-        def cuLaunchKernelEx(self, config, fn, params, extra):
-            pointers = (ctypes.c_void_p * 3).from_address(params)
-            calls.append(("launch", config.gridDimX, config.blockDimX, config.sharedMemBytes,
-                          config.numAttrs, [config.attrs[0].value.clusterDim.x] if config.numAttrs else [],
-                          list(pointers)))
-            return (real.CUresult.CUDA_SUCCESS,)
-
-        def cuStreamSynchronize(self, stream):
-            calls.append(("sync",))
-            return (real.CUresult.CUDA_SUCCESS,)
-
-    monkeypatch.setattr(driver, "bindings", lambda: Recorder())
-    args = [driver.pack_arg("TmaDescriptor", bytes(128)), driver.pack_arg("int", 3), driver.pack_arg("float", 1.0)]
-    driver.launch("fn", grid=148, block=192, smem_bytes=200_000, cluster=(2, 1, 1), args=args)
-    assert calls[0] == ("attr", real.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200_000)
-    launch = calls[1]
-    assert launch[:6] == ("launch", 148, 192, 200_000, 1, [2])
-    assert launch[6] == [ctypes.addressof(a) for a in args]
-    assert calls[2] == ("sync",)
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
+    gpu = fakedriver.FakeGPU("hopper")
+    checked = fakedriver.install(gpu)
+    try:
+        spec = find_kernel("gemm.bf16", hopper)[0]
+        drv = driver.bindings()
+        module = driver.check(drv.cuModuleLoadData(b"\x7fELF"), "load")
+        fn = driver.check(drv.cuModuleGetFunction(module, spec.entry.encode()), "function")
+        values = [("TmaDescriptor", bytes(range(128))), ("TmaDescriptor", bytes(128)), ("__nv_bfloat16*", 1 << 20),
+                  ("int", 256), ("int", 256), ("int", 64), ("float", 1.0), ("float", 0.5)]
+        args = [driver.pack_arg(t, v) for t, v in values]
+        monkeypatch.setitem(fakedriver._KERNELS, "gemm", lambda spec, v, factor: 0.0)    # launch only
+        driver.launch(fn, grid=132, block=384, smem_bytes=spec.smem_bytes, cluster=(2, 1, 1), args=args,
+                      timeout_s=5)
+        last = gpu.last
+        assert last["grid"] == (132, 1, 1) and last["cluster"] == (2, 1, 1) and last["smem_bytes"] == spec.smem_bytes
+        assert last["values"]["tma_a"] == tuple(int.from_bytes(bytes(range(128))[i:i + 8], "little")
+                                                for i in range(0, 128, 8))
+        assert (last["values"]["k"], last["values"]["scale_b"]) == (64, 0.5)
+        assert checked.calls["cuFuncSetAttribute"] == 1 and checked.calls["cuStreamQuery"] >= 1
+        gpu.smem_optin.clear()                          # without the opt-in the driver refuses the launch
+        with pytest.raises(PorterError, match=r"cuLaunchKernelEx\(kernel\) failed: CUDA_ERROR_INVALID_VALUE"):
+            driver.enqueue_launch(fn, 132, 384, spec.smem_bytes, (1, 1, 1), False, driver.KernelParams(args))
+        with pytest.raises(PorterError, match=r"grid \(131, 1, 1\) is not a whole number of \(2, 1, 1\) clusters"):
+            driver.launch(fn, 131, 384, spec.smem_bytes, (2, 1, 1), args)
+    finally:
+        driver._init.cache_clear()
+        driver.context.cache_clear()

@@ -317,7 +317,10 @@ def enqueue_launch(function, grid, block, smem_bytes: int, cluster, cooperative:
     attribute (a kernel whose ``__cluster_dims__`` fixes its cluster may not be given one at
     launch), it is retried once without the attribute, and the note says so; if that is
     refused too, the first error is raised."""
-    c = _dims(cluster)
+    c, g = _dims(cluster), _dims(grid)
+    if any(gi % ci for gi, ci in zip(g, c)):
+        # checked here: the retry below must never turn this porter bug into a launch
+        raise PorterError(f"{what}: grid {g} is not a whole number of {c} clusters")
     clustered = c[0] * c[1] * c[2] > 1 and _key(function) not in _COMPILED_CLUSTER
     config = launch_config(grid, block, smem_bytes, c if clustered else (1, 1, 1), cooperative)
     try:
