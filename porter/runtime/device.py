@@ -40,9 +40,15 @@ The interface (keep it this small; an implementation needs exactly these):
     error: illegal address, trap), ``KernelHang`` when it did not finish (a watchdog
     deadline on a GPU, a deadlock in the emulator), plain PorterError otherwise.
 
+``KernelFault`` and ``KernelHang`` are importable from here; ``check_args(name, args)``
+applies the argument rules above (an implementation may call it first). Optional, read
+with ``getattr``: ``load_notes`` (list of str) and ``on_note`` (a callable) for things a
+run must report, ``rehearsal = True`` for a device whose results claim no level.
+
 ``get_device(kind)`` picks one: ``"cuda"`` (the default), ``"emu"``
-(``porter.emu.device.EmuDevice()``), or ``"module:callable"`` (a factory, e.g. a
-rehearsal's fake device). ``PORTER_DEVICE`` in the environment sets the default.
+(``porter.emu.device.EmuDevice()``, constructed without arguments), or
+``"module:callable"`` (a factory, e.g. ``porter.runtime.fakedriver:rehearsal_device``).
+``PORTER_DEVICE`` in the environment sets the default; one instance per kind is kept.
 """
 
 from __future__ import annotations
