@@ -650,11 +650,11 @@ def _check_tensor_core(c: _Checker, raw: Any, sources: dict) -> dict:
 def _regex_list(c: _Checker, raw: Any, dotted: str) -> list[str]:
     if not isinstance(raw, list):
         c.fail(dotted, f"expected a list of SASS opcode patterns, got {type(raw).__name__} {_show(raw)}",
-               "write e.g. [\"HGMMA\"] ([] when not yet known)")
+               "write the opcode regexes nvdisasm prints, e.g. [\"^OPCODE\"] ([] when not yet known)")
     out = []
     for i, item in enumerate(raw):
         if not isinstance(item, str) or not item.strip():
-            c.fail(f"{dotted}[{i}]", f"expected an opcode pattern, got {_show(item)}", "write e.g. \"UTCHMMA\"")
+            c.fail(f"{dotted}[{i}]", f"expected an opcode pattern, got {_show(item)}", "write the opcode (a regex) nvdisasm prints")
         try:
             re.compile(item)
         except re.error as exc:
@@ -782,7 +782,7 @@ def _check_sass_ops(c: _Checker, raw: Any, sources: dict) -> dict:
                    "rename it")
         out[name] = _regex_list(c, pats, f"sass_ops.{name}")
         if not out[name]:
-            c.fail(f"sass_ops.{name}", "lists no pattern", "write the opcode nvdisasm prints, e.g. [\"^LDTM\"]")
+            c.fail(f"sass_ops.{name}", "lists no pattern", "write the opcode regexes nvdisasm prints for it")
     out["source"] = c.source(raw["source"], "sass_ops.source", (), sources)
     return out
 
@@ -804,7 +804,8 @@ def _check_sass_modifiers(c: _Checker, raw: Any, sources: dict) -> dict:
         if not _SPELLING_NAME.fullmatch(name):
             c.fail(dotted, "modifier names are lower-case like pair or scale_vec_4x", "rename it")
         if not isinstance(frag, str) or not frag.strip():
-            c.fail(dotted, f"expected a regex fragment, got {_show(frag)}", "write e.g. '\\.2CTA'")
+            c.fail(dotted, f"expected a regex fragment, got {_show(frag)}",
+                   "write the suffix nvdisasm prints after the opcode, as a regex")
         probe = re.sub(r"\{[a-z_]+\}", "0", frag)
         try:
             re.compile(probe)
