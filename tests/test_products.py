@@ -54,7 +54,7 @@ def test_megakernel_queues_follow_the_product():
     pro = rtx.for_product("RTX PRO 6000")
     assert megakernel.make_spec(rtx, "llama-decode").config["grid"] == 170
     assert megakernel.make_spec(pro, "llama-decode").config["grid"] == 188
-    assert HwFigures.of(pro).sm_count == 188
+    assert HwFigures.of(pro).sm_count == 188 and HwFigures.of(pro).product == "RTX PRO 6000"
     h100 = load_arch("hopper").for_product("H100 SXM")
     assert HwFigures.of(h100).hbm_bandwidth_bytes_per_s == 3.35e12
 

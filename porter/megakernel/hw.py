@@ -2,7 +2,9 @@
 
 Works with ``porter.arch.Arch`` and with any object (or mapping) that has
 ``sm_count`` and ``hbm_bandwidth_bytes_per_s``; the shared-memory budget is read from
-``smem_per_block_bytes`` when present (else the 227 KiB of sm_90a / sm_100a).
+``smem_per_block_bytes`` when present (else the 227 KiB of sm_90a / sm_100a). An Arch
+selected with ``for_product`` carries that product's SM count and bandwidth, so the
+queues and the predicted step follow the product.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class HwFigures:
     sm_count: int
     hbm_bandwidth_bytes_per_s: float
     smem_per_block_bytes: int = DEFAULT_SMEM_PER_BLOCK
+    product: str = ""               # the product whose figures these are (Arch.for_product), "" if unnamed
 
     @property
     def ring_pages(self) -> int:
@@ -41,4 +44,4 @@ class HwFigures:
         if not isinstance(sm, int) or sm <= 0 or not bw or bw <= 0:
             raise PorterError(f"arch {get('name', '?')}: megakernel planning needs sm_count > 0 "
                               f"and hbm_bandwidth_bytes_per_s > 0 (got {sm!r}, {bw!r})")
-        return cls(int(sm), float(bw), int(smem))
+        return cls(int(sm), float(bw), int(smem), str(get("product", "") or ""))

@@ -41,6 +41,7 @@ def build_plan(arch, model_cfg, pos: int = 0, scheduler: str = "list", *, token:
     totals = dag_totals(g)
     return {
         "arch": getattr(arch, "name", None),
+        "product": hw.product,
         "model": model_cfg.name,
         "pos": pos,
         "scheduler": scheduler,
