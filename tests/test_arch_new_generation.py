@@ -104,7 +104,7 @@ def test_arch_check_passes(check):
     features = {f.feature: f for f in check.features}
     assert features["block_scale_nvfp4"].signature_seen_in == ["mma_sync_mxf4nvf4"]
     assert features["fp8"].verdict == "confirmed"
-    assert set(check.kinds_without_probe) == {"tf32", "i8"}  # f16: mma_sync_bf16
+    assert check.kinds_without_probe == []  # f16, tf32, i8: mma_sync_bf16, mma_sync_tf32, mma_sync_i8
 
 
 def test_cli_arch_check(check, capsys):
