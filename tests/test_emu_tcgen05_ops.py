@@ -316,3 +316,45 @@ def _mma_without_reads():
     body = body[:start] + body[end:]
     src, _ = _mma_inputs(3)
     _run(body, ".param .u64 src, .param .u64 out", [src, np.zeros((128, N), np.float32)])
+
+
+# ---- cta_group::2: collective allocation across the CTA pair --------------------------------------
+
+PAIR = """
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<4>;
+  .reg .pred %p<4>;
+  .shared .align 16 .b8 slot[16];
+  mov.u32 %r1, slot;
+  mov.u32 %r2, %cluster_ctarank;
+  tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%r1], 64;
+  tcgen05.relinquish_alloc_permit.cta_group::2.sync.aligned;
+  ld.shared.u32 %r3, [%r1];
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r2, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+  barrier.cluster.arrive.release.aligned;
+  barrier.cluster.wait.acquire.aligned;
+  SKIP
+  tcgen05.dealloc.cta_group::2.sync.aligned.b32 %r3, 64;
+DONE:
+  ret;
+"""
+
+
+def test_pair_alloc_gives_both_ctas_the_same_columns():
+    out = np.full(2, 0xFFFF, dtype=np.uint32)
+    text = HEAD + ".visible .entry k(.param .u64 out)\n{\n" + PAIR.replace("SKIP", "") + "\n}\n"
+    res = emu.launch(text, "k", grid=2, block=32, cluster=(2, 1, 1), args=[out], seed=2, file="t.ptx")
+    assert res.outputs[0].tolist() == [0, 0]
+
+
+def test_pair_dealloc_skipped_by_the_odd_cta_is_reported():
+    # the odd CTA skips the collective dealloc and exits holding its columns (the even CTA's
+    # warp would wait for it forever)
+    body = PAIR.replace("SKIP", "setp.ne.u32 %p1, %r2, 0;\n  @%p1 bra DONE;")
+    text = HEAD + ".visible .entry k(.param .u64 out)\n{\n" + body + "\n}\n"
+    with pytest.raises(CheckFailed, match="CTA 1: TMEM not deallocated at exit: columns 0..63"):
+        emu.launch(text, "k", grid=2, block=32, cluster=(2, 1, 1), args=[np.zeros(2, np.uint32)], seed=2,
+                   file="t.ptx")

@@ -258,7 +258,10 @@ def _cta_group(parts, d) -> int:
     return 1
 
 
-def _group_ctas(w, g: int, where: str) -> list:
+def _group_ctas(w, g: int, where: str, smem: bool = True) -> list:
+    """The CTA(s) of the executing CTA's group, even CTA first; ``smem``: the operation uses
+    the peer's shared memory (an MMA, a cp; recorded for the lead's exit-without-cluster-
+    barrier check), not just its TMEM allocator (alloc / dealloc, collective)."""
     if g == 1:
         return [w.cta]
     ctas = w.cta.cluster.ctas
@@ -266,7 +269,13 @@ def _group_ctas(w, g: int, where: str) -> list:
     if even + 1 >= len(ctas):
         raise CheckFailed(f"{where}: {w.name}: .cta_group::2 needs a CTA pair, but the cluster has {len(ctas)} CTA(s)")
     who = f"{where}: {w.name}"
-    return [c if c is w.cta else w.cta.peer(c.rank, who) for c in (ctas[even], ctas[even + 1])]
+    pair = (ctas[even], ctas[even + 1])
+    if smem:
+        return [c if c is w.cta else w.cta.peer(c.rank, who) for c in pair]
+    for c in pair:
+        if c.done:
+            raise CheckFailed(f"{who}: the peer {c.name} of the .cta_group::2 operation has already exited")
+    return list(pair)
 
 
 def _wrap(where: str, who: str, fn):
@@ -341,7 +350,7 @@ def _build_alloc(ins, d, g: int):
                 return None
             return Park(attempt, lambda: f"tcgen05.alloc of {ncols} columns blocks: {st.cta.name}'s TMEM has no "
                                          f"free aligned run (allocations: {sorted(st.tmem.allocations)})", advance=True)
-        ctas = _group_ctas(w, 2, where)
+        ctas = _group_ctas(w, 2, where, smem=False)
         cl = w.cta.cluster
         rendezvous = cl.__dict__.setdefault("tcgen05_alloc", {})
         key = ctas[0].rank
@@ -383,12 +392,7 @@ def _build_dealloc(ins, d, g: int):
     ra = d.src(ins.operands[0], "u32")
     rn = d.src(ins.operands[1], "u32")
 
-    def dealloc(w, m):
-        if not _whole_warp(w, m):
-            return DEFER
-        sel = w.live
-        addr = _uniform(ra(w), sel, "tcgen05.dealloc address", where)
-        ncols = _uniform(rn(w), sel, "tcgen05.dealloc nCols", where)
+    def free(w, addr: int, ncols: int) -> None:
         st = _ctatc(w.cta)
         col = addr & 0xFFFF
         region = (0, 128, col, col + ncols)
@@ -398,6 +402,39 @@ def _build_dealloc(ins, d, g: int):
                     raise CheckFailed(f"{where}: {w.name}: tcgen05.dealloc of TMEM columns {col}..{col + ncols - 1} "
                                       f"while the {op.name} issued at {op.where} still uses them (not complete)")
         _wrap(where, w.name, lambda: st.tmem.dealloc(w.index, addr, ncols, g))
+
+    def dealloc(w, m):
+        if not _whole_warp(w, m):
+            return DEFER
+        sel = w.live
+        addr = _uniform(ra(w), sel, "tcgen05.dealloc address", where)
+        ncols = _uniform(rn(w), sel, "tcgen05.dealloc nCols", where)
+        if g == 1:
+            free(w, addr, ncols)
+            return None
+        # cta_group::2: one warp of each CTA of the pair deallocates collectively (PTX ISA
+        # tcgen05.alloc/dealloc: "one warp from each of the peer CTAs must collectively
+        # perform the allocation and de-allocation"); the first to arrive waits for the other
+        ctas = _group_ctas(w, 2, where, smem=False)
+        rendezvous = w.cta.cluster.__dict__.setdefault("tcgen05_dealloc", {})
+        rec = rendezvous.get(ctas[0].rank)
+        if rec is None or rec["done"]:
+            rec = rendezvous[ctas[0].rank] = {"done": False, "arrived": {}}
+        if w.cta.rank in rec["arrived"]:
+            raise CheckFailed(f"{where}: {w.name}: a second warp of {w.cta.name} joins the pair's "
+                              "tcgen05.dealloc.cta_group::2 before the peer's warp arrived")
+        rec["arrived"][w.cta.rank] = (w, addr, ncols)
+        if len(rec["arrived"]) < 2:
+            return Park(lambda: rec["done"], lambda: "tcgen05.dealloc.cta_group::2 waits for the peer CTA's warp "
+                                                     "(dealloc is collective across the pair)", advance=True)
+        (w0, a0, n0), (w1, a1, n1) = rec["arrived"][ctas[0].rank], rec["arrived"][ctas[1].rank]
+        if (a0, n0) != (a1, n1):
+            raise CheckFailed(f"{where}: tcgen05.dealloc.cta_group::2: {w0.name} frees {n0} columns at {a0:#x}, "
+                              f"{w1.name} {n1} columns at {a1:#x}")
+        free(w0, a0, n0)
+        free(w1, a1, n1)
+        rec["done"] = True
+        return None
     return dealloc
 
 
