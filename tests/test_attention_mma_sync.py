@@ -299,3 +299,20 @@ def test_rehearsal_launch_with_pointers_or_tensor_maps(monkeypatch, archs, arch_
     finally:
         driver._init.cache_clear()
         driver.context.cache_clear()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch_name,head_dim,causal,shape", [
+    ("rtx-blackwell", 128, True, (1, 4, 2, 300, 420)), ("ampere", 64, True, (1, 4, 2, 300, 420)),
+    ("rtx-blackwell", 64, False, (2, 2, 1, 90, 333))])
+def test_persistent_tiles_gqa_and_masks_emulated(archs, arch_name, head_dim, causal, shape):
+    """In porter's PTX simulator on a 2-SM device: several query tiles per persistent CTA
+    (the next tile's Q and K/V loads in flight), grouped-query heads, causal with
+    seq_q < seq_k, ragged key tails."""
+    validate = pytest.importorskip("porter.emu.validate")
+    from porter.emu.device import EmuDevice
+
+    arch = archs[arch_name]
+    spec = attention.find_spec(arch, head_dim, causal)
+    result = validate.emulate(spec, arch, shapes=[shape], seeds=1, device=EmuDevice(sm_count=2))
+    assert result["status"] == "passed", result["reason"]

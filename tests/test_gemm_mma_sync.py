@@ -461,3 +461,21 @@ def test_block_scaled_warp_stage_model(builds, variant):
         ref = a_vals[warp_row: warp_row + 64] @ b_vals[warp_col: warp_col + 32].T
         got = acc.transpose(0, 2, 1, 3).reshape(64, 32)
         assert np.allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max()), (variant, warp_row, warp_col)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch_name,variant,shape", [
+    ("rtx-blackwell", "bf16", (256, 256, 320)), ("ampere", "bf16", (256, 512, 320)),
+    ("rtx-blackwell", "fp8", (256, 256, 640)), ("rtx-blackwell", "mxfp8", (256, 256, 640)),
+    ("rtx-blackwell", "nvfp4", (256, 256, 1280))])
+def test_persistent_walk_and_ring_wrap_emulated(archs, arch_name, variant, shape):
+    """In porter's PTX simulator on a 2-SM device: two tiles per persistent CTA (the load
+    side runs into the next tile while the MMAs finish this one) and five k-blocks through
+    a 3-stage ring."""
+    validate = pytest.importorskip("porter.emu.validate")
+    from porter.emu.device import EmuDevice
+
+    arch = archs[arch_name]
+    result = validate.emulate(gemm.make_spec(arch, variant), arch, shapes=[shape], seeds=1,
+                              device=EmuDevice(sm_count=2))
+    assert result["status"] == "passed", result["reason"]
