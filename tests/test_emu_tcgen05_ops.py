@@ -307,8 +307,16 @@ def test_dealloc_under_an_uncommitted_mma_is_reported():
         _mma_without_reads()
 
 
-def _mma_without_reads():
+def test_mma_never_committed_is_reported_at_warp_exit():
+    with pytest.raises(CheckFailed, match="t.ptx:46: CTA 0 warp 0 \\(lane 0\\) exits with 1 tcgen05 operation\\(s\\) "
+                                          "\\(first: the tcgen05.mma issued here\\) never committed"):
+        _mma_without_reads(dealloc=False)
+
+
+def _mma_without_reads(dealloc: bool = True):
     body = MMA
+    if not dealloc:
+        body = body.replace("  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;\n", "")
     for key, default in PARTS.items():
         body = body.replace(key, "" if key in ("COMMIT", "WAITMMA", "FENCE") else default)
     start = body.index("  and.b32 %r30")

@@ -18,15 +18,22 @@ Asynchrony, as the ISA allows it:
 * ``tcgen05.ld`` destinations are poisoned until ``tcgen05.wait::ld``; ``tcgen05.st``
   data counts as written only after the warp's ``tcgen05.wait::st`` (an MMA or another
   warp reading it before then is an error).
-* Fence checker: TMEM that another thread (warp) last wrote or read may be accessed
-  after an mbarrier wait only once the accessing thread executed
-  ``tcgen05.fence::after_thread_sync`` after that wait (9.7.16.6.4, "canonical"
-  pipelined and thread-sync orderings).
+* Fence checker (9.7.16.6.4): TMEM cells remember the warp that last wrote / read them.
+  A warp that accesses cells another warp last wrote (or, writing, last read) must have
+  executed ``tcgen05.fence::after_thread_sync`` after its latest mbarrier wait, and the
+  other warp must have executed ``tcgen05.fence::before_thread_sync`` after its access
+  (the asynchronous MMA / cp count as fenced by their commit).
+* Exit checks: TMEM still allocated when a CTA exits; operations never committed when a
+  warp exits; a dealloc of columns an operation still uses.
 
-cta_group::2 (a CTA pair, ranks 2i and 2i+1 of the cluster): alloc is collective (one
-warp of each CTA; both get the same columns), the MMA reads both CTAs' shared memory at
-the same offsets and writes both TMEMs (``units.tcgen05.run_mma``), cp fills both TMEMs,
-each from its own shared memory. dealloc and relinquish act on the executing CTA's TMEM.
+cta_group::2 (a CTA pair, ranks 2i and 2i+1 of the cluster): alloc and dealloc are
+collective (one warp of each CTA; both get the same columns; the first warp waits for the
+other), the MMA reads both CTAs' shared memory at the same offsets and writes both TMEMs
+(``units.tcgen05.run_mma``), cp fills both TMEMs, each from its own shared memory (an
+emulation choice: the ISA text at hand does not say whether the peer's copy comes from the
+peer's shared memory or the issuer's), commit arrives on the named barrier or, with
+.multicast::cluster, on the barrier at the same offset in each CTA of the mask.
+relinquish_alloc_permit acts on the executing CTA's TMEM.
 """
 
 from __future__ import annotations
