@@ -31,7 +31,8 @@ def register(sub) -> None:
     p.add_argument("--out", help="folder the artifacts and report.{md,json,html} are written into, as they are (default build/ARCH)")
     p.add_argument("--kernel", metavar="PATTERN",
                    help="only these kernels: an exact kernel name selects that kernel only; a variant or family "
-                        "name all of its kernels; a glob (*, ?, [) matches names, variants and families")
+                        "name all of its kernels; a glob (*, ?, [) matches names, variants and families; "
+                        "the report goes to report.kernel-PATTERN.* and the full report.* is left as it is")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress, summary only")
     p.set_defaults(func=run)
 
