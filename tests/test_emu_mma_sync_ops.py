@@ -378,7 +378,7 @@ def test_ldmatrix_misaligned_row_is_an_error():
 CP_KERNEL = HEAD + """
 .visible .entry k(.param .u64 p_src, .param .u64 p_out)
 {
-    .shared .align 16 .b8 buf[1024];
+    .shared .align 16 .b8 buf[2048];
     .shared .align 8 .b64 bar;
     .reg .pred %p<4>;
     .reg .b32 %r<24>;
@@ -528,3 +528,53 @@ def test_copies_still_pending_at_exit_are_landed_harmlessly():
     st.global.u32 [%rd6], %r5;
 """)
     assert (out[:, 0] == 0xDEADBEEF).all()
+
+
+def test_ldmatrix_of_rows_a_cp_async_still_writes_is_a_race():
+    body = """
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r6, %r7, %r8, %r9}, [%r4];
+    cp.async.wait_group 0;
+"""
+    with pytest.raises(CheckFailed, match=r"<ptx>:\d+ `ldmatrix.*still writing by CTA 0 warp 0 lane 0 \(the cp.async "
+                                          r"at <ptx>:\d+\), not yet covered by its cp.async.wait_group"):
+        run_cp(body)
+    # after the wait the same ldmatrix is fine
+    run_cp(body.replace("    cp.async.wait_group 0;\n", "").replace("cp.async.commit_group;",
+                                                                       "cp.async.commit_group;\n    cp.async.wait_group 0;"))
+
+
+def test_another_warps_ldmatrix_before_the_barrier_is_a_race():
+    # warp 1 copies its rows; warp 0 reads them right away (no wait, no barrier in between)
+    ptx = CP_KERNEL.replace("BODY", """
+    setp.ge.u32 %p1, %r1, 32;
+    @!%p1 bra READ;
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    bar.sync 0;
+    bar.sync 1;                             // warp 0 has read by now
+    cp.async.wait_group 0;
+    bra.uni DONE;
+READ:
+    bar.sync 0;
+    add.u32 %r12, %r4, 512;
+    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r6, %r7, %r8, %r9}, [%r12];
+    bar.sync 1;
+DONE:
+""")
+    src = np.arange(64 * 64, dtype=np.uint32)
+    with pytest.raises(CheckFailed, match="by CTA 0 warp 1 .*before that thread's cp.async.wait_group and a barrier"):
+        emu_launch(ptx, "k", grid=1, block=64, args=[src, np.zeros((64, 4), np.uint32)])
+
+
+def test_a_store_into_a_copy_in_flight_is_a_race():
+    with pytest.raises(CheckFailed, match=r"<ptx>:\d+ `cp.async.wait_group`.*written by something else while the "
+                                          r"copy was in flight"):
+        run_cp("""
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    st.shared.u32 [%r4+4], %r5;
+    st.shared.u32 [%r4+4], %r1;
+    cp.async.wait_group 0;
+""")

@@ -26,12 +26,63 @@ from porter.emu.ops import tma
 
 
 class _Copy:
-    """One cp.async instruction: per lane a destination offset and the bytes to land."""
+    """One cp.async instruction: per lane a destination offset, the bytes to land and the
+    destination's bytes at issue (they must not change while the copy is in flight)."""
 
-    __slots__ = ("pending", "group", "dst", "data")
+    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp")
 
-    def __init__(self, pending, group, dst, data):
+    def __init__(self, pending, group, dst, data, before, line, warp):
         self.pending, self.group, self.dst, self.data = pending, group, dst, data
+        self.before, self.line, self.warp = before, line, warp
+
+
+def inflight(cta) -> np.ndarray:
+    """Per byte of the CTA's shared memory: how many issued, not yet landed cp.async write it."""
+    a = cta.units.get("cp_async_inflight")
+    if a is None:
+        a = cta.units["cp_async_inflight"] = np.zeros(cta.smem.data.size, dtype=np.int32)
+    return a
+
+
+def check_not_in_flight(w, offs: np.ndarray, nbytes: int, what: str) -> None:
+    """An access of shared bytes that a cp.async is still writing is a race (the ISA makes the
+    copy's writes visible only after the wait that covers it, and to other threads only
+    after a barrier following that wait): raise naming the copy."""
+    a = w.cta.units.get("cp_async_inflight")
+    if a is None:
+        return
+    idx = np.asarray(offs, dtype=np.int64)[:, None] + np.arange(nbytes)
+    hit = a[idx].any(axis=1)
+    if not hit.any():
+        return
+    lane = int(np.argmax(hit))
+    lo = int(offs[lane])
+    who = ""
+    for x in w.cta.warps:
+        st = x.units.get("cp_async")
+        for c in (st.copies if st else ()):
+            over = c.pending & (c.dst < lo + nbytes) & (c.dst + c.data.shape[1] > lo)
+            if over.any():
+                who = (f" by {x.name} lane {int(np.argmax(over))} (the cp.async at {x.prog.file}:{c.line})"
+                       + (", not yet covered by its cp.async.wait_group" if x is w
+                          else ", before that thread's cp.async.wait_group and a barrier after it"))
+                break
+        if who:
+            break
+    raise CheckFailed(f"{what} of lane {lane} reads shared bytes 0x{lo:x}..0x{lo + nbytes:x} that an "
+                      f"asynchronous copy is still writing{who}")
+
+
+def _land_lane(w, c: _Copy, lane: int) -> None:
+    data = w.cta.smem.data
+    off = int(c.dst[lane])
+    n = c.data.shape[1]
+    if not np.array_equal(data[off:off + n], c.before[lane]):
+        raise CheckFailed(f"the shared bytes 0x{off:x}..0x{off + n:x} that the cp.async at {w.prog.file}:{c.line} "
+                          f"(lane {lane}) copies into were written by something else while the copy was in flight "
+                          "(a race: an overlapping cp.async or store before the wait that covers it)")
+    data[off:off + n] = c.data[lane]
+    inflight(w.cta)[off:off + n] -= 1
 
 
 class CpAsyncState:
@@ -41,14 +92,12 @@ class CpAsyncState:
 
     def land(self, w, due_fn) -> None:
         """Land, per lane, every pending copy for which ``due_fn(copy) -> bool (32,)`` holds."""
-        data = w.cta.smem.data
         keep = []
         for c in self.copies:
             due = c.pending & due_fn(c)
             if due.any():
                 for lane in np.nonzero(due)[0]:
-                    off = int(c.dst[lane])
-                    data[off:off + c.data.shape[1]] = c.data[lane]
+                    _land_lane(w, c, int(lane))
                 c.pending = c.pending & ~due
             if c.pending.any():
                 keep.append(c)
@@ -106,6 +155,7 @@ def _copy(ins, d):
         raise d.unsupported("(operand symbols in the wrong state space)")
     what = f"cp.async of {size} B"
     cols = np.arange(size, dtype=np.int64)
+    line = ins.line
 
     def cp_async(w, m):
         sel = w.live if m is None else m
@@ -137,7 +187,12 @@ def _copy(ins, d):
         st = _state(w)
         full_dst = np.zeros(32, dtype=np.int64)
         full_dst[sel] = dst
-        st.copies.append(_Copy(sel.copy(), st.committed.copy(), full_dst, data))
+        idx = dst[:, None] + cols[None, :]
+        smem = w.cta.smem.data
+        before = np.zeros((32, size), dtype=np.uint8)
+        before[sel] = smem[idx]
+        np.add.at(inflight(w.cta), idx.reshape(-1), 1)
+        st.copies.append(_Copy(sel.copy(), st.committed.copy(), full_dst, data, before, line, w))
         w.sched.counters["cp_async"] = w.sched.counters.get("cp_async", 0) + 1
     return cp_async
 
@@ -201,11 +256,11 @@ def _mbarrier_arrive(ins, d):
             tracked = [(c, t) for c, t in tracked if t.any()]
 
             def complete(w=w, bar=bar, tracked=tracked, lane=int(lane)):
-                data = w.cta.smem.data
+                if w.cta.done:
+                    return
                 for c, t in tracked:
                     if c.pending[lane]:
-                        off = int(c.dst[lane])
-                        data[off:off + c.data.shape[1]] = c.data[lane]
+                        _land_lane(w, c, lane)
                         c.pending = c.pending.copy()
                         c.pending[lane] = False
                 st.copies = [c for c in st.copies if c.pending.any()]

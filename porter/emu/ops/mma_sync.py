@@ -5,7 +5,9 @@
 All three are ``.sync.aligned`` warp collectives: every thread of the warp must execute
 the same instruction, so a diverged warp defers until its lanes meet (DEFER), and a warp
 with exited or missing threads is an error. ``mma.sync`` is synchronous: it reads the
-A/B/C fragments of all 32 lanes and writes D at once.
+A/B/C fragments of all 32 lanes and writes D at once. ``ldmatrix`` / ``stmatrix`` of rows
+that an issued, not yet landed ``cp.async`` still writes is a race and an error
+(``porter.emu.ops.cp_async.check_not_in_flight``).
 
 Forms: ``mma.sync.aligned.{m16n8k16 (.bf16/.f16), m16n8k32 .kind::f8f6f4 and
 .kind::mxf8f6f4.block_scale.scale_vec::1X (ue8m0), m16n8k64 .kind::mxf4 /
@@ -24,6 +26,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed, EmuError
+from porter.emu.ops.cp_async import check_not_in_flight
 from porter.emu.units import mma_sync as unit
 
 _SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
@@ -194,6 +197,7 @@ def _matrix_op(ins, d, store: bool):
         smem = w.cta.smem
         mem.check_aligned(offs, 16, f"{what} row address")
         smem.check_lanes(offs, 16, f"{what} row")
+        check_not_in_flight(w, offs, 16, what)
         if not store:
             try:
                 out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),
