@@ -194,3 +194,22 @@ def test_device_run_records_what_the_driver_grants(ceiling, full):
     clamping.function_attributes = lambda f: {"max_dynamic_smem_bytes": 200_000, "static_smem_bytes": 1024}
     with pytest.raises(PorterError, match=r"the driver grants 200000 B .* needs 2\d+ B"):
         megakernel.settle_smem(clamping, None, spec, arch, spec.smem_bytes)
+
+
+@pytest.mark.parametrize("family,name", [("gemm", "gemm.bf16.pair"), ("attention", "attention.hd128.pair")])
+def test_pair_kernel_launched_without_its_cluster_traps_in_the_simulator(family, name):
+    """Executed in porter's PTX simulator with the cluster attribute left off: the kernel
+    must abort at its check, not run every CTA as rank 0 of a pair that does not exist."""
+    from porter.arch import load_arch
+    from porter.emu.device import EmuDevice
+    from porter.emu.validate import emulate, emulation_shapes
+    from porter.kernels import family_module
+
+    class Unpaired(EmuDevice):
+        def launch(self, function, grid, block, smem_bytes, cluster, args, cooperative=False):
+            return super().launch(function, grid, block, smem_bytes, (1, 1, 1), args, cooperative)
+
+    arch = load_arch("blackwell")
+    spec = next(s for s in family_module(family).variants(arch) if getattr(s, "name", None) == name)
+    result = emulate(spec, arch, shapes=emulation_shapes(spec, smallest=True), seeds=1, device=Unpaired())
+    assert result["status"] == "failed" and "executed trap" in result["reason"], result["reason"]
