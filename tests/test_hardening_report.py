@@ -212,3 +212,27 @@ def _a_report() -> dict:
             run_target(RunOptions("blackwell", runbook=str(book), out=root / "o", jobs=1))
             _REPORT.update(json.loads((root / "o" / "report.json").read_text()))
     return copy.deepcopy(_REPORT)
+
+
+def _stable(report: dict) -> dict:
+    """report.json without what a rerun honestly changes (timings, units run or reused)."""
+    out = json.loads(json.dumps(report))
+    for key in ("run", "cold_run"):
+        out.pop(key, None)
+    for s in out["stages"]:
+        s.pop("seconds", None)
+        s["summary"] = " ".join(w for w in s["summary"].split() if not w.endswith("s)") and "cached" not in w)
+    return out
+
+
+def test_a_cached_rerun_writes_the_same_report(book, tmp_path):
+    out = tmp_path / "o"
+    run_target(RunOptions("blackwell", runbook=str(book), out=out, jobs=1))
+    first = json.loads((out / "report.json").read_text())
+    md_first = (out / "report.md").read_text()
+    run_target(RunOptions("blackwell", runbook=str(book), out=out, jobs=1))
+    again = json.loads((out / "report.json").read_text())
+    assert _stable(first) == _stable(again)
+    md_again = (out / "report.md").read_text()
+    strip = lambda md: [l for l in md.splitlines() if not l.startswith(("- run:", "| "))]  # noqa: E731
+    assert strip(md_first) == strip(md_again)
