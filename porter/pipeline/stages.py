@@ -147,7 +147,7 @@ def probe_counts(data: dict, not_judged: str) -> str:
 @timed
 def run_plan(ctx, stage):
     if ctx.base is None:
-        return _result(stage, SKIPPED, "no base arch: give --from BASE (or name 'base' in the runbook)")
+        return _result(stage, SKIPPED, "no base arch: give --from BASE (or name 'base' in the runbook, or identity.previous in the descriptor)")
     from porter import paths
     from porter.fsutil import atomic_write
     from porter.plan import porting_plan
@@ -216,7 +216,7 @@ def _render_units(ctx, families, render_arch, build_arch, prefix: str, complete:
 @timed
 def run_baseline(ctx, stage):
     if ctx.base is None:
-        return _result(stage, SKIPPED, "no base arch: give --from BASE (or name 'base' in the runbook)")
+        return _result(stage, SKIPPED, "no base arch: give --from BASE (or name 'base' in the runbook, or identity.previous in the descriptor)")
     from porter import kernels
 
     fams = sorted(kernels.FAMILIES)
