@@ -69,20 +69,26 @@ def check_not_in_flight(w, offs: np.ndarray, nbytes: int, what: str) -> None:
                 break
         if who:
             break
-    raise CheckFailed(f"{what} of lane {lane} reads shared bytes 0x{lo:x}..0x{lo + nbytes:x} that an "
+    raise CheckFailed(f"{what} of lane {lane} accesses shared bytes 0x{lo:x}..0x{lo + nbytes:x} that an "
                       f"asynchronous copy is still writing{who}")
 
 
-def _land_lane(w, c: _Copy, lane: int) -> None:
+def _land(w, c: _Copy, due: np.ndarray) -> None:
+    """Write copy ``c``'s bytes for the lanes ``due`` (bool (32,)) into shared memory."""
     data = w.cta.smem.data
-    off = int(c.dst[lane])
     n = c.data.shape[1]
-    if not np.array_equal(data[off:off + n], c.before[lane]):
+    lanes = np.nonzero(due)[0]
+    idx = c.dst[lanes][:, None] + np.arange(n)
+    same = (data[idx] == c.before[lanes]).all(axis=1)
+    if not same.all():
+        lane = int(lanes[np.argmin(same)])
+        off = int(c.dst[lane])
         raise CheckFailed(f"the shared bytes 0x{off:x}..0x{off + n:x} that the cp.async at {w.prog.file}:{c.line} "
                           f"(lane {lane}) copies into were written by something else while the copy was in flight "
                           "(a race: an overlapping cp.async or store before the wait that covers it)")
-    data[off:off + n] = c.data[lane]
-    inflight(w.cta)[off:off + n] -= 1
+    data[idx] = c.data[lanes]
+    np.add.at(inflight(w.cta), idx.reshape(-1), -1)
+    c.pending = c.pending & ~due
 
 
 class CpAsyncState:
@@ -96,9 +102,7 @@ class CpAsyncState:
         for c in self.copies:
             due = c.pending & due_fn(c)
             if due.any():
-                for lane in np.nonzero(due)[0]:
-                    _land_lane(w, c, int(lane))
-                c.pending = c.pending & ~due
+                _land(w, c, due)
             if c.pending.any():
                 keep.append(c)
         self.copies = keep
@@ -260,9 +264,7 @@ def _mbarrier_arrive(ins, d):
                     return
                 for c, t in tracked:
                     if c.pending[lane]:
-                        _land_lane(w, c, lane)
-                        c.pending = c.pending.copy()
-                        c.pending[lane] = False
+                        _land(w, c, t)
                 st.copies = [c for c in st.copies if c.pending.any()]
                 bar.arrive(1, f"cp.async.mbarrier.arrive of {w.name} lane {lane}")
             w.sched.engine.submit(w.sched.round, complete, f"cp.async.mbarrier.arrive {bar.where}")

@@ -121,17 +121,27 @@ def build_mma(ins, d):
             raise CheckFailed(f"{where}: {exc}") from None
     what = f"mma.sync.{shape}"
 
-    def lanes(w, readers):
-        return np.stack([np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers], axis=1).astype(np.uint32)
+    def reader(items, readers):
+        """fn(w) -> uint32 (32, len(items)): straight from the register file when every item
+        is a 32-bit register (the common case), else through the operand readers."""
+        if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in items):
+            ids = [d.rid(x) for x in items]
+            return lambda w: np.stack([w.r[i] for i in ids], axis=1)
+        return lambda w: np.stack([np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers],
+                                  axis=1).astype(np.uint32)
+
+    a_get, b_get, c_get = reader(av.items, a_r), reader(bv.items, b_r), reader(cv.items, c_r)
+    d_ids = ([d.rid(x) for x in dv.items] if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in dv.items)
+             else None)
 
     def mma(w, m):
         res = _whole_warp(w, m, where, what)
         if res is not None:
             return res
         try:
-            a = unit.operand_values(lanes(w, a_r), shape, "a", atype)
-            b = unit.operand_values(lanes(w, b_r), shape, "b", btype)
-            c = unit.accumulator(lanes(w, c_r))
+            a = unit.operand_values(a_get(w), shape, "a", atype)
+            b = unit.operand_values(b_get(w), shape, "b", btype)
+            c = unit.accumulator(c_get(w))
             sa = sb = None
             if block_scale:
                 sa = unit.scale_values(np.broadcast_to(np.asarray(sa_r(w)), (32,)), "a", scale_vec, byte_a,
@@ -141,8 +151,14 @@ def build_mma(ins, d):
             out = unit.accumulator_regs(unit.mma(a, b, c, sa, sb))
         except EmuError as exc:
             raise CheckFailed(f"{exc}") from None
-        for j, wr in enumerate(d_w):
-            wr(w, np.ascontiguousarray(out[:, j]), None)
+        if d_ids is not None:
+            for j, i in enumerate(d_ids):
+                if w.poisoned and i in w.poisoned:
+                    w.poison_write(i)
+                w.r[i] = out[:, j].copy()
+        else:
+            for j, wr in enumerate(d_w):
+                wr(w, np.ascontiguousarray(out[:, j]), None)
     return mma
 
 

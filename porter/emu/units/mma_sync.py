@@ -52,6 +52,8 @@ Arithmetic (9.7.14.5.14 ``mma``, 9.7.14.3 "Block Scaling"):
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from porter.emu.errors import CheckFailed, EmuError
@@ -136,20 +138,27 @@ def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = ""
     addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
     if addresses.size != 32:
         raise EmuError(f"{at}ldmatrix needs one address per lane (32), got {addresses.size}")
-    matrix, row = ldmatrix_address_lanes(num)
+    ldmatrix_address_lanes(num)                      # checks num
     used = addresses[: 8 * num]
-    for lane, a in enumerate(used):
+    bad = (used % 16 != 0) | (used < 0) | (used + 16 > smem.size)
+    if bad.any():
+        lane = int(np.argmax(bad))
+        a = int(used[lane])
         if a % 16:
-            raise EmuError(f"{at}ldmatrix row address {int(a):#x} from lane {lane} is not 16-byte aligned")
-        if a < 0 or a + 16 > smem.size:
-            raise EmuError(f"{at}ldmatrix row at {int(a):#x} from lane {lane} is outside the CTA's "
-                           f"{smem.size} B of shared memory")
+            raise EmuError(f"{at}ldmatrix row address {a:#x} from lane {lane} is not 16-byte aligned")
+        raise EmuError(f"{at}ldmatrix row at {a:#x} from lane {lane} is outside the CTA's "
+                       f"{smem.size} B of shared memory")
     # mats[m, r, c] = b16 element c of row r of matrix m
-    mats = np.stack([smem[a: a + 16].view("<u2") for a in used]).reshape(num, 8, 8)
+    mats = smem[used[:, None] + np.arange(16)].view("<u2").reshape(num, 64)
+    lo, hi = _ldmatrix_flat(trans)
+    return (mats[:, lo].astype(np.uint32) | (mats[:, hi].astype(np.uint32) << np.uint32(16))).T.copy()
+
+
+@functools.lru_cache(maxsize=2)
+def _ldmatrix_flat(trans: bool):
     rows, cols = ldmatrix_layout(trans)
-    elems = mats[:, rows, cols].astype(np.uint32)          # (num, 32, 2)
-    regs = elems[:, :, 0] | (elems[:, :, 1] << np.uint32(16))
-    return regs.T.copy()
+    flat = rows * 8 + cols
+    return flat[:, 0].copy(), flat[:, 1].copy()
 
 
 # ---- arithmetic -------------------------------------------------------------------------------
@@ -165,6 +174,33 @@ def _decode(codes: np.ndarray, fmt: str) -> np.ndarray:
     return decode(codes, fmt)
 
 
+@functools.lru_cache(maxsize=16)
+def _perm(shape: str, operand: str) -> np.ndarray:
+    """Flat (lane, register, element) index of each matrix element, row-major: the inverse of
+    fragment_layout (which covers every element exactly once)."""
+    rows, cols = fragment_layout(shape, operand)
+    width = 8 if operand in ("b", "c") else K_OF[shape]
+    flat = (rows * width + cols).reshape(-1)
+    perm = np.empty(flat.size, dtype=np.int64)
+    perm[flat] = np.arange(flat.size)
+    return perm
+
+
+@functools.lru_cache(maxsize=16)
+def _table(fmt: str, bits: int) -> np.ndarray | None:
+    """float64 value of every code of ``fmt`` as the register holds it (8-bit containers
+    with their padding stripped); None for 16-bit formats."""
+    if bits == 16:
+        return None
+    codes = np.arange(1 << bits, dtype=np.uint32)
+    if bits == 8:
+        if fmt in ("e3m2", "e2m3"):
+            codes = codes & np.uint32(0x3F)
+        elif fmt == "e2m1":
+            codes = (codes >> np.uint32(2)) & np.uint32(0xF)
+    return _decode(codes, fmt)
+
+
 def operand_values(regs, shape: str, operand: str, fmt: str) -> np.ndarray:
     """A (16 x K) or B (K x 8) as float64 from the warp's fragment registers."""
     if shape not in SHAPES:
@@ -176,32 +212,34 @@ def operand_values(regs, shape: str, operand: str, fmt: str) -> np.ndarray:
     regs = np.asarray(regs, dtype=np.uint32)
     if regs.shape != (32, nregs):
         raise EmuError(f"mma.sync {shape} operand {operand}: need (32, {nregs}) registers, got {regs.shape}")
-    per = 32 // bits
-    shifts = (np.arange(per, dtype=np.uint32) * np.uint32(bits))[None, None, :]
-    codes = (regs[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)
-    rows, cols = fragment_layout(shape, operand)
     k = K_OF[shape]
-    mat = np.zeros((16, k) if operand == "a" else (k, 8), dtype=np.uint32)
-    mat[rows, cols] = codes
-    if bits == 8:
-        if fmt in ("e3m2", "e2m3"):
-            mat = mat & np.uint32(0x3F)
-        elif fmt == "e2m1":
-            mat = (mat >> np.uint32(2)) & np.uint32(0xF)
-    return _decode(mat, fmt)
+    if bits == 16:
+        codes = np.ascontiguousarray(regs).view("<u2").reshape(-1)[_perm(shape, operand)]
+        if fmt == "bf16":
+            vals = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        else:
+            vals = codes.view(np.float16)
+        mat = vals.astype(np.float64)
+    else:
+        if bits == 8:
+            codes = np.ascontiguousarray(regs).view(np.uint8).reshape(-1)
+        else:
+            b = np.ascontiguousarray(regs).view(np.uint8).reshape(-1)
+            codes = np.stack([b & 0xF, b >> 4], axis=1).reshape(-1)      # element 2j in the low nibble
+        mat = _table(fmt, bits)[codes[_perm(shape, operand)]]
+    return mat.reshape((16, k) if operand == "a" else (k, 8))
 
 
 def accumulator(regs) -> np.ndarray:
-    regs = np.asarray(regs, dtype=np.uint32)
-    rows, cols = fragment_layout("m16n8k16", "c")
-    mat = np.zeros((16, 8), dtype=np.float32)
-    mat[rows[:, :, 0], cols[:, :, 0]] = regs.view(np.float32)
-    return mat
+    regs = np.ascontiguousarray(np.asarray(regs, dtype=np.uint32))
+    return regs.view(np.float32).reshape(-1)[_perm("m16n8k16", "c")].reshape(16, 8)
 
 
 def accumulator_regs(mat) -> np.ndarray:
-    rows, cols = fragment_layout("m16n8k16", "c")
-    return np.ascontiguousarray(np.asarray(mat, dtype=np.float32)[rows[:, :, 0], cols[:, :, 0]]).view(np.uint32)
+    flat = np.ascontiguousarray(np.asarray(mat, dtype=np.float32)).reshape(-1)
+    out = np.empty(128, dtype=np.float32)
+    out[_perm("m16n8k16", "c")] = flat
+    return out.view(np.uint32).reshape(32, 4)
 
 
 def scale_lanes(operand: str, thread_id: int) -> np.ndarray:
