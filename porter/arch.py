@@ -582,6 +582,21 @@ def _check_target(d: dict, lines: dict[str, int], file: str) -> None:
                    f"{suffix} on; write sm_{number} (or a newer target with the suffix)")
 
 
+def _check_previous(d: dict, lines: dict[str, int], file: str) -> None:
+    """``identity.previous`` names a descriptor (like ``name``), and not this one."""
+    previous = d["identity"].get("previous") or ""
+    if not previous:
+        return
+    line = lines.get("identity.previous")
+    where = f"{file}:{line}" if line else file
+    if not re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", previous):
+        raise _err(f"{where}: identity.previous: expected a descriptor name like 'hopper', got {previous!r}; "
+                   "name the generation this one follows")
+    if previous == d["name"]:
+        raise _err(f"{where}: identity.previous: '{previous}' is this descriptor's own name; "
+                   "name the generation this one follows, or drop the key")
+
+
 def _limit_problems(d: dict) -> list[tuple[str, str]]:
     """(key, problem) for each figure above the known limit of its compute capability."""
     cc = _compute_capability(d["identity"]["target"])
@@ -631,6 +646,7 @@ def arch_from_text(text: str, path: str | Path = "<text>") -> Arch:
     d = check_descriptor(data, lines, str(path))
     _check_target(d, lines, str(path))
     _check_limits(d, lines, str(path))
+    _check_previous(d, lines, str(path))
     return _build(d, Path(path), text)
 
 

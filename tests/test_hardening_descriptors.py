@@ -323,3 +323,9 @@ def test_a_suffix_the_target_does_not_have_is_refused(tmp_path, target):
         pytest.skip("NVRTC is not installed")
     msg = error_of(write(tmp_path, BLACKWELL, "target: sm_100a", f"target: {target}"))
     assert "identity.target" in msg and "suffix" in msg
+
+
+@pytest.mark.parametrize("value,needle", [('"[bold]x"', "expected a descriptor name"), ("blackwell", "own name")])
+def test_identity_previous_must_name_another_descriptor(tmp_path, value, needle):
+    msg = error_of(write(tmp_path, BLACKWELL, "  previous: hopper", f"  previous: {value}"))
+    assert "identity.previous" in msg and needle in msg
