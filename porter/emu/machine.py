@@ -31,6 +31,12 @@ from porter.emu.errors import CheckFailed, Deadlock, Unsupported
 WARP = 32
 QUANTUM = 64
 DEFAULT_BUDGET = 200_000_000
+# Instructions that can change what another warp observes (memory, barriers, async
+# copies): while none runs, warps that only poll and sleep cannot make progress.
+SHARED_EFFECTS = {"st", "red", "atom", "mbarrier", "bar", "barrier", "cp", "tcgen05", "stmatrix", "wgmma"}
+# Virtual time the machine may fast-forward while every warp only polls and sleeps
+# before it calls the run a livelock (a kernel watchdog on %globaltimer fires well before).
+LIVELOCK_NS = 1 << 40
 
 
 # ---- the program: one kernel decoded ------------------------------------------------------------
@@ -91,6 +97,7 @@ class Program:
     reg_names: list[str]
     reg_dtypes: list
     file: str
+    writes: list = field(default_factory=list)   # per instruction: can it change what another warp sees
 
     def line(self, pc: int) -> int:
         code = self.kernel.code
@@ -127,7 +134,8 @@ def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) 
         srcs.append(frozenset(regs))
     names = list(kernel.regs)
     dtypes = [STORE[b] for b in d.reg_bits]
-    return Program(module, kernel, layout, ops, srcs, names, dtypes, module.file)
+    writes = [ins.opcode.split(".", 1)[0] in SHARED_EFFECTS for ins in kernel.code]
+    return Program(module, kernel, layout, ops, srcs, names, dtypes, module.file, writes)
 
 
 def _guarded(fn, g: int, neg: bool):
@@ -445,6 +453,8 @@ class Scheduler:
         self.executed = 0
         self.thread_executed = 0
         self.time_ns = 0
+        self.effects = 0                 # instructions run that another warp could observe
+        self._quiet, self._quiet_effects = 0, -1
         self.counters = {"wgmma": 0, "tma": 0}
         self.warps: list[Warp] = []
         self.clusters_waiting: list[tuple] = []
@@ -551,7 +561,7 @@ class Scheduler:
                     continue
                 timed = [w.park.wake_ns for w in self.warps if w.park is not None and w.park.wake_ns is not None]
                 if timed:
-                    self.time_ns = max(self.time_ns, min(timed))
+                    self._advance_time(min(timed))
                     continue
                 raise Deadlock(self.report("deadlock: every live warp is parked and nothing asynchronous is pending"))
         for cta in self.all_ctas:
@@ -561,12 +571,31 @@ class Scheduler:
                           len(self.all_ctas), time.perf_counter() - t0, self.round, self.time_ns,
                           self.counters["wgmma"], self.counters["tma"])
 
+    def _advance_time(self, wake: int) -> None:
+        """Every warp sleeps: jump to the first wake-up. If nothing that another warp could
+        observe happened since the last such jump (the sleepers woke, polled, slept again),
+        no wait can ever be met but by time itself: jump exponentially further, so a
+        kernel's own %globaltimer watchdog fires in a few rounds, and past LIVELOCK_NS
+        report a livelock (virtual time only: waking late is what a descheduled warp does)."""
+        if self.effects == self._quiet_effects:
+            self._quiet += 1
+        else:
+            self._quiet, self._quiet_effects = 0, self.effects
+        jump = max(wake - self.time_ns, 0)
+        if self._quiet >= 2:
+            jump = max(jump, 1024 << min(self._quiet, 48))
+        self.time_ns += jump
+        if self.time_ns > LIVELOCK_NS:
+            raise Deadlock(self.report("livelock: every live warp only polls memory and sleeps, and nothing "
+                                       "they wait for is written"))
+
     def launch_end_hooks(self):
         return []
 
     def run_warp(self, w: Warp, quantum: int) -> int:
         ops = w.prog.ops
         srcs = w.prog.srcs
+        writes = w.prog.writes
         n = 0
         threads = 0
         self.yield_now = False
@@ -602,6 +631,8 @@ class Scheduler:
                 raise
             n += 1
             threads += WARP if m is None else np.count_nonzero(m)
+            if writes[pc]:
+                self.effects += 1
             if res is None:
                 if g is None:
                     w.pc = pc + 1
