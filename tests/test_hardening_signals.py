@@ -56,10 +56,10 @@ def main():
     pids = set()
     while len(pids) < 2:   # make sure both workers are up
         pids |= {{f.result(timeout=60) for f in [pool.submit(os.getpid) for _ in range(8)]}}
-    print(" ".join(map(str, sorted(pids))), flush=True)
-    if {mode!r} == "kill9":
-        os.kill(os.getpid(), signal.SIGKILL)
-    try:
+    try:   # before the pids go out: the test's SIGTERM may come at once
+        print(" ".join(map(str, sorted(pids))), flush=True)
+        if {mode!r} == "kill9":
+            os.kill(os.getpid(), signal.SIGKILL)
         while True:
             time.sleep(0.1)
     except Terminated as exc:
@@ -142,3 +142,27 @@ def test_main_restores_the_callers_signal_handlers(capsys):
     assert main(["arch", "list"]) == 0
     capsys.readouterr()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_pool_workers_leave_sigterm_to_the_parent(tmp_path):
+    from porter.pipeline.context import Context
+    from porter.pipeline.store import StageStore
+
+    ctx = Context(arch=None, base=None, runbook=None, out_dir=tmp_path, store=StageStore(tmp_path), jobs=2)
+    try:
+        handler = ctx.pool().submit(signal.getsignal, signal.SIGTERM).result(timeout=60)
+    finally:
+        ctx.close()
+    assert handler == signal.SIG_IGN
+
+
+def test_sigterm_to_the_whole_group_leaves_no_worker_and_no_half_file(tmp_path):
+    proc, workers = start_pool(tmp_path, "term")
+    # As a service manager or `kill -TERM -PGID` would: the parent and every worker (one by
+    # one: the group is pytest's own).
+    for pid in [*workers, proc.pid]:
+        os.kill(pid, signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert not wait_gone(workers, 10)
+    assert not list(tmp_path.rglob("*.tmp"))

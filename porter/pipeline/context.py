@@ -207,10 +207,16 @@ ORPHAN_POLL_SECONDS = 0.5
 
 
 def _worker_init(parent_pid: int) -> None:
-    """Set up one pool worker: leave Ctrl-C to the parent, and exit as soon as the parent
-    is gone. A parent killed with SIGKILL (or crashed) never shuts its pool down, and its
-    idle workers (about 120 MB each) would otherwise wait on the call queue for ever."""
+    """Set up one pool worker: leave Ctrl-C and SIGTERM to the parent (a service manager
+    or ``kill -TERM -PGID`` signals the whole group; the parent then stops handing out
+    units and shuts the pool down once the running ones are whole, so no worker dies
+    mid-write), and exit as soon as the parent is gone. A parent killed with SIGKILL (or
+    crashed) never shuts its pool down, and its idle workers (about 120 MB each) would
+    otherwise wait on the call queue for ever."""
+    import signal
+
     _ignore_sigint()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _exit_with_parent(parent_pid)
 
 
