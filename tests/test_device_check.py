@@ -129,6 +129,26 @@ def test_rehearsal_survives_a_crash_a_blocked_call_and_a_bug(tmp_path):
     assert k["attention.hd128"]["validated"] is True and done.returncode == 1
 
 
+@pytest.mark.slow
+def test_the_device_check_runs_on_the_emulated_device(tmp_path):
+    """PORTER_DEVICE=emu: the same run on porter's PTX simulator; level emulated, no benchmark."""
+    pytest.importorskip("porter.emu.device")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PORTER_DEVICE="emu")
+    env.pop(cubins.CUBIN_DIR_ENV, None)
+    prep = subprocess.run([sys.executable, str(SCRIPT), "prepare", "--profile", "rehearsal", "--no-fallback",
+                           "--kernels", "gemm.bf16", "--out", str(tmp_path / "prepared")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert prep.returncode == 0, prep.stdout[-1000:]
+    done = subprocess.run([sys.executable, str(SCRIPT), "run", "--prepared", str(tmp_path / "prepared"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=ROOT)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    k = results["kernels"][0]
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert k["level"] == "emulated" and k["validated"] and "need a GPU" in k["bench_skipped"]
+    assert results["environment"]["device_kind"] == "emu"
+
+
 # ---- the manifest ----------------------------------------------------------------------------------
 
 def _manifest(tmp_path, **over):
