@@ -135,13 +135,15 @@ def test_the_device_check_runs_on_the_emulated_device(tmp_path):
     pytest.importorskip("porter.emu.device")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PORTER_DEVICE="emu")
     env.pop(cubins.CUBIN_DIR_ENV, None)
-    prep = subprocess.run([sys.executable, str(SCRIPT), "prepare", "--profile", "rehearsal", "--no-fallback",
+    checkout = _checkout_copy(tmp_path)
+    script = checkout / "benchmarks" / "device_check.py"
+    prep = subprocess.run([sys.executable, str(script), "prepare", "--profile", "rehearsal", "--no-fallback",
                            "--kernels", "gemm.bf16", "--out", str(tmp_path / "prepared")],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, env=env, cwd=checkout)
     assert prep.returncode == 0, prep.stdout[-1000:]
-    done = subprocess.run([sys.executable, str(SCRIPT), "run", "--prepared", str(tmp_path / "prepared"),
+    done = subprocess.run([sys.executable, str(script), "run", "--prepared", str(tmp_path / "prepared"),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=ROOT)
+                          env=env, cwd=checkout)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     k = results["kernels"][0]
     assert done.returncode == 0, done.stdout[-2000:]
