@@ -108,3 +108,21 @@ def test_planted_bug_is_caught(case, archs):
     assert reason in result["reason"], result["reason"]
     clean = emulate(spec, arch, shapes=[shape], seeds=1)
     assert clean["status"] == "passed", clean["reason"]
+
+
+def test_validate_without_kernel_lists_a_family_that_has_nothing_on_the_arch(monkeypatch, capsys):
+    """`porter validate ampere --device emu`: the megakernel family has no variant on sm_80;
+    it is listed as unsupported and the GEMM and attention kernels still run."""
+    from porter.cli import main
+    from porter.commands import validate
+
+    seen = {}
+
+    def fake(args, arch, specs, unsupported, shapes):
+        seen.update(specs=[s.name for s in specs], unsupported=[u.name for u in unsupported])
+        return 0
+
+    monkeypatch.setattr(validate, "_emulate", fake)
+    assert main(["validate", "ampere", "--device", "emu"]) == 0
+    assert "gemm.bf16" in seen["specs"] and "attention.hd64" in seen["specs"]
+    assert "megakernel.llama-decode" in seen["unsupported"]

@@ -62,10 +62,13 @@ def run(args) -> int:
             raise PorterError("--shapes: name the family or kernel they are for with --kernel")
         from porter import kernels
 
+        from porter.kernels.base import Unsupported
+
         specs, unsupported = [], []
-        for fam in kernels.FAMILIES:
-            more, skipped = select_kernels(arch, fam)
-            specs, unsupported = specs + more, unsupported + skipped
+        for fam in kernels.FAMILIES:   # a family with nothing on this arch is listed, not an error
+            every = list(kernels.family_module(fam).variants(arch))
+            specs += [s for s in every if not isinstance(s, Unsupported)]
+            unsupported += [s for s in every if isinstance(s, Unsupported)]
         shapes = None
         family = None
     else:
