@@ -463,6 +463,16 @@ def test_a_fault_is_sticky_and_a_hang_is_named(rehearsal_gpu, hopper):
         device.get_device().alloc(16)
 
 
+def test_bench_qkv_is_fast_random_and_seeded(monkeypatch):
+    monkeypatch.setattr(dr, "BENCH_POOL", 1 << 12)
+    q, k, v = dr._bench_qkv(1, 2, 1, 4096, 2048, 64, seed=3)           # q past the pool: tiled from it
+    assert q.shape == (1, 2, 4096, 64) and k.shape == v.shape == (1, 1, 2048, 64)
+    vals = q.astype(np.float32)
+    assert np.isfinite(vals).all() and 0.9 < np.std(vals) < 1.1 and not np.array_equal(k, v)
+    q2, _, _ = dr._bench_qkv(1, 2, 1, 4096, 2048, 64, seed=3)
+    assert np.array_equal(q.view(np.uint16), q2.view(np.uint16))
+
+
 def test_bench_weights_look_like_random_weights():
     from porter.validation.model_config import load_model_config
     from porter.validation.weights import random_weights
