@@ -9,6 +9,15 @@ contradictions between sections (e.g. Tensor Memory without a TMEM accumulator).
 Units are part of the key names (``smem_per_sm_kib``, ``hbm_bandwidth_tb_s``), so a
 value is always a bare number and a key without its unit is an unknown key whose
 nearest valid spelling is suggested.
+
+A descriptor is untrusted input, so the loader also bounds its own work: alias expansion
+past a small budget (a "billion laughs" file) and self-referencing aliases are refused
+before anything walks the data; every message quotes values through a bounded ``_show``;
+SASS signatures must stay in a linear-time regex subset (``regex_hazard``); text values
+may not hold control characters (ESC, NUL, newlines, bidi overrides); YAML 1.2 numbers
+such as ``2.25e3`` are numbers. porter.arch adds the checks that need more than the file:
+the target against the installed NVRTC, limits against the known figures per compute
+capability, ``identity.previous``.
 """
 
 from __future__ import annotations
