@@ -513,8 +513,9 @@ def _check_aliases(node: yaml.Node, file: str) -> None:
         raise _err(f"{file}: YAML alias refers to itself (a recursive structure); "
                    "a descriptor is plain mappings, lists and values")
     if size > _MAX_EXPANDED_NODES:
-        raise _err(f"{file}: YAML aliases expand to more than {_MAX_EXPANDED_NODES} values "
-                   "(an alias bomb?); write the values out, a descriptor needs no aliases")
+        raise _err(f"{file}: YAML expands to more than {_MAX_EXPANDED_NODES} values once its aliases "
+                   "are followed (an alias bomb?); a descriptor holds about a thousand: write the values "
+                   "out, a descriptor needs no aliases")
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
