@@ -604,20 +604,21 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
     with open(out / "run.log", "w") as log_file:
         printer = Printer(log_file)
         printer.logline(f"environment: {json.dumps(jsonable(environment))}")
+        want = manifest.get("target")
+        cc = environment.get("compute_capability") if dev.kind == "cuda" else None
+        why_not = None
         if environment.get("gpu") is None:
-            printer.say(f"{environment.get('why_no_gpu')}; device validation and benchmarks of "
-                        f"{manifest['arch']} still open")
+            why_not, short = environment.get("why_no_gpu"), "no GPU"
+        elif want and cc and f"sm_{cc[0]}{cc[1]}" != want.rstrip("af"):
+            why_not = f"compute capability mismatch: {environment['gpu']} is {cc[0]}.{cc[1]}, the kernels are {want}"
+            short = why_not
+        if why_not:
+            printer.say(f"{why_not}; device validation and benchmarks of {manifest['arch']} still open")
             for name, e in entries:
-                results["kernels"].append({"name": name, "not_run": "no GPU", "checks": [], "bench": [],
+                results["kernels"].append({"name": name, "not_run": short, "checks": [], "bench": [],
                                            "level": e["level"]})
             results["seconds"] = time.monotonic() - t_start
             atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))
-            return 3
-        want = manifest.get("target")
-        cc = environment.get("compute_capability") if dev.kind == "cuda" else None
-        if want and cc and f"sm_{cc[0]}{cc[1]}" != want.rstrip("af"):
-            printer.say(f"compute capability mismatch: {environment['gpu']} is {cc[0]}.{cc[1]}, the prepared "
-                        f"kernels are {want}")
             return 3
         printer.say(f"porter device check: {len(entries)} {manifest['arch']} kernels on {environment['gpu']}"
                     + (" (REHEARSAL: no GPU, levels not raised)" if rehearsal else ""))
