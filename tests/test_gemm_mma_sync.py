@@ -274,18 +274,57 @@ def test_ldmatrix_fragments_are_the_mma_operands(shape):
                     assert (got == want).all(), (shape, "B", warp_cols, f, kk)
 
 
-def test_epilogue_stores_each_accumulator_where_the_c_fragment_says(builds):
-    """C fragment register e: row g + 8 (e / 2), col 2 t + e % 2 (emu's layout) - the
-    epilogue's row0 + 16 i (+ 8 n for e >= 2), col0 + 8 j pairs."""
+@pytest.mark.parametrize("key", [("rtx-blackwell", "bf16"), ("ampere", "bf16")])
+def test_staged_epilogue_model(builds, key):
+    """The staged epilogue, modelled from the template's formulas and emu's C fragment
+    layout: every element of C lands in the stage once, comes back to its own (row, col) of
+    C, each warp's 32-bit staging store hits 32 different banks, and each 16-byte read-back
+    belongs to a whole 128-byte line of a C row."""
     from porter.emu.units import mma_sync as emu
 
+    cfg = builds[key].spec.config
+    src = builds[key].source
+    assert cfg["epilogue"] == "staged"
+    for text in ("warp_row + 16 * i + (lane >> 2) + 8 * h",
+                 "2u * (warp_col - pass * PASS_COLS + 8 * j + 2 * (lane & 3u))",
+                 "last_stage + r * C_ROW_BYTES + (((byte >> 4) ^ (r & 7u)) << 4) + (byte & 15u)",
+                 "last_stage + r * C_ROW_BYTES + ((ch ^ (r & 7u)) << 4)",
+                 "+ pass * PASS_COLS + 8 * ch, v);"):
+        assert text in src, text
     rows, cols = emu.fragment_layout("m16n8k16", "c")
+    tile_m, tile_n, warp_m, warp_n = cfg["tile_m"], cfg["tile_n"], cfg["warp_m"], cfg["warp_n"]
+    passes = cfg["epilogue_passes"]
+    pass_cols = tile_n // passes
+    row_bytes = pass_cols * 2
+    assert tile_m * row_bytes <= cfg["stage_bytes"] and row_bytes % 128 == 0
     lane = np.arange(32)
-    assert (rows[:, 0, 0] == lane >> 2).all() and (rows[:, 2, 0] == (lane >> 2) + 8).all()
-    assert (cols[:, 0, 0] == 2 * (lane & 3)).all() and (cols[:, 1, 0] == 2 * (lane & 3) + 1).all()
-    src = builds[("rtx-blackwell", "bf16")].source
-    assert "static_cast<int>(lane >> 2)" in src and "2 * static_cast<int>(lane & 3u)" in src
-    assert "out + 8 * static_cast<size_t>(n)" in src
+    for p in range(passes):
+        where = {}                                              # smem byte -> (row, col) of C
+        for w in range(cfg["warps_m"] * cfg["warps_n"]):
+            warp_row, warp_col = (w // cfg["warps_n"]) * warp_m, (w % cfg["warps_n"]) * warp_n
+            if warp_col // pass_cols != p:
+                continue
+            for i in range(warp_m // 16):
+                for j in range(warp_n // 8):
+                    for h in range(2):
+                        r = warp_row + 16 * i + (lane >> 2) + 8 * h
+                        byte = 2 * (warp_col - p * pass_cols + 8 * j + 2 * (lane & 3))
+                        addr = r * row_bytes + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15)
+                        assert len(set((addr // 4) % 32)) == 32, "bank conflict in a staging store"
+                        # the two columns this store carries, as the C fragment says (register 2h)
+                        c_row = warp_row + 16 * i + rows[:, 2 * h, 0]
+                        c_col = warp_col + 8 * j + cols[:, 2 * h, 0]
+                        assert (c_row == r).all() and (c_col - p * pass_cols == byte // 2).all()
+                        for l in range(32):
+                            assert addr[l] not in where
+                            where[int(addr[l])] = (int(c_row[l]), int(c_col[l]))
+        assert len(where) == tile_m * pass_cols // 2           # one word per two columns, all of them
+        pieces = row_bytes // 16
+        for r in range(tile_m):
+            for ch in range(pieces):
+                base = r * row_bytes + ((ch ^ (r & 7)) << 4)
+                for word in range(4):
+                    assert where[base + 4 * word] == (r, p * pass_cols + 8 * ch + 2 * word)
 
 
 # ---- launch plans ------------------------------------------------------------------------
@@ -484,3 +523,24 @@ def test_persistent_walk_and_ring_wrap_emulated(archs, arch_name, variant, shape
     result = validate.emulate(gemm.make_spec(arch, variant), arch, shapes=[shape], seeds=1,
                               device=EmuDevice(sm_count=2))
     assert result["status"] == "passed", result["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch_name,anchor", [
+    ("rtx-blackwell", "            __syncthreads();                   // this pass's columns are staged\n"),
+    ("ampere", "            __syncthreads();                   // MMAs (pass 0) / the previous pass's reads are done\n")])
+def test_staged_epilogue_barriers_are_needed(archs, arch_name, anchor):
+    """Planted bugs the simulator must catch: without the barrier after the staging stores a
+    warp reads rows another warp has not written yet; without the one before a pass, a warp
+    overwrites the stage while others still read it (a race, or a wrong C)."""
+    validate = pytest.importorskip("porter.emu.validate")
+    from porter.emu.device import EmuDevice
+
+    arch = archs[arch_name]
+    spec = gemm.make_spec(arch, "bf16")
+    src = gemm.render(spec, arch)
+    assert src.count(anchor) == 1
+    shape = (2 * spec.config["tile_m"], 2 * spec.config["tile_n"], 2 * spec.config["tile_k"])
+    result = validate.emulate(spec, arch, shapes=[shape], seeds=1, source=src.replace(anchor, ""),
+                              device=EmuDevice(sm_count=2))
+    assert result["status"] == "failed", result

@@ -33,6 +33,24 @@ PORTER_DEVICE uint32_t swizzle_128b(uint32_t row, uint32_t chunk) {
     return row * 128u + ((chunk ^ (row & 7u)) << 4);
 }
 
+// ---- shared-memory accesses by .shared::cta address (staged epilogues) -----------------
+PORTER_DEVICE void st_shared_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+}
+PORTER_DEVICE uint4 ld_shared_v4(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
+// 16 bytes to global memory (16-byte aligned): spelled out so the store stays one
+// st.global.v4 whatever alignment the compiler can prove for the address.
+PORTER_DEVICE void st_global_v4(void* ptr, uint4 v) {
+    asm volatile("st.global.v4.u32 [%0], { %1, %2, %3, %4 };"
+                 :: "l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
 // ---- ldmatrix ------------------------------------------------------------------------
 PORTER_DEVICE void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3}, [%4];"

@@ -224,6 +224,11 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
     stage_bytes = (tile_m + tile_n) * ROW_BYTES
     smem_bytes = ALIGN_SLACK + stages * stage_bytes + (stages * BARRIER_BYTES if stage_with == "tma" else 0)
     params = kernel_params(variant, stage_with)
+    # Staged epilogue in as few column slices (passes) as fit one stage, each a whole number of
+    # warp columns and of 128-byte lines per row; direct stores where none does.
+    passes = next((p for p in (1, 2, 4) if tile_n % p == 0 and tile_m * (tile_n // p) * 2 <= stage_bytes
+                   and (tile_n // p) % warp_n == 0 and (tile_n // p) * 2 % 128 == 0), 0)
+    epilogue = "staged" if passes else "direct"
     elem_desc = TMA_DTYPE[bits] + (" (two e2m1 per byte, even k in the low nibble)" if bits == 4 else "")
     k_cols = {16: "K", 8: "K", 4: "K/2"}[bits]
     box_k = ROW_BYTES // (2 if bits == 16 else 1)   # TMA elements per 128-byte row (bf16 or bytes)
@@ -279,7 +284,11 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
         # that FADDs add into the fp32 one every promote_every_k = TILE_K elements.
         "accumulation": accumulation,
         "promote_every_k": tile_k if accumulation == "promoted" else 0,
-        "epilogue": "registers -> alpha * acc -> bf16x2 stores straight from the fragments",
+        # "staged": the C tile goes through the stage its last k-block read (swizzled bf16
+        # rows) and out in 16-byte pieces of whole rows (full 128-byte lines), where it fits
+        # in one stage; "direct": bf16x2 stores straight from the fragments.
+        "epilogue": epilogue,
+        "epilogue_passes": passes,
         "params": params,
         "tma_maps": tma_maps,
         "tensor_maps": tensor_maps,
@@ -288,6 +297,13 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
     required, forbidden = _sass_rules(arch, kind, variant, stage_with)
     if accumulation == "promoted":
         required += optional_rule(arch, "op:fp32_add", "fp32 promotion of each k-block's MMAs into the accumulator")
+    if epilogue == "staged" and "width_16b" in getattr(arch, "sass_modifiers", {}) \
+            and getattr(arch, "sass_ops", {}).get("global_store"):
+        # C is the only global store: 16 bytes per lane everywhere, i.e. whole 128-byte lines.
+        required += (SassRule(arch.sass_pattern("op:global_store/width_16b"),
+                              "staged epilogue: 16-byte stores of whole C rows (op:global_store/width_16b)"),)
+        forbidden += (SassRule(arch.sass_pattern("op:global_store/!width_16b"),
+                               "a global store narrower than 16 B (uncoalesced epilogue)"),)
     features = ("mma_sync",) + (("tma", "mbarrier") if stage_with == "tma" else ("cp_async",)) \
         + tuple(variant.features)
     return KernelSpec(
