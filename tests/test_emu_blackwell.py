@@ -117,6 +117,13 @@ MUTATIONS = [
       ("// Frees the stage once these MMAs have read it.\n                    porter::tc::commit(bar(bars.empty[stage]));",
        "")],
      (128, 256, 512), "changed before the operation completed"),
+    # attention: the softmax corrects O without waiting for the previous P V (pv_done): its
+    # tcgen05.ld meets the MMA still writing O (the commit groups' completion is seeded, up
+    # to the latest the ISA allows)
+    ("missing-pv-done-wait", "attention", "attention.hd128",
+     [("                wait_bar(s.pv_done(), (it - 1) & 1u);\n                tc::fence_after_thread_sync();\n"
+       "                correct_o(o_addr, alpha);", "                correct_o(o_addr, alpha);")],
+     (1, 1, 1, 128, 400), "still writes (it has not completed"),
     # attention: P is handed to the P V MMA before tcgen05.wait::st
     ("missing-wait-st", "attention", "attention.hd128",
      [("tmem::wait_st();\n            tc::fence_before_thread_sync();", "tc::fence_before_thread_sync();")],

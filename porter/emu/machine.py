@@ -363,6 +363,9 @@ class Cluster:
 
 # ---- the async engine ----------------------------------------------------------------------------
 
+LATE = 1 << 60     # an AsyncEngine delay: complete only when nothing else can progress
+
+
 class AsyncEngine:
     """Asynchronous work (TMA copies, bulk copies): each completes a few rounds after issue."""
 
@@ -372,8 +375,11 @@ class AsyncEngine:
         self.rng = rng
         self.max_delay = max_delay
 
-    def submit(self, round_now: int, fn, describe: str) -> None:
-        delay = 1 if self.rng is None else int(self.rng.integers(1, self.max_delay + 1))
+    def submit(self, round_now: int, fn, describe: str, delay: int | None = None) -> None:
+        """``delay``: rounds until ``fn`` runs (default: seeded 1..max_delay); LATE: only once
+        every warp is parked (the latest completion the ISA allows)."""
+        if delay is None:
+            delay = 1 if self.rng is None else int(self.rng.integers(1, self.max_delay + 1))
         self.seq += 1
         self.pending.append((round_now + delay, self.seq, fn, describe))
 

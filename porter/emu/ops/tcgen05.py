@@ -47,6 +47,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed, EmuError, Unsupported
+from porter.emu.machine import LATE
 from porter.emu.units import tcgen05 as tc
 from porter.emu.units import tmem as tmem_unit
 
@@ -619,8 +620,13 @@ def _build_commit(ins, d, g: int):
             grp = Group(p.open, bars, where, f"{w.name} lane {lane}")
             p.open = []
             p.fifo.append(grp)
+            # seeded: half the groups complete a few rounds after the commit, half only once every
+            # warp is parked (the latest the ISA allows: the widest window for early readers)
+            rng = w.sched.rng
+            late = rng is not None and rng.random() < 0.5
             w.sched.engine.submit(w.sched.round, functools.partial(p.complete_through, grp),
-                                  f"tcgen05.commit at {where} ({len(grp.ops)} operation(s))")
+                                  f"tcgen05.commit at {where} ({len(grp.ops)} operation(s))",
+                                  delay=LATE if late else None)
         return None
     commit.n_dst = 0
     return commit
