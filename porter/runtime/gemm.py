@@ -12,7 +12,10 @@ Operand formats: bf16 -> bfloat16 arrays; e4m3 -> float8_e4m3fn (or its raw uint
 e2m1 -> uint8 with two values per byte (even k in the low nibble), so A is [M, K/2].
 Block scales (mxfp8: ue8m0 per 32 of K; nvfp4: ue4m3 per 16) are [rows, K/block] arrays of
 raw bytes (uint8, float8_e8m0fnu or float8_e4m3fn); porter reorders them into the
-kernel's chunk layout (porter.kernels.block_scale_layout) on the host.
+kernel's chunk layout (porter.kernels.block_scale_layout) on the host for the tcgen05
+kernels (tma_sfa / tma_sfb), and passes them as they are for the mma_sync kernels, which
+take sfa / sfb pointers to the row-major bytes. Kernels that take a / b pointers instead of
+tensor maps (mma_sync with cp.async staging) need packed rows (row pitch K * bits / 8).
 """
 
 from __future__ import annotations
