@@ -167,16 +167,27 @@ def test_mma_m16n8k16_f16_and_the_result_is_not_the_transpose():
     assert not np.allclose(got[:8], want[8:])
 
 
-@pytest.mark.parametrize("kind_first", [False, True])
-def test_mma_m16n8k32_f8f6f4_e4m3(kind_first):
+@pytest.mark.parametrize("op", ["mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e4m3.e4m3.f32",
+                                "mma.sync.aligned.kind::f8f6f4.m16n8k32.row.col.f32.e4m3.e4m3.f32",
+                                "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"])
+def test_mma_m16n8k32_e4m3(op):
     a_c, a = fp8_codes((16, 32))
     b_c, b = fp8_codes((32, 8))
     c = RNG.standard_normal((16, 8)).astype(np.float32)
     a_regs = pack(lambda i: a_c[a32_pos(i)], 4, 4, 8)
     b_regs = pack(lambda i: b_c[b32_pos(i)], 2, 4, 8)
-    op = ("mma.sync.aligned.kind::f8f6f4.m16n8k32.row.col.f32.e4m3.e4m3.f32" if kind_first
-          else "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e4m3.e4m3.f32")
     close(unpack_d(run_mma(op, a_regs, b_regs, pack_c(c))), a @ b + c)
+
+
+def test_mma_m16n8k32_e5m2_times_e4m3():
+    a_c = RNG.integers(0, 256, size=(16, 32)).astype(np.uint8)
+    a_c[(a_c & 0x7C) == 0x7C] = 0x3C               # e5m2: no inf / NaN
+    a = decode(a_c, "e5m2")
+    b_c, b = fp8_codes((32, 8))
+    got = run_mma("mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e5m2.e4m3.f32",
+                  pack(lambda i: a_c[a32_pos(i)], 4, 4, 8), pack(lambda i: b_c[b32_pos(i)], 2, 4, 8),
+                  np.zeros((32, 4), np.float32))
+    close(unpack_d(got), a @ b)
 
 
 def test_mma_f8f6f4_e2m1_sits_in_the_central_bits_of_its_byte():

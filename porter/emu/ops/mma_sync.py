@@ -9,7 +9,7 @@ A/B/C fragments of all 32 lanes and writes D at once. ``ldmatrix`` / ``stmatrix`
 that an issued, not yet landed ``cp.async`` still writes is a race and an error
 (``porter.emu.ops.cp_async.check_not_in_flight``).
 
-Forms: ``mma.sync.aligned.{m16n8k16 (.bf16/.f16), m16n8k32 .kind::f8f6f4 and
+Forms: ``mma.sync.aligned.{m16n8k16 (.bf16/.f16), m16n8k32 .e4m3/.e5m2 (sm_89), .kind::f8f6f4 and
 .kind::mxf8f6f4.block_scale.scale_vec::1X (ue8m0), m16n8k64 .kind::mxf4 /
 .kind::mxf4nvf4.block_scale.scale_vec::{2X,4X} (ue8m0 / ue4m3)}.row.col.f32.*.*.f32``
 (the qualifiers in any order); ``ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}{.shared{::cta}}.b16``
@@ -31,7 +31,7 @@ from porter.emu.units import mma_sync as unit
 
 _SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
 _NUM = {"x1": 1, "x2": 2, "x4": 4}
-_KINDS = {"m16n8k16": (None,), "m16n8k32": ("f8f6f4", "mxf8f6f4"), "m16n8k64": ("mxf4", "mxf4nvf4")}
+_KINDS = {"m16n8k16": (None,), "m16n8k32": (None, "f8f6f4", "mxf8f6f4"), "m16n8k64": ("mxf4", "mxf4nvf4")}
 _ELEM_TYPES = {"bf16", "f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"}
 
 
@@ -96,6 +96,8 @@ def build_mma(ins, d):
             raise d.unsupported(f"(element type .{t} with shape {shape})")
     if shape == "m16n8k16" and atype != btype:
         raise d.unsupported("(m16n8k16 needs .atype == .btype)")
+    if shape == "m16n8k32" and kind is None and not {atype, btype} <= {"e4m3", "e5m2"}:
+        raise d.unsupported("(m16n8k32 without .kind takes .e4m3/.e5m2 only)")
     ops = ins.operands
     n_ops = 8 if block_scale else 4
     if len(ops) != n_ops or not all(isinstance(ops[i], ptx.Vec) for i in range(4)):
