@@ -43,6 +43,11 @@ def _check_result(result, spec, seeds: int) -> None:
         m, n, _ = shapes[1]
         tiles = (m // spec.config["tile_m"]) * (n // spec.config["tile_n"])
         assert runs[-1]["ctas"] == 4 and tiles == 3 * (4 // g)     # 3 tiles per persistent CTA (pair)
+    else:
+        g = int(spec.config["cta_group"])
+        batch, heads, _, seq_q, _ = shapes[1]
+        tiles = batch * heads * -(-seq_q // int(spec.config["block_m"]))
+        assert runs[-1]["ctas"] == 4 and tiles >= 3 * (4 // g) and shapes[1][3] < shapes[1][4]
 
 
 @pytest.mark.parametrize("family,name", BLACKWELL_KERNELS, ids=[n for _, n in BLACKWELL_KERNELS])

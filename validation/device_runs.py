@@ -375,14 +375,15 @@ def _gemm_spot_check(variant: str, run: GemmRun, rows: int = 64) -> dict:
 
 # ---- attention ---------------------------------------------------------------------------------
 
-def attention_plan(spec, arch, q, k, v) -> tuple[dict, dict, dict]:
-    """(launch plan, host q/k/v as padded 2-D views, checked tensor maps): no GPU needed."""
+def attention_plan(spec, arch, q, k, v, max_ctas: int | None = None) -> tuple[dict, dict, dict]:
+    """(launch plan, host q/k/v as padded 2-D views, checked tensor maps): no GPU needed.
+    ``max_ctas``: the device's SM count (the persistent grid never exceeds it)."""
     from porter.kernels import attention as family
 
     b, hq, hkv, sq, sk, d = family.validate_inputs(q, k, v)
     if d != spec.config["head_dim"]:
         raise PorterError(f"{spec.name}: inputs have head dim {d}, the kernel {spec.config['head_dim']}")
-    plan = family.launch_plan(spec, arch, b, hq, hkv, sq, sk)
+    plan = family.launch_plan(spec, arch, b, hq, hkv, sq, sk, max_ctas=max_ctas)
     # tiny problems get zero rows up to one TMA box (the kernel masks them): the family's rule
     # pointer-staged mainloops (cp.async) take q / k / v unpadded: family.host_views
     host = family.host_views(plan, q, k, v)
@@ -396,7 +397,7 @@ class AttentionRun:
         import ml_dtypes
 
         self.device = dev = _device(device)
-        self.plan, host, maps = attention_plan(spec, arch, q, k, v)
+        self.plan, host, maps = attention_plan(spec, arch, q, k, v, max_ctas=getattr(dev, "sm_count", None))
         self.bufs = {p: dev.upload(x) for p, x in host.items()}
         self.o_shape, self.lse_shape = self.plan["outputs"]["o"], self.plan["outputs"]["lse"]
         self.o_buf = dev.alloc(int(np.prod(self.o_shape)) * 2)

@@ -248,17 +248,21 @@ LOG2E = 1.4426950408889634
 
 
 def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: int,
-                softmax_scale: float | None = None) -> dict:
+                softmax_scale: float | None = None, max_ctas: int | None = None) -> dict:
     """Everything the host needs to launch ``spec`` (no GPU involved): the persistent
     grid, block, dynamic shared memory, the scalar arguments and the three TMA maps
-    (2-D bf16 views (rows, cols) with their box and swizzle)."""
+    (2-D bf16 views (rows, cols) with their box and swizzle). ``max_ctas``: the device's
+    SM count when it has fewer than the arch (the emulated device), as for the GEMMs."""
     cfg = spec.config
     d = cfg["head_dim"]
     tiles = b * hq * -(-sq // cfg["block_m"])
     # Persistent: one CTA (or one cluster, e.g. a CTA pair sharing a tile) per SM's
     # worth of tiles; a mainloop may cap the CTAs with grid_ctas.
     cluster = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
-    clusters = max(1, min(tiles, cfg.get("grid_ctas", arch.sm_count) // cluster))
+    slots = cfg.get("grid_ctas", arch.sm_count)
+    if max_ctas:
+        slots = min(slots, int(max_ctas))
+    clusters = max(1, min(tiles, slots // cluster))
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     # The kernels keep the running max of the RAW scores and fold the scale in later
     # (softmax.cuh), which is only the max of the scaled scores for a positive scale.
