@@ -6,12 +6,10 @@ lengths, grouped-query heads, causal both ways), one input set each, with the de
 harness's poisoned outputs and fp64 references.
 
 Then planted bugs, each of which must fail: a cp.async.wait_group one group too weak (the
-stage is read before its copies land: the race checker names the copy) in the GEMM and in
-attention, and an mxf8f6f4 block-scale byte selector that picks another K step's scales.
-
-Not caught: the barrier after the wait left out. The checker would name it (a cross-warp
-test in test_emu_mma_sync_ops shows that), but the scheduler runs warps in lock-step
-quanta, so no warp gets far enough ahead to read a stage another warp has not waited for.
+stage is read before its copies land: the in-flight check names the copy) in the GEMM and
+in attention, the barrier after the wait left out (other warps read bytes the copying
+thread landed at its wait with nothing ordering them: the race detector), and an
+mxf8f6f4 block-scale byte selector that picks another K step's scales.
 """
 
 from __future__ import annotations
@@ -81,6 +79,9 @@ MUTATIONS = [
     ("cp-async-wait-too-weak", "ampere", "gemm", "gemm.bf16",
      [("porter::cp_async_wait<STAGES - 2>();", "porter::cp_async_wait<STAGES - 1>();")],
      (128, 256, 256), "that an asynchronous copy is still writing"),
+    ("missing-barrier-after-cp-async-wait", "ampere", "gemm", "gemm.bf16",
+     [("            __syncthreads();\n            issue_next_load();", "            issue_next_load();")],
+     (128, 256, 256), "shared-memory race"),
     ("attention-cp-async-wait-too-weak", "ampere", "attention", "attention.hd64",
      [("cp_async_wait<kStages - 2>();", "cp_async_wait<kStages - 1>();")],
      (1, 2, 1, 160, 100), "that an asynchronous copy is still writing"),

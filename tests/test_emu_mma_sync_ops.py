@@ -558,7 +558,12 @@ def test_ldmatrix_of_rows_a_cp_async_still_writes_is_a_race():
 
 def test_another_warps_ldmatrix_before_the_barrier_is_a_race():
     # warp 1 copies its rows; warp 0 reads them right away (no wait, no barrier in between)
-    ptx = CP_KERNEL.replace("BODY", """
+    prologue = """    mov.u32 %r5, 0xdeadbeef;
+    st.shared.u32 [%r4], %r5;               // old contents
+    st.shared.u32 [%r4+512], %r5;
+"""
+    assert CP_KERNEL.count(prologue) == 1
+    ptx = CP_KERNEL.replace(prologue, "").replace("BODY", """
     setp.ge.u32 %p1, %r1, 32;
     @!%p1 bra READ;
     cp.async.cg.shared.global [%r4], [%rd4], 16;
@@ -589,3 +594,42 @@ def test_a_store_into_a_copy_in_flight_is_a_race():
     st.shared.u32 [%r4+4], %r1;
     cp.async.wait_group 0;
 """)
+
+
+def test_with_the_race_detector_a_landed_copy_still_needs_a_barrier(monkeypatch):
+    """Warp 1 waits for its copy, warp 0 then reads the bytes with no barrier in between: the
+    read meets the copy either in flight or landed but unordered (the race detector)."""
+    import functools
+    import importlib
+
+    from porter.emu.machine import Scheduler
+
+    launch_mod = importlib.import_module("porter.emu.launch")
+
+    monkeypatch.setattr(launch_mod, "Scheduler", functools.partial(Scheduler, check_races=True))
+    prologue = """    mov.u32 %r5, 0xdeadbeef;
+    st.shared.u32 [%r4], %r5;               // old contents
+    st.shared.u32 [%r4+512], %r5;
+"""
+    assert CP_KERNEL.count(prologue) == 1
+    ptx = CP_KERNEL.replace(prologue, "").replace("BODY", """
+    setp.ge.u32 %p1, %r1, 32;
+    @!%p1 bra READ;
+    cp.async.cg.shared.global [%r4], [%rd4], 16;
+    cp.async.commit_group;
+    cp.async.wait_group 0;
+    bra.uni DONE;
+READ:
+    nanosleep.u32 1000;
+    add.u32 %r12, %r4, 512;
+    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r6, %r7, %r8, %r9}, [%r12];
+DONE:
+""")
+    src = np.arange(64 * 64, dtype=np.uint32)
+    with pytest.raises(CheckFailed, match=r"ldmatrix.*(shared-memory race in CTA 0 .* read \(ldmatrix.x4\) by CTA 0 "
+                                          r"warp 0 .* earlier write by CTA 0 warp 1|still writing)"):
+        emu_launch(ptx, "k", grid=1, block=64, args=[src, np.zeros((64, 4), np.uint32)])
+    # with a barrier after the wait it is fine
+    fixed = ptx.replace("    cp.async.wait_group 0;\n    bra.uni DONE;", "    cp.async.wait_group 0;\n    bar.sync 0;\n"
+                        "    bra.uni DONE;").replace("    nanosleep.u32 1000;\n", "    bar.sync 0;\n")
+    emu_launch(fixed, "k", grid=1, block=64, args=[src, np.zeros((64, 4), np.uint32)])

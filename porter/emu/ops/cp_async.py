@@ -73,12 +73,20 @@ def check_not_in_flight(w, offs: np.ndarray, nbytes: int, what: str) -> None:
                       f"asynchronous copy is still writing{who}")
 
 
-def _land(w, c: _Copy, due: np.ndarray) -> None:
-    """Write copy ``c``'s bytes for the lanes ``due`` (bool (32,)) into shared memory."""
+def _land(w, c: _Copy, due: np.ndarray, clock=None) -> None:
+    """Write copy ``c``'s bytes for the lanes ``due`` (bool (32,)) into shared memory. For the
+    race detector the write is the issuing warp's (``w``), at its clock now (the wait that makes
+    the bytes visible to it) or at ``clock`` (an mbarrier-tracked completion: its clock at the
+    cp.async.mbarrier.arrive). cp.async writes in the generic proxy."""
     data = w.cta.smem.data
     n = c.data.shape[1]
     lanes = np.nonzero(due)[0]
     idx = c.dst[lanes][:, None] + np.arange(n)
+    race = w.sched.race
+    if race is not None:
+        race.check(w.cta, idx.reshape(-1), w.aid, w.vc if clock is None else clock, True, c.line,
+                   f"the cp.async of {w.name}", "cp.async landing")
+    w.cta.generic_written[idx.reshape(-1)] = True
     same = (data[idx] == c.before[lanes]).all(axis=1)
     if not same.all():
         lane = int(lanes[np.argmin(same)])
@@ -258,13 +266,17 @@ def _mbarrier_arrive(ins, d):
                 bar.pending += 1
             tracked = [(c, c.pending & (np.arange(32) == lane)) for c in st.copies]
             tracked = [(c, t) for c, t in tracked if t.any()]
+            race = w.sched.race
+            clock = w.vc.copy() if race is not None else None
 
-            def complete(w=w, bar=bar, tracked=tracked, lane=int(lane)):
+            def complete(w=w, bar=bar, tracked=tracked, lane=int(lane), clock=clock):
                 if w.cta.done:
                     return
                 for c, t in tracked:
                     if c.pending[lane]:
-                        _land(w, c, t)
+                        _land(w, c, t, clock)
+                if clock is not None:
+                    w.sched.race.release_clock(clock, bar)
                 st.copies = [c for c in st.copies if c.pending.any()]
                 bar.arrive(1, f"cp.async.mbarrier.arrive of {w.name} lane {lane}")
             w.sched.engine.submit(w.sched.round, complete, f"cp.async.mbarrier.arrive {bar.where}")

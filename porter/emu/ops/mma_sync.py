@@ -27,6 +27,7 @@ from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed, EmuError
 from porter.emu.ops.cp_async import check_not_in_flight
+from porter.emu.ops.memory import _track
 from porter.emu.units import mma_sync as unit
 
 _SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
@@ -216,6 +217,7 @@ def _matrix_op(ins, d, store: bool):
         mem.check_aligned(offs, 16, f"{what} row address")
         smem.check_lanes(offs, 16, f"{what} row")
         check_not_in_flight(w, offs, 16, what)
+        _track(w, w.cta, offs, 16, store, what)         # race detector; a store marks the generic proxy
         if not store:
             try:
                 out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),
