@@ -13,6 +13,13 @@ them just before the arrive-on). A missing or too-weak wait therefore reads stal
 Groups are per thread, as the ISA says: each lane counts its own commits, and a wait
 completes only the executing lanes' copies. Copies still pending when a thread exits are
 landed then (the hardware would finish them; nothing can wait for them any more).
+
+Checked: ``ldmatrix``/``stmatrix`` of bytes an issued copy has not yet landed
+(``check_not_in_flight``: the copy's own thread lacks the covering wait, or another thread
+reads before that wait and a barrier after it); a destination written by anything else
+while its copy is in flight (compared at landing); and, with the race detector on, the
+landing is the issuing warp's write at its wait, so a reader in another warp needs a
+barrier after that wait. Bounds and alignment of source (src-size bytes) and destination.
 """
 
 from __future__ import annotations
