@@ -1,17 +1,19 @@
 """Warp-level ``mma.sync`` fragment layouts and ``ldmatrix``, from the PTX ISA's
 "Warp-level Matrix Multiply-Accumulate Instructions" (9.7.14.5.x "Matrix Fragments for
-mma.m16n8k16 with floating point type" and "... mma.m16n8k32", 9.7.14.5.15 ``ldmatrix``).
+mma.m16n8k16 with floating point type", "... mma.m16n8k32", "... mma.m16n8k64"),
+9.7.14.3 "Block Scaling" and 9.7.14.5.15 ``ldmatrix``.
 
 The forms covered are ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`` (and f16),
-``mma.sync.aligned.m16n8k32.row.col{.kind::f8f6f4}.f32.e4m3.e4m3.f32`` (8-bit containers:
-the ISA gives one m16n8k32 layout for .u8/.s8/.e4m3/.e5m2/.e3m2/.e2m3/.e2m1) and
-``ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16``. In the ISA's words,
-groupID = %laneid >> 2 and threadID_in_group = %laneid % 4.
+``mma.sync.aligned.m16n8k32.row.col{.kind::f8f6f4|.kind::mxf8f6f4.block_scale}.f32.*.*.f32``
+(8-bit containers: the ISA gives one m16n8k32 layout for .u8/.s8/.e4m3/.e5m2/.e3m2/.e2m3/
+.e2m1), ``mma.sync.aligned.m16n8k64.row.col.kind::mxf4{nvf4}.block_scale.*.f32.e2m1.e2m1.f32``
+(4-bit elements, eight per register) and ``ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16``.
+In the ISA's words, groupID = %laneid >> 2 and threadID_in_group = %laneid % 4.
 
 API
 ---
 ``fragment_layout(shape, operand) -> (rows, cols)``, int64 (32, regs, per_reg)
-    shape "m16n8k16" (16-bit A/B) or "m16n8k32" (8-bit A/B); operand "a" (16 x K, row
+    shape "m16n8k16" (16-bit A/B), "m16n8k32" (8-bit A/B) or "m16n8k64" (4-bit A/B); operand "a" (16 x K, row
     index M), "b" (K x 8, row index K, col index N) or "c" (16 x 8, C and D, one f32 per
     register so per_reg = 1). Element e of register j (e = 0 in the low bits) is the
     ISA's a_i / b_i / c_i with i = j * per_reg + e.
