@@ -633,3 +633,24 @@ DONE:
     fixed = ptx.replace("    cp.async.wait_group 0;\n    bra.uni DONE;", "    cp.async.wait_group 0;\n    bar.sync 0;\n"
                         "    bra.uni DONE;").replace("    nanosleep.u32 1000;\n", "    bar.sync 0;\n")
     emu_launch(fixed, "k", grid=1, block=64, args=[src, np.zeros((64, 4), np.uint32)])
+
+
+def test_m16n8k64_fragments_cover_the_matrix_once_and_match_the_figure_formulas():
+    for operand, dims, regs in (("a", (16, 64), 4), ("b", (64, 8), 2)):
+        rows, cols = unit.fragment_layout("m16n8k64", operand)
+        assert rows.shape == (32, regs, 8)
+        assert np.unique(rows * dims[1] + cols).size == dims[0] * dims[1]
+        pos = a64_pos if operand == "a" else b64_pos
+        for i in range(regs * 8):
+            r, c = pos(i)
+            assert (rows[:, i // 8, i % 8] == r).all() and (cols[:, i // 8, i % 8] == c).all()
+    rows, cols = unit.fragment_layout("m16n8k64", "a")
+    # T5 (groupID 1, threadID_in_group 1): a16 at row 1, column 8 + 32
+    assert (rows[5, 2, 0], cols[5, 2, 0]) == (1, 40)
+
+
+def test_scale_lanes_from_the_selector_text():
+    # thread-id-a = 1: lanes %4 in {2, 3}; the lower one row groupID, the upper groupID + 8
+    assert unit.scale_lanes("a", 1)[[0, 8, 1, 15]].tolist() == [2, 3, 6, 31]
+    # thread-id-b = 3: lane 4 n + 3 for column n
+    assert unit.scale_lanes("b", 3).tolist() == [3, 7, 11, 15, 19, 23, 27, 31]
