@@ -316,3 +316,18 @@ def test_persistent_tiles_gqa_and_masks_emulated(archs, arch_name, head_dim, cau
     spec = attention.find_spec(arch, head_dim, causal)
     result = validate.emulate(spec, arch, shapes=[shape], seeds=1, device=EmuDevice(sm_count=2))
     assert result["status"] == "passed", result["reason"]
+
+
+def test_a_smaller_descriptor_takes_fewer_stages_or_names_the_shortfall():
+    from porter import paths
+    from porter.arch import arch_from_text
+    from porter.kernels.base import Unsupported
+
+    text = (paths.data_dir("arch") / "ampere.yaml").read_text()
+    assert text.count("smem_per_block_kib: 163") == 1
+    small = arch_from_text(text.replace("smem_per_block_kib: 163", "smem_per_block_kib: 60"), "ampere-60k.yaml")
+    specs = {s.name: s for s in attention.variants(small)}
+    hd64 = specs["attention.hd64"]
+    assert isinstance(hd64, KernelSpec) and hd64.config["stages"] == 3 and hd64.smem_bytes <= 60 * 1024
+    hd128 = specs["attention.hd128"]
+    assert isinstance(hd128, Unsupported) and "shared memory" in hd128.reason
