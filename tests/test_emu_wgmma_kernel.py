@@ -98,3 +98,16 @@ def test_wgmma_kernel_matches_the_isa_fragment_layout():
 def test_generic_stores_need_fence_proxy_async_before_the_mma():
     with pytest.raises(emu.CheckFailed, match="no fence.proxy.async since"):
         _run(fence=False)
+
+
+def test_a_warp_that_skips_the_warpgroup_mma_is_reported():
+    rng = np.random.default_rng(5)
+    src = np.zeros(576 * 4, dtype=np.uint8)
+    src[:2048] = _core_matrix_bytes(rng.standard_normal((64, 16)))
+    desc = (LBO >> 4) << 16 | (SBO >> 4) << 32
+    text = (PTX.replace("COPY", _copy_lines()).replace("DESC", str(desc))
+            .replace("FENCE", "fence.proxy.async.shared::cta;")
+            .replace("wgmma.fence.sync.aligned;", "setp.ge.u32 %p3, %r0, 96;\n@%p3 bra $skip;\nwgmma.fence.sync.aligned;")
+            .replace("mul.wide.u32 %rd9", "$skip:\nmul.wide.u32 %rd9"))
+    with pytest.raises(emu.CheckFailed, match=r"warpgroup 0 issued \[1, 1, 1, 0\] wgmma.mma_async"):
+        emu.launch(text, "k", grid=1, block=128, args=[src, np.zeros((128, 4), np.float32)])

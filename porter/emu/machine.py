@@ -332,6 +332,20 @@ class CTA:
             peer.remote_seen[self.rank] = (self.cluster.barrier_generation, who)
         return peer
 
+    def check_warpgroups(self) -> None:
+        """Warpgroup-wide instructions (wgmma.mma_async, setmaxnreg) must be executed by all
+        four warps of the warpgroup alike: compare the warps once the CTA has finished."""
+        for first in range(0, len(self.warps) - 3, 4):
+            group = self.warps[first:first + 4]
+            issued = [w.units["wgmma"].issued if "wgmma" in w.units else 0 for w in group]
+            if len(set(issued)) > 1:
+                raise CheckFailed(f"{self.name}: the warps of warpgroup {first // 4} issued {issued} "
+                                  "wgmma.mma_async: every warp of a warpgroup must execute each one")
+            regs = [self.warp_regs.get(w.index) for w in group]
+            if any(r is not None for r in regs) and len(set(regs)) > 1:
+                raise CheckFailed(f"{self.name}: the warps of warpgroup {first // 4} end with setmaxnreg "
+                                  f"counts {regs}: the whole warpgroup must execute each setmaxnreg")
+
     def check_exit_safe(self) -> None:
         """A CTA must not exit while a peer that used its shared memory (remote arrives, DSMEM,
         multicast) can still do so: a cluster barrier must separate the peer's last remote
@@ -518,6 +532,7 @@ class Scheduler:
         cluster_barrier_recheck(cta.cluster, self.race)
         if all(x.done for x in cta.warps):
             cta.check_exit_safe()
+            cta.check_warpgroups()
             for hook in self.exit_hooks + cta.units.get("exit_checks", []):
                 hook(cta)
             cta.done = True

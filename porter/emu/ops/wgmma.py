@@ -52,6 +52,7 @@ class WgmmaState:
         self.open: list = []
         self.groups: list[list] = []
         self.refs: dict[int, int] = {}
+        self.issued = 0
 
 
 def _state(w) -> WgmmaState:
@@ -183,6 +184,7 @@ def build_wgmma(ins, d):
             st.refs[i] = st.refs.get(i, 0) + 1
             w.poisoned[i] = f"an accumulator of the wgmma.mma_async at line {line}, before the wgmma.wait_group that covers it"
         w.sched.counters["wgmma"] += 1
+        st.issued += 1
 
         def complete(w):
             for key in keys:
