@@ -83,10 +83,11 @@ MUTATIONS = [
     ("idesc-wrong-n", "gemm", "gemm.bf16", [(IDESC_BF16, IDESC_BF16.replace("0x084", "0x082"))],
      GEMM_SMALL, "column 128, never written"),
     # the MMAs put the second accumulator buffer at column 128 instead of 256: the epilogue
-    # (2 tiles per CTA) reads buffer 1's columns 384.. that no MMA wrote
+    # (2 tiles per CTA) reads buffer 1's columns 384.. that no MMA wrote, or (depending on the
+    # seeded order) meets buffer 1's MMAs still writing the columns 128..255 of buffer 0
     ("second-accumulator-column", "gemm", "gemm.bf16",
      [("const uint32_t d_tmem = tmem_base + buf * MMA_N;", "const uint32_t d_tmem = tmem_base + buf * (MMA_N / 2);")],
-     (512, 512, 64), "column 384, never written"),
+     (512, 512, 64), ("column 384, never written", "columns 128..159) that the tcgen05.mma issued at")),
     ("missing-commit", "gemm", "gemm.bf16", [("porter::tc::commit(bar(bars.acc_full[buf]));", "")],
      GEMM_SMALL, "deadlock"),
     # the pair's stage-release commit reaches only the even CTA: the odd producer never gets its stages back
@@ -124,11 +125,11 @@ MUTATIONS = [
      (128, 256, 512), "changed before the operation completed"),
     # attention: the softmax corrects O without waiting for the previous P V (pv_done): its
     # tcgen05.ld meets the MMA still writing O (the commit groups' completion is seeded, up
-    # to the latest the ISA allows)
+    # to the latest the ISA allows), or the next P V overwrites the O it read unordered
     ("missing-pv-done-wait", "attention", "attention.hd128",
      [("                wait_bar(s.pv_done(), (it - 1) & 1u);\n                tc::fence_after_thread_sync();\n"
        "                correct_o(o_addr, alpha);", "                correct_o(o_addr, alpha);")],
-     (1, 1, 1, 128, 400), "still writes (it has not completed"),
+     (1, 1, 1, 128, 1024), ("still writes (it has not completed", "without tcgen05.fence::before_thread_sync")),
     # attention: P is handed to the P V MMA before tcgen05.wait::st
     ("missing-wait-st", "attention", "attention.hd128",
      [("tmem::wait_st();\n            tc::fence_before_thread_sync();", "tc::fence_before_thread_sync();")],
@@ -150,7 +151,8 @@ def test_planted_bug_is_caught(case, blackwell):
     source = _mutate(family_module(family).render(spec, blackwell), edits)
     result = emulate(spec, blackwell, shapes=[shape], seeds=1, source=source)
     assert result["status"] == "failed", result
-    assert reason in result["reason"], result["reason"]
+    reasons = reason if isinstance(reason, tuple) else (reason,)
+    assert any(r in result["reason"] for r in reasons), result["reason"]
 
 
 def test_unmutated_kernels_pass_at_the_mutation_shapes(blackwell):

@@ -147,8 +147,9 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
             if last >= 0 and epochs.get(int(a), 0) <= last:
                 raise CheckFailed(
                     f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
-                    f"{_agent_name(w, a)} last {how} at {st.access_where.get(int(a), '?')} and handed over without "
-                    "tcgen05.fence::before_thread_sync between that access and the thread sync")
+                    f"{_agent_name(w, a)} last {how} at {st.access_where.get(int(a), '?')}, without "
+                    "tcgen05.fence::before_thread_sync by that warp since (an ordered hand-off is that fence, a "
+                    "thread sync, then tcgen05.fence::after_thread_sync here)")
 
 
 def _note_access(st: CtaTc, region, agent: int, writes: bool, w=None, where: str = "") -> None:
