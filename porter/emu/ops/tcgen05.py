@@ -47,13 +47,13 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed, EmuError, Unsupported
-from porter.emu.machine import LATE
 from porter.emu.units import tcgen05 as tc
 from porter.emu.units import tmem as tmem_unit
 
 _LD_SHAPE = re.compile(r"(\d+x\d+b)")
 _NUM = re.compile(r"x(\d+)")
 NO_AGENT = -1
+LATE_ROUNDS = 2000       # a "late" commit group: when every warp is parked, at the latest this many rounds on
 
 
 # ---- per-CTA state ------------------------------------------------------------------------------
@@ -622,12 +622,13 @@ def _build_commit(ins, d, g: int):
             p.open = []
             p.fifo.append(grp)
             # seeded: half the groups complete a few rounds after the commit, half only once every
-            # warp is parked (the latest the ISA allows: the widest window for early readers)
+            # warp is parked (the latest the ISA allows: the widest window for early readers), or
+            # after LATE_ROUNDS rounds should some warp poll without parking (test_wait loops)
             rng = w.sched.rng
             late = rng is not None and rng.random() < 0.5
             w.sched.engine.submit(w.sched.round, functools.partial(p.complete_through, grp),
                                   f"tcgen05.commit at {where} ({len(grp.ops)} operation(s))",
-                                  delay=LATE if late else None)
+                                  delay=LATE_ROUNDS if late else None)
         return None
     commit.n_dst = 0
     return commit
