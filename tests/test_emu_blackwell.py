@@ -118,8 +118,8 @@ MUTATIONS = [
        "                        const uint64_t a_desc",
        "porter::tc::commit(bar(bars.empty[stage]));\n#pragma unroll\n"
        "                    for (int j = 0; j < MMAS_PER_STAGE; ++j) {\n                        const uint64_t a_desc"),
-      ("// Frees the stage once these MMAs have read it.\n                    porter::tc::commit(bar(bars.empty[stage]));",
-       "")],
+      ("// Frees the stage once these MMAs have read it.\n"
+       "                    porter::tc::commit(bar(bars.empty[stage]));", "")],
      (128, 256, 512), "changed before the operation completed"),
     # attention: the softmax corrects O without waiting for the previous P V (pv_done): its
     # tcgen05.ld meets the MMA still writing O (the commit groups' completion is seeded, up

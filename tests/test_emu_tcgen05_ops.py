@@ -66,7 +66,8 @@ def test_alloc_after_relinquish_is_reported():
     body = body.replace("  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r2], 32;",
                         "  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;\n"
                         "  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r2], 32;")
-    with pytest.raises(CheckFailed, match="t.ptx:14: CTA 0: warp 0: tcgen05.alloc 32 columns after warp 0 executed tcgen05.relinquish_alloc_permit"):
+    with pytest.raises(CheckFailed, match="t.ptx:14: CTA 0 warp 0: tcgen05.alloc 32 columns after warp "
+                       "0 executed tcgen05.relinquish_alloc_permit"):
         _run(body, ".param .u64 out", [np.zeros(2, np.uint32)], block=32)
 
 
@@ -142,14 +143,16 @@ def test_st_then_ld_round_trip_by_lane_quarter():
 
 
 def test_ld_destinations_are_poisoned_until_wait_ld():
-    with pytest.raises(CheckFailed, match=r"t.ptx:35 `st.global.v2.b32`: CTA 0 warp \d reads %r[78], the destination of the "
+    with pytest.raises(CheckFailed, match=r"t.ptx:35 `st.global.v2.b32`: CTA 0 warp \d reads %r[78], the"
+                       r" destination of the "
                                           "tcgen05.ld at line 30, before the tcgen05.wait::ld"):
         _run(LDST.replace("QUARTER", "3").replace("WAIT", ""), ".param .u64 out", [np.zeros((128, 2), np.uint32)])
 
 
 def test_a_warp_outside_its_lane_quarter_is_reported():
     # every warp addresses lane quarter 0: warp 1 may reach lanes 32..63 only
-    with pytest.raises(CheckFailed, match=r"t.ptx:28: CTA 0: warp (\d): tcgen05.st.32x32b.x2 \[0x0\]: warp \1 \(warp \1 of its "
+    with pytest.raises(CheckFailed, match=r"t.ptx:28: CTA 0 warp (\d): tcgen05.st.32x32b.x2 \[0x0\]: war"
+                       r"p \1 \(warp \1 of its "
                                           r"warpgroup\) may access TMEM lanes \d+..\d+ only, this reaches lanes 0..31"):
         _run(LDST.replace("QUARTER", "0").replace("WAIT", "tcgen05.wait::ld.sync.aligned;"),
              ".param .u64 out", [np.zeros((128, 2), np.uint32)])
@@ -228,7 +231,8 @@ WAIT:
   and.b32 %r30, %r2, 3;
   shl.b32 %r31, %r30, 21;
   add.u32 %r32, %r20, %r31;
-  tcgen05.ld.sync.aligned.32x32b.x16.b32 {{%r40, %r41, %r42, %r43, %r44, %r45, %r46, %r47, %r48, %r49, %r50, %r51, %r52, %r53, %r54, %r55}}, [%r32];
+  tcgen05.ld.sync.aligned.32x32b.x16.b32 {{%r40, %r41, %r42, %r43, %r44, %r45, %r46, %r47,
+    %r48, %r49, %r50, %r51, %r52, %r53, %r54, %r55}}, [%r32];
   tcgen05.wait::ld.sync.aligned;
   ld.param.u64 %rd7, [out];
   mul.wide.u32 %rd8, %r1, 64;
@@ -281,14 +285,16 @@ def test_mma_completes_at_its_commit_and_d_is_row_per_lane(seed):
 
 
 def test_reading_d_before_the_commit_completes_is_reported():
-    with pytest.raises(CheckFailed, match=r"t.ptx:\d+: CTA 0 warp 0: tcgen05.ld reads TMEM \(CTA 0 lanes 0..31, columns 0..15\) that "
+    with pytest.raises(CheckFailed, match=r"t.ptx:\d+: CTA 0 warp 0: tcgen05.ld reads TMEM \(CTA 0 lanes"
+                       r" 0..31, columns 0..15\) that "
                                           "the tcgen05.mma issued at t.ptx:46 still writes"):
         # warp 0 (whose lane 0 issued the MMA) reads D without waiting for the commit
         _mma(WAITMMA="@%p1 bra L2;\n  bra.uni NOWAIT;\n" + PARTS["WAITMMA"] + "\nNOWAIT:")
 
 
 def test_missing_fence_after_thread_sync_is_reported():
-    with pytest.raises(CheckFailed, match=r"t.ptx:57: CTA 0 warp \d: tcgen05.ld accesses TMEM \(CTA 0 lanes \d+..\d+, columns 0..15\) that "
+    with pytest.raises(CheckFailed, match=r"t.ptx:57: CTA 0 warp \d: tcgen05.ld accesses TMEM \(CTA 0 la"
+                       r"nes \d+..\d+, columns 0..15\) that "
                                           "CTA 0 warp 0 last wrote, after the mbarrier wait at t.ptx:51 without "
                                           "tcgen05.fence::after_thread_sync"):
         _mma(FENCE="")
@@ -366,3 +372,15 @@ def test_pair_dealloc_skipped_by_the_odd_cta_is_reported():
     with pytest.raises(CheckFailed, match="CTA 1: TMEM not deallocated at exit: columns 0..63"):
         emu.launch(text, "k", grid=2, block=32, cluster=(2, 1, 1), args=[np.zeros(2, np.uint32)], seed=2,
                    file="t.ptx")
+
+
+def test_mma_into_unallocated_columns_is_reported_at_issue():
+    # D at column 32 of a 32-column allocation: caught when the MMA is issued, not later
+    with pytest.raises(CheckFailed, match=r"t.ptx:46: CTA 0 warp 0 lane 0: tcgen05.mma D: TMEM column 32"
+                       r" \(of 32..47\) is not "
+                                          "allocated"):
+        body = MMA.replace("tcgen05.mma.cta_group::1.kind::f16 [%r20]", "tcgen05.mma.cta_group::1.kind::f16 [%r20+32]")
+        for key, default in PARTS.items():
+            body = body.replace(key, default)
+        src, _ = _mma_inputs(3)
+        _run(body, ".param .u64 src, .param .u64 out", [src, np.zeros((128, N), np.float32)])

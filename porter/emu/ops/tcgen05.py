@@ -295,8 +295,11 @@ def _wrap(where: str, who: str, fn):
         msg = str(exc)
         if msg.startswith(where.split(":")[0]):
             raise
-        # the units name the CTA (and warp) themselves: "CTA 0: warp 5: ..."
-        loc = f"{where}: {msg}" if msg.split(":")[0] in who else f"{where}: {who}: {msg}"
+        # the units name the CTA (and warp) themselves ("CTA 0: warp 5: ..."): say it once
+        own = who.split(" warp")[0] + ": "
+        if msg.startswith(own):
+            msg = re.sub(r"^warp \d+: ", "", msg[len(own):])
+        loc = f"{where}: {who}: {msg}"
         raise (Unsupported if isinstance(exc, Unsupported) else CheckFailed)(loc) from None
 
 
@@ -533,6 +536,13 @@ def _build_mma(ins, d, g: int):
                 for c in range(g):
                     reads.append((ctas[c], (0, 128, sfa & 0xFFFF, (sfa & 0xFFFF) + sa_cols)))
                     reads.append((ctas[c], (0, 128, sfb & 0xFFFF, (sfb & 0xFFFF) + sb_cols)))
+            if a_tmem and instr.a_major != "K":
+                raise CheckFailed(f"{where}: {who}: tcgen05.mma with A in TMEM needs a K-major A (the idesc's "
+                                  "transpose-A bit 15 must be 0)")
+            for cta, r, what in [(c, r, "D") for c, r, _ in regions] + [(c, r, "A / scale factors") for c, r in reads]:
+                # at issue, not only when the MMA runs: columns outside every allocation
+                _wrap(where, who, lambda: tcs[ctas.index(cta)].tmem.check_columns(r[2], r[3] - r[2],
+                                                                                  f"tcgen05.mma {what}"))
             for cta, r in reads:
                 st = tcs[ctas.index(cta)]
                 _check_inflight_mma(st, r, where, w, name)
@@ -779,7 +789,8 @@ def _build_cp(ins, d, g: int):
                 _check_inflight(st, region, True, "tcgen05.cp", where, w)
                 _check_handoff(w, sel, st, region, True, "tcgen05.cp", where)
                 if src.max() >= cta.smem.data.size or src.min() < mem.SHARED_RESERVED:
-                    raise CheckFailed(f"{where}: {who}: tcgen05.cp source bytes fall outside {cta.name}'s shared memory")
+                    raise CheckFailed(f"{where}: {who}: tcgen05.cp source bytes fall outside {cta.name}'s "
+                                      "shared memory")
                 _wrap(where, who, lambda: st.tmem.cp(addr, cta.smem.data, sdesc, shape, multicast, g))
                 _note_access(st, region, _agent(w), True)
                 snapshots.append((cta, src, cta.smem.data[src].copy()))
