@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=1)
     args = p.parse_args(argv)
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.emu.validate import emulate
     from porter.kernels import FAMILIES, family_module
     from porter.kernels.base import KernelSpec

@@ -32,8 +32,8 @@ def timed_target(arch: str, out: Path, env: dict, jobs: int) -> tuple[float, int
 
 
 def compile_table(arch_name: str) -> list[tuple[str, float, float | None, str]]:
-    from porter import toolchain
-    from porter.arch import load_arch
+    from porter.compile import toolchain
+    from porter.descriptor.arch import load_arch
     from porter.errors import CompileError
     from porter.kernels import FAMILIES, family_module
     from porter.kernels.base import Unsupported

@@ -10,7 +10,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from porter.arch import load_arch
-from porter.probes import NOT_JUDGED, check_arch, discover
+from porter.descriptor.arch import load_arch
+from porter.descriptor.probes import NOT_JUDGED, check_arch, discover
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_claiming_cp_async_away_is_caught(tmp_path, arch):
 
 
 def test_plan_from_hopper_names_the_swaps_in_order():
-    from porter.plan import porting_plan
+    from porter.planning.plan import porting_plan
 
     plan = porting_plan(load_arch("hopper"), load_arch("ampere"))
     swaps = [(s["job"], s["from_primitive"], s["to_primitive"]) for s in plan.swaps]

@@ -1,4 +1,4 @@
-"""``porter.archdiff``: the structured Hopper -> Blackwell diff other code reuses."""
+"""``porter.descriptor.archdiff``: the structured Hopper -> Blackwell diff other code reuses."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from porter.arch import load_arch
-from porter.archdiff import diff_archs
+from porter.descriptor.arch import load_arch
+from porter.descriptor.archdiff import diff_archs
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from porter import paths
-from porter.arch import Arch, arch_from_text
+from porter.descriptor.arch import Arch, arch_from_text
 from porter.errors import PorterError
 
 REAL = {p.stem: yaml.safe_load(p.read_text()) for p in sorted(paths.data_dir("arch").glob("*.yaml"))}

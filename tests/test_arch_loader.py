@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from porter import paths
-from porter.arch import FEATURES, Arch, MmaShape, arch_from_text, list_archs, load_arch
+from porter.descriptor.arch import FEATURES, Arch, MmaShape, arch_from_text, list_archs, load_arch
 from porter.errors import PorterError
 
 ARCH_DIR = paths.data_dir("arch")
@@ -415,7 +415,7 @@ def test_error_quoting_control_characters_stays_one_line(tmp_path):
 def test_pure_python_safe_loader_gives_same_results(tmp_path, monkeypatch):
     import yaml
 
-    from porter import arch_schema
+    from porter.descriptor import arch_schema
 
     monkeypatch.setattr(arch_schema, "_SAFE_LOADER", yaml.SafeLoader)
     assert arch_from_text(BLACKWELL, "b.yaml").features == load_arch("blackwell").features

@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from porter import paths
-from porter.arch import FEATURES, arch_from_text, load_arch
+from porter.descriptor.arch import FEATURES, arch_from_text, load_arch
 from porter.cli import main
 from porter.errors import CompileError
 from porter.kernels import FAMILIES, family_module
 from porter.kernels.base import KernelSpec, Unsupported
-from porter.probes import NOT_JUDGED, check_arch, discover
-from porter.toolchain import compile_cuda
+from porter.descriptor.probes import NOT_JUDGED, check_arch, discover
+from porter.compile.toolchain import compile_cuda
 
 NAME = "rtx-blackwell"
 TEXT = (paths.data_dir("arch") / f"{NAME}.yaml").read_text()
@@ -157,7 +157,7 @@ def test_decisions_follow_content_not_name(arch):
 
 
 def test_plan_from_blackwell_names_the_swaps_in_order(arch):
-    from porter.plan import porting_plan
+    from porter.planning.plan import porting_plan
 
     plan = porting_plan(load_arch("blackwell"), arch)
     assert [(s["job"], s["from_primitive"], s["to_primitive"]) for s in plan.swaps] == [
@@ -188,7 +188,7 @@ def test_diff_labels_hunks_by_the_features_and_figures_that_drove_them(arch):
 
 
 def test_configuration_labels_need_evidence():
-    from porter.srcdiff import Hunk, label_configuration
+    from porter.planning.srcdiff import Hunk, label_configuration
 
     a, b = load_arch("blackwell"), load_arch("rtx-blackwell")
     hunks = [Hunk("@@ -1 +1 @@", ["-grid = min(tiles, 148)", "+grid = min(tiles, 170)"], ["template"]),

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
 from porter.kernels import FAMILIES, attention, family_module
 from porter.kernels.base import KernelSpec, Unsupported

@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from porter import sass as sasslib
-from porter.arch import load_arch
+from porter.compile import sass as sasslib
+from porter.descriptor.arch import load_arch
 from porter.errors import CompileError, PorterError
 from porter.kernels import attention, attention_mma_sync
 from porter.kernels.base import KernelSpec
 from porter.kernels.build import build_kernel
 from porter.levels import Level
-from porter.toolchain import compile_cuda
+from porter.compile.toolchain import compile_cuda
 
 NAMES = ("attention.hd64", "attention.hd64.causal", "attention.hd128", "attention.hd128.causal")
 ARCHS = ("rtx-blackwell", "ampere")
@@ -282,15 +282,16 @@ def test_rehearsal_launch_with_pointers_or_tensor_maps(monkeypatch, archs, arch_
     """validate_attention through the rehearsal GPU: ampere's q / k / v pointers (unpadded,
     family.host_views) and rtx-blackwell's tensor maps both reach the launch."""
     from porter.runtime import cubins, device, driver, fakedriver
+    from porter.runtime import timing
     from porter.validation import device_harness as dh
-    from porter.validation import device_runs as dr
+    from porter.runtime import device_runs as dr
 
     arch = archs[arch_name]
     monkeypatch.setattr(driver, "bindings", driver.bindings)
     monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
     monkeypatch.setattr(device, "_DEFAULT", {})
     monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test", b"\x7fELF test")]))
-    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
+    monkeypatch.setattr(timing, "MAX_ROTATION_SETS", 2)
     fakedriver.install(fakedriver.FakeGPU(arch_name))
     try:
         spec = _spec(arch, "attention.hd64.causal")
@@ -320,7 +321,7 @@ def test_persistent_tiles_gqa_and_masks_emulated(archs, arch_name, head_dim, cau
 
 def test_a_smaller_descriptor_takes_fewer_stages_or_names_the_shortfall():
     from porter import paths
-    from porter.arch import arch_from_text
+    from porter.descriptor.arch import arch_from_text
     from porter.kernels.base import Unsupported
 
     text = (paths.data_dir("arch") / "ampere.yaml").read_text()

@@ -12,15 +12,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.errors import CompileError, PorterError
 from porter.kernels import attention, attention_tcgen05
 from porter.kernels import encodings_tcgen05 as enc
 from porter.kernels.base import KernelSpec, Unsupported
 from porter.kernels.build import build_kernel
 from porter.levels import Level
-from porter.sass import count_matching
-from porter.toolchain import compile_cuda
+from porter.compile.sass import count_matching
+from porter.compile.toolchain import compile_cuda
 
 NAMES = ["attention.hd64", "attention.hd64.causal", "attention.hd128", "attention.hd128.causal"]
 PAIR_NAMES = ["attention.hd128.pair", "attention.hd128.causal.pair"]

@@ -7,14 +7,14 @@ import re
 
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.errors import CompileError
 from porter.kernels import attention, attention_wgmma
 from porter.kernels.base import KernelSpec, Unsupported
 from porter.kernels.build import build_kernel
 from porter.levels import Level
-from porter.sass import count_matching
-from porter.toolchain import compile_cuda
+from porter.compile.sass import count_matching
+from porter.compile.toolchain import compile_cuda
 
 
 

@@ -49,11 +49,11 @@ def converted(fn, *args):
 def every_tensor_map():
     """(name, TensorMapParams) for every map porter builds for the shipped GEMM and attention kernels."""
     from porter import kernels
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels import gemm
     from porter.kernels.base import Unsupported
     from porter.runtime.gemm import FORMAT_BITS, operand_maps
-    from porter.validation import device_runs as dr
+    from porter.runtime import device_runs as dr
 
     out = []
     for arch_name in ("hopper", "blackwell"):          # the TMA kernels porter launches
@@ -178,16 +178,17 @@ def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
     from porter.commands.kernel import find_kernel
     from porter.kernels import megakernel
     from porter.runtime import cubins, device, fakedriver
+    from porter.runtime import timing
     from porter.validation import device_harness as dh
-    from porter.validation import device_runs as dr
+    from porter.runtime import device_runs as dr
 
     monkeypatch.setattr(driver, "bindings", driver.bindings)
     monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
     monkeypatch.setattr(device, "_DEFAULT", {})
     monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test", b"\x7fELF test")]))
-    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
-    monkeypatch.setenv(dh.WARMUP_ENV, "10")
-    monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
+    monkeypatch.setattr(timing, "MAX_ROTATION_SETS", 2)
+    monkeypatch.setenv(timing.WARMUP_ENV, "10")
+    monkeypatch.setattr("porter.runtime.baselines.torch_cuda", lambda: (None, "no torch here"))
     checked = fakedriver.install(fakedriver.FakeGPU("hopper"))
     try:
         gemm = find_kernel("gemm.bf16", hopper)[0]

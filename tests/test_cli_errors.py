@@ -192,7 +192,9 @@ def no_nvdisasm(monkeypatch, tmp_path):
     """nvdisasm gone from the wheels (a broken lookup) and from PATH."""
     import nvidia
 
-    from porter import sass, toolchain
+    from porter.compile import sass
+
+    from porter.compile import toolchain
 
     monkeypatch.setattr(nvidia, "__path__", [])
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
@@ -224,7 +226,7 @@ def no_nvrtc_library(monkeypatch):
     from cuda.bindings import nvrtc
     from cuda.pathfinder import DynamicLibNotFoundError
 
-    from porter import toolchain
+    from porter.compile import toolchain
 
     def missing():
         raise DynamicLibNotFoundError('Failure finding "libnvrtc.so"')

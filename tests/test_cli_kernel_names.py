@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.cli import main
 from porter.commands.kernel import all_variants, find_kernel, match_kernels
 
@@ -63,7 +63,7 @@ def test_pipeline_listing_is_kernel_lists(arch_name):
     """The kernels stage's listing (real families, nothing compiled) names every kernel
     `porter kernel list` names, in the same supported / unsupported split."""
     from porter import kernels
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.commands.kernel import all_variants
 
     from porter.pipeline.context import Context

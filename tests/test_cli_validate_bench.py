@@ -9,7 +9,7 @@ import pytest
 
 from porter.cli import main
 from porter.pipeline import device as pdev
-from porter.validation import device_harness
+from porter.runtime import harness
 
 H200 = {"index": 0, "name": "NVIDIA H200", "compute_capability": [9, 0]}
 
@@ -136,7 +136,7 @@ def _fake_validate(passed):
 
 def test_validate_with_matching_device_runs_every_supported_kernel(capsys, h200, monkeypatch):
     fake, calls = _fake_validate(True)
-    monkeypatch.setattr(device_harness, "validate", fake)
+    monkeypatch.setattr(harness, "validate", fake)
     rc, out, err = run(capsys, "validate", "hopper", "--kernel", "gemm", "--device", "on",
                        "--shapes", "256x256x256", "512x512x1024", "--seeds", "3")
     assert rc == 0, err
@@ -147,14 +147,14 @@ def test_validate_with_matching_device_runs_every_supported_kernel(capsys, h200,
 
 def test_validate_failure_exits_1_and_names_unwritten(capsys, h200, monkeypatch):
     fake, _ = _fake_validate(False)
-    monkeypatch.setattr(device_harness, "validate", fake)
+    monkeypatch.setattr(harness, "validate", fake)
     rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.fp8", "--device", "on")
     assert rc == 1 and "FAILED" in out and "4 of 65536 C elements unwritten" in out
 
 
 def test_validate_json(capsys, h200, monkeypatch):
     fake, _ = _fake_validate(True)
-    monkeypatch.setattr(device_harness, "validate", fake)
+    monkeypatch.setattr(harness, "validate", fake)
     rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "attention.hd128", "--shapes", "1x2x128", "--json")
     report = json.loads(out)
     assert rc == 0 and report["passed"] and report["device"] == H200
@@ -219,7 +219,7 @@ def _bench_row(pct_target_met=True, spot_ok=True):
            "spot_check": {"passed": spot_ok}}
     row["pct_of_peak"] = 100 * row["tflops"] / 989.0
     row["baseline"] = {"name": "torch.matmul (bf16)", "time": base}
-    from porter.validation.device_runs import _relate
+    from porter.runtime.device_runs import _relate
 
     _relate(row)
     return row
@@ -232,7 +232,7 @@ def test_bench_reports_beside_the_baseline(capsys, h200, monkeypatch):
         seen.append((spec.name, shapes, baseline))
         return {"name": spec.name, "rows": [_bench_row()]}
 
-    monkeypatch.setattr(device_harness, "bench", fake_bench)
+    monkeypatch.setattr(harness, "bench", fake_bench)
     rc, out, err = run(capsys, "bench", "hopper", "--kernel", "gemm.bf16", "--shape", "8192x8192x8192")
     assert rc == 0, err
     assert seen == [("gemm.bf16", [(8192, 8192, 8192)], True)]
@@ -244,7 +244,7 @@ def test_bench_row_ratios_and_failed_spot_check(capsys, h200, monkeypatch):
     assert row["pct_of_baseline"] == pytest.approx(100 * 1.0 / 1.5)
     assert row["baseline"]["tflops"] == pytest.approx(2.0 * 8192 ** 3 / 1e-3 / 1e12)
     assert row["beyond_noise"]
-    monkeypatch.setattr(device_harness, "bench",
+    monkeypatch.setattr(harness, "bench",
                         lambda spec, arch, out_dir, shapes, baseline=True:
                         {"name": spec.name, "rows": [_bench_row(False, spot_ok=False)]})
     rc, out, _ = run(capsys, "bench", "hopper", "--kernel", "gemm.bf16", "--no-baseline")
@@ -284,7 +284,7 @@ def test_one_kernels_error_does_not_hide_the_others(capsys, h200, monkeypatch):
             raise PorterError("kernel execution (cuCtxSynchronize) failed: CUDA_ERROR_ILLEGAL_ADDRESS")
         return fake(spec, *args)
 
-    monkeypatch.setattr(device_harness, "validate", flaky)
+    monkeypatch.setattr(harness, "validate", flaky)
     rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm", "--device", "on")
     assert rc == 1
     assert "gemm.bf16: FAILED (level sass-checked): kernel execution" in out and "gemm.fp8: passed" in out
@@ -299,7 +299,7 @@ def test_a_device_error_reports_the_level_the_build_reached(capsys, h200, monkey
     def refused(spec, *args):
         raise PorterError(f"{spec.name}: kernel not usable on hopper: sass has HGMMA: missing HGMMA")
 
-    monkeypatch.setattr(device_harness, "validate", refused)
+    monkeypatch.setattr(harness, "validate", refused)
     monkeypatch.setattr(kbuild, "build_kernel", _stopped_build("COMPILED"))
     rc, out, _ = run(capsys, "validate", "hopper", "--kernel", "gemm.fp8", "--device", "on")
     assert rc == 1 and "gemm.fp8: FAILED (level compiled): gemm.fp8: kernel not usable" in out

@@ -9,10 +9,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
+from porter.runtime import timing
 from porter.validation import device_harness as dh
-from porter.validation import device_runs as dr
+from porter.runtime import device_runs as dr
 from porter.validation import quantize, reference_gemm
 
 
@@ -131,38 +132,38 @@ def test_bench_fp8_fast_path_matches_quantizer():
 
 def test_rotation_sets_follow_the_descriptors_l2(hopper, blackwell):
     big = 3 * 8192 * 8192 * 2                           # bf16 A, B, C at 8192^3
-    assert dh.rotation_sets(big, hopper.l2_bytes) == 1
+    assert timing.rotation_sets(big, hopper.l2_bytes) == 1
     small = 3 * 256 * 256 * 2
-    assert dh.rotation_sets(small, hopper.l2_bytes) == dh.MAX_ROTATION_SETS
+    assert timing.rotation_sets(small, hopper.l2_bytes) == timing.MAX_ROTATION_SETS
     mid = 24 << 20
-    n_h, n_b = dh.rotation_sets(mid, hopper.l2_bytes), dh.rotation_sets(mid, blackwell.l2_bytes)
-    assert n_h * mid >= dh.ROTATE_L2_FACTOR * hopper.l2_bytes > (n_h - 1) * mid
+    n_h, n_b = timing.rotation_sets(mid, hopper.l2_bytes), timing.rotation_sets(mid, blackwell.l2_bytes)
+    assert n_h * mid >= timing.ROTATE_L2_FACTOR * hopper.l2_bytes > (n_h - 1) * mid
     assert n_b > n_h                                    # a bigger L2 needs more sets
-    assert dh.rotation_sets(3 << 30, hopper.l2_bytes) == 1
-    assert dh.rotation_sets(100 << 20, 10 << 30, budget_bytes=1 << 30) == 10     # memory budget caps
-    assert "warm L2" in dh.rotation_note(1, 1 << 20, hopper.l2_bytes)
+    assert timing.rotation_sets(3 << 30, hopper.l2_bytes) == 1
+    assert timing.rotation_sets(100 << 20, 10 << 30, budget_bytes=1 << 30) == 10     # memory budget caps
+    assert "warm L2" in timing.rotation_note(1, 1 << 20, hopper.l2_bytes)
     with pytest.raises(PorterError):
-        dh.rotation_sets(0, hopper.l2_bytes)
+        timing.rotation_sets(0, hopper.l2_bytes)
 
 
 def test_summarize_median_and_spread():
-    s = dh.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    s = timing.summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s["median_ms"] == 3.0 and s["n"] == 5 and s["min_ms"] == 1.0 and s["max_ms"] == 100.0
     p10, p90 = np.percentile([1, 2, 3, 4, 100], [10, 90])
     assert s["spread"] == pytest.approx((p90 - p10) / 3.0)
-    flat = dh.summarize([2.0] * 9)
+    flat = timing.summarize([2.0] * 9)
     assert flat["spread"] == 0.0 and flat["median_ms"] == 2.0
-    assert dh.rate(2e12, {"median_ms": 2.0}) == pytest.approx(1e15)
+    assert timing.rate(2e12, {"median_ms": 2.0}) == pytest.approx(1e15)
     for bad in ([], [1.0, float("nan")], [-1.0]):
         with pytest.raises(PorterError):
-            dh.summarize(bad)
+            timing.summarize(bad)
 
 
 def test_distinguishable():
-    a = dh.summarize([1.0, 1.01, 0.99, 1.0])
-    b = dh.summarize([1.2, 1.21, 1.19, 1.2])
-    c = dh.summarize([1.005, 1.0, 1.01, 0.995])
-    assert dh.distinguishable(a, b) and not dh.distinguishable(a, c)
+    a = timing.summarize([1.0, 1.01, 0.99, 1.0])
+    b = timing.summarize([1.2, 1.21, 1.19, 1.2])
+    c = timing.summarize([1.005, 1.0, 1.01, 0.995])
+    assert timing.distinguishable(a, b) and not timing.distinguishable(a, c)
 
 
 class FakeEvents:
@@ -196,13 +197,13 @@ def test_time_launches_warms_up_rotates_and_times_each_launch():
         seen.append(i)
         ev.t += i + 1
 
-    stats = dh.time_launches(enqueue, ev, warmup=4, reps=6, sets=3, before=before.append, warmup_ms=0)
+    stats = timing.time_launches(enqueue, ev, warmup=4, reps=6, sets=3, before=before.append, warmup_ms=0)
     assert seen == [0, 1, 2, 0] + [0, 1, 2, 0, 1, 2]
     assert before == seen                               # untimed set-up before every launch
     assert ev.log[:1] == ["sync"] and ev.log[-1] == "sync"   # warm-up drained before timing
     assert stats["n"] == 6 and stats["median_ms"] == 2.0 and stats["min_ms"] == 1.0
     with pytest.raises(PorterError):
-        dh.time_launches(enqueue, ev, reps=0)
+        timing.time_launches(enqueue, ev, reps=0)
 
 
 def test_warm_up_runs_by_device_time_and_rounds_merge():
@@ -213,12 +214,12 @@ def test_warm_up_runs_by_device_time_and_rounds_merge():
         seen.append(i)
         ev.t += 1                                       # 1 ms a launch
 
-    stats = dh.time_launches(enqueue, ev, warmup=2, reps=30, warmup_ms=50)
+    stats = timing.time_launches(enqueue, ev, warmup=2, reps=30, warmup_ms=50)
     assert stats["warmup_launches"] >= 50 and stats["warmup_ms"] >= 50 and len(seen) == stats["warmup_launches"] + 30
-    capped = dh.time_launches(enqueue, ev, warmup=2, reps=3, warmup_ms=1e9, max_warmup=20)
+    capped = timing.time_launches(enqueue, ev, warmup=2, reps=3, warmup_ms=1e9, max_warmup=20)
     assert capped["warmup_launches"] == 20
     other = dict(stats, samples_ms=[2.0] * 30, median_ms=2.0)
-    merged = dh.merge_timings(stats, other)
+    merged = timing.merge_timings(stats, other)
     assert merged["n"] == 60 and merged["rounds_median_ms"] == [1.0, 2.0] and merged["drift"] == 1.0
 
 
@@ -384,8 +385,8 @@ def test_a_refused_cluster_attribute_is_retried_without_it_and_said(rehearsal_gp
     assert checks[0]["passed"] and rehearsal_gpu.last["cluster"] == (1, 1, 1)
     note = device.get_device().load_notes[-1]
     assert "the driver refused the cluster launch attribute (2, 1, 1)" in note and "CUDA_ERROR_INVALID_VALUE" in note
-    monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
-    monkeypatch.setenv(dh.WARMUP_ENV, "5")
+    monkeypatch.setattr("porter.runtime.baselines.torch_cuda", lambda: (None, "no torch here"))
+    monkeypatch.setenv(timing.WARMUP_ENV, "5")
     row = dr.bench_gemm(spec, hopper, shapes=[(256, 256, 64)])[0]         # the bench reuses what validation learnt
     assert row["spot_check"]["passed"]
     rehearsal_gpu.refuse_cluster_attribute = False
@@ -396,13 +397,13 @@ def test_bench_gemm_on_the_rehearsal_gpu(rehearsal_gpu, monkeypatch, hopper):
     from porter.runtime import fakedriver
 
     spec = find_kernel("gemm.bf16", hopper)[0]
-    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 3)
-    monkeypatch.setenv(dh.WARMUP_ENV, "10")
-    monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
+    monkeypatch.setattr(timing, "MAX_ROTATION_SETS", 3)
+    monkeypatch.setenv(timing.WARMUP_ENV, "10")
+    monkeypatch.setattr("porter.runtime.baselines.torch_cuda", lambda: (None, "no torch here"))
     rows = dr.bench_gemm(spec, hopper, shapes=[(256, 256, 256)])
     row = rows[0]
     modelled_ms = max(2 * 256 ** 3 / fakedriver.MODEL_FLOPS_PER_S * 1e3, fakedriver.MODEL_MIN_LAUNCH_MS)
-    assert row["spot_check"]["passed"] and row["time"]["n"] == dh.TIMED_LAUNCHES
+    assert row["spot_check"]["passed"] and row["time"]["n"] == timing.TIMED_LAUNCHES
     assert row["time"]["median_ms"] == pytest.approx(modelled_ms)
     assert row["tflops"] == pytest.approx(2 * 256 ** 3 / (modelled_ms * 1e-3) / 1e12)
     assert row["baseline"]["skipped"] == "no torch here" and "pct_of_baseline" not in row
@@ -414,12 +415,12 @@ def test_bench_attention_judges_a_poisoned_final_launch_and_flushes_the_l2(rehea
     from porter.commands.kernel import find_kernel
 
     spec = find_kernel("attention.hd64", hopper)[0]
-    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
-    monkeypatch.setenv(dh.WARMUP_ENV, "10")
-    monkeypatch.setattr("porter.validation.baselines.torch_cuda", lambda: (None, "no torch here"))
+    monkeypatch.setattr(timing, "MAX_ROTATION_SETS", 2)
+    monkeypatch.setenv(timing.WARMUP_ENV, "10")
+    monkeypatch.setattr("porter.runtime.baselines.torch_cuda", lambda: (None, "no torch here"))
     row = dr.bench_attention(spec, hopper, shapes=[(1, 2, 2, 128, 128)])[0]
     assert row["spot_check"]["passed"] and "L2 flushed before each timed launch" in row["rotation"]
-    assert row["time"]["warmup_ms"] >= 10 and row["time"]["n"] == dh.TIMED_LAUNCHES
+    assert row["time"]["warmup_ms"] >= 10 and row["time"]["n"] == timing.TIMED_LAUNCHES
     rehearsal_gpu.behaviours[spec.name] = "skip@2"        # writes its output only on the first launch
     bad = dr.bench_attention(spec, hopper, shapes=[(1, 2, 2, 128, 128)])[0]
     o = bad["spot_check"]["written"][0]

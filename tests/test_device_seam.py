@@ -15,7 +15,7 @@ import pytest
 
 from porter.errors import PorterError
 from porter.runtime.device import CudaDevice, Device, KernelFault, check_args, get_device
-from porter.validation import device_runs as dr
+from porter.runtime import device_runs as dr
 
 
 class HostBuffer:
@@ -120,10 +120,10 @@ def test_harness_validate_on_an_emulated_device_reports_emulated(hopper, tmp_pat
     import json
 
     from porter.commands.kernel import find_kernel
-    from porter.validation import device_harness as dh
+    from porter.runtime import harness
 
     spec = find_kernel("gemm.bf16", hopper)[0]
-    result = dh.validate(spec, hopper, tmp_path, shapes=[(256, 256, 64)], seeds=1,
+    result = harness.validate(spec, hopper, tmp_path, shapes=[(256, 256, 64)], seeds=1,
                          device=HostDevice({"gemm": gemm_kernel()}))
     assert result["passed"] and result["level"] == "emulated" and result["device"]["kind"] == "emu"
     assert json.loads((tmp_path / "device_validation.json").read_text())["level"] == "emulated"

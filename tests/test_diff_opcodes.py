@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.commands.diff import histogram_rows, kernel_diff, opcode_mark, pair_kernels
 
 
@@ -88,7 +88,7 @@ def test_cli_table_lists_signatures_and_dashes(capsys):
 
 
 def test_html_page_lists_signatures_dashes_and_kind_renames(archs, gemm_diffs):
-    from porter.archdiff import diff_archs
+    from porter.descriptor.archdiff import diff_archs
     from porter.report.diff_html import render_diff_html
 
     hop, bw = archs

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.emu.validate import emulate, emulation_shapes
 from porter.kernels import family_module
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
 from porter.kernels import family_module, gemm
 from porter.kernels.base import KernelSpec, Unsupported
@@ -62,7 +62,7 @@ def test_hopper_variants(hopper):
 def test_hopper_copy_claiming_cta_pair_still_lists_pairs_as_unsupported(hopper, tmp_path, capsys):
     # A (false) cta_pair claim on a wgmma arch must not route .pair to the wgmma path,
     # which has no pair MMA: the pair forms still need tcgen05 and tmem.
-    from porter.arch import arch_from_text
+    from porter.descriptor.arch import arch_from_text
     from porter.cli import main
     from porter import paths
 
@@ -254,9 +254,9 @@ PAIR_LOADS = ("porter::tma_load_2d_pair(dst, &map, b, 0, 0);"
 
 
 def _probe_histogram(target, pair_loads):
-    from porter import sass
-    from porter.render import environment
-    from porter.toolchain import compile_cuda
+    from porter.compile import sass
+    from porter.compile.render import environment
+    from porter.compile.toolchain import compile_cuda
 
     src = environment().from_string(PRIMITIVES_PROBE.replace("PAIR_LOADS", pair_loads)).render()
     res = compile_cuda(src, target, "primitives_probe.cu")

@@ -14,13 +14,13 @@ import ml_dtypes
 import pytest
 
 from porter import paths
-from porter.arch import arch_from_text, load_arch
+from porter.descriptor.arch import arch_from_text, load_arch
 from porter.errors import CompileError, PorterError
 from porter.kernels import gemm, gemm_mma_sync
 from porter.kernels.base import KernelSpec, Unsupported
 from porter.kernels.build import build_kernel, sass_checks
 from porter.levels import Level
-from porter.toolchain import compile_cuda
+from porter.compile.toolchain import compile_cuda
 
 RTX_VARIANTS = ("bf16", "fp8", "mxfp8", "nvfp4")
 BUILDS = tuple(("rtx-blackwell", v) for v in RTX_VARIANTS) + (("ampere", "bf16"),)
@@ -150,7 +150,7 @@ def test_sass_rules_come_from_the_descriptor(archs, builds, key):
     # The main loop's MMA count per stage: K_STEPS x (WARP_M / 16) x (WARP_N / 8).
     per_stage = cfg["k_steps"] * (cfg["warp_m"] // 16) * (cfg["warp_n"] // 8)
     kind_ops = arch.tensor_core.kind_sass[cfg["kind"]]
-    from porter import sass as sasslib
+    from porter.compile import sass as sasslib
     assert sum(sasslib.count_matching(mma, p) for p in kind_ops[:1]) == per_stage
 
 
@@ -418,15 +418,16 @@ def test_rehearsal_launch_with_pointers_or_tensor_maps(monkeypatch, archs, arch_
     """validate_gemm through the rehearsal GPU (real binding conversions, then a host
     model): the cp.async kernel's a / b pointers and the TMA kernel's maps both reach it."""
     from porter.runtime import cubins, device, driver, fakedriver
+    from porter.runtime import timing
     from porter.validation import device_harness as dh
-    from porter.validation import device_runs as dr
+    from porter.runtime import device_runs as dr
 
     arch = archs[arch_name]
     monkeypatch.setattr(driver, "bindings", driver.bindings)
     monkeypatch.delenv(fakedriver.REHEARSAL_ENV, raising=False)
     monkeypatch.setattr(device, "_DEFAULT", {})
     monkeypatch.setattr(cubins, "candidates", lambda spec, arch: iter([("test", b"\x7fELF test")]))
-    monkeypatch.setattr(dh, "MAX_ROTATION_SETS", 2)
+    monkeypatch.setattr(timing, "MAX_ROTATION_SETS", 2)
     fakedriver.install(fakedriver.FakeGPU(arch_name))
     try:
         spec = gemm.make_spec(arch, "bf16")

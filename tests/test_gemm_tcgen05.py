@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from porter import sass as sasslib
-from porter.arch import load_arch
+from porter.compile import sass as sasslib
+from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
 from porter.kernels import encodings_tcgen05 as enc
 from porter.kernels import gemm, gemm_tcgen05

@@ -13,14 +13,14 @@ import re
 
 import pytest
 
-from porter.arch import arch_from_text
+from porter.descriptor.arch import arch_from_text
 from porter import paths
 from porter.errors import CompileError, PorterError
 from porter.kernels import encodings_wgmma as enc
 from porter.kernels import gemm, gemm_wgmma
 from porter.kernels.build import build_kernel, sass_checks
 from porter.levels import Level
-from porter.toolchain import compile_cuda
+from porter.compile.toolchain import compile_cuda
 
 
 

@@ -23,7 +23,7 @@ def run(capsys, *argv):
 
 
 def _no_gpu() -> bool:
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.commands.device_common import decide_device
 
     return decide_device(load_arch("hopper"), "auto")[0] is None

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from porter import paths
-from porter.arch import arch_from_text, load_arch
-from porter.arch_schema import _show, regex_hazard
+from porter.descriptor.arch import arch_from_text, load_arch
+from porter.descriptor.arch_schema import _show, regex_hazard
 from porter.cli import main
 from porter.errors import PorterError
 
@@ -191,7 +191,7 @@ def test_dev_null_and_fifo_are_not_file_not_found(tmp_path, capsys):
 
 
 def test_unknown_target_fails_at_load_naming_the_supported_list(tmp_path):
-    from porter.arch import nvrtc_targets
+    from porter.descriptor.arch import nvrtc_targets
 
     if nvrtc_targets() is None:
         pytest.skip("NVRTC is not installed: the target check needs its list of targets")
@@ -203,7 +203,7 @@ def test_unknown_target_fails_at_load_naming_the_supported_list(tmp_path):
 
 
 def test_unknown_target_is_exit_2_before_any_compile(tmp_path, capsys):
-    from porter.arch import nvrtc_targets
+    from porter.descriptor.arch import nvrtc_targets
 
     if nvrtc_targets() is None:
         pytest.skip("NVRTC is not installed")
@@ -232,7 +232,7 @@ def test_figures_above_the_known_limit_are_refused(tmp_path, old, new, key):
 
 
 def test_lower_figures_are_allowed_and_unknown_ccs_are_said_unchecked(tmp_path):
-    from porter.arch import limits_check, nvrtc_targets
+    from porter.descriptor.arch import limits_check, nvrtc_targets
 
     arch = load_arch(write(tmp_path, BLACKWELL, "smem_per_block_kib: 227", "smem_per_block_kib: 200"))
     assert arch.smem_per_block_bytes == 200 * 1024
@@ -317,7 +317,7 @@ def test_a_copy_with_the_same_name_cannot_overwrite_anothers_build(tmp_path, mon
 
 @pytest.mark.parametrize("target", ["sm_80a", "sm_90f", "sm_89a"])
 def test_a_suffix_the_target_does_not_have_is_refused(tmp_path, target):
-    from porter.arch import nvrtc_targets
+    from porter.descriptor.arch import nvrtc_targets
 
     if nvrtc_targets() is None:
         pytest.skip("NVRTC is not installed")

@@ -55,7 +55,7 @@ def test_misaligned_operands_name_the_argument(which):
 
 
 def _specs(family: str, arch_name: str):
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels import family_module
     from porter.kernels.base import KernelSpec
 
@@ -130,7 +130,7 @@ def test_attention_pipelines_are_drained_before_teardown():
 
 
 def test_megakernel_keeps_the_reserve_and_a_margin_below_the_limit():
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels import megakernel
 
     for name in ("hopper", "blackwell", "rtx-blackwell"):
@@ -152,7 +152,7 @@ def test_megakernel_configuration_that_does_not_fit_fails_with_the_figures():
 
 
 def test_megakernel_too_little_shared_memory_names_reserve_and_margin(tmp_path):
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels import megakernel
 
     text = load_arch("hopper").path.read_text()
@@ -181,7 +181,7 @@ class _FakeDriver:
 
 @pytest.mark.parametrize("ceiling,full", [(232448, True), (231424, False)])
 def test_device_run_records_what_the_driver_grants(ceiling, full):
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels import megakernel
 
     arch = load_arch("blackwell")
@@ -200,7 +200,7 @@ def test_device_run_records_what_the_driver_grants(ceiling, full):
 def test_pair_kernel_launched_without_its_cluster_traps_in_the_simulator(family, name):
     """Executed in porter's PTX simulator with the cluster attribute left off: the kernel
     must abort at its check, not run every CTA as rank 0 of a pair that does not exist."""
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.emu.device import EmuDevice
     from porter.emu.validate import emulate, emulation_shapes
     from porter.kernels import family_module

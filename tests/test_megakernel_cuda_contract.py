@@ -14,15 +14,15 @@ import re
 import numpy as np
 import pytest
 
-from porter import render as renderlib
-from porter.arch import load_arch
+from porter.compile import render as renderlib
+from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
 from porter.kernels import megakernel
 from porter.kernels.build import build_kernel
 from porter.megakernel import isa
 from porter.megakernel.isa import EPILOGUE_MASK, Epilogue, Flag, Opcode, W
 from porter.megakernel.plan import build_plan
-from porter.toolchain import CompileError, compile_cuda
+from porter.compile.toolchain import CompileError, compile_cuda
 
 ARCHS = ("hopper", "blackwell")
 

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.kernels import megakernel
 from porter.megakernel.isa import EPILOGUE_MASK, Epilogue, Flag, Opcode, W
 from porter.megakernel.plan import build_plan

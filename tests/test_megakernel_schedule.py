@@ -18,7 +18,7 @@ from porter.validation.model_config import config_from_dict, load_model_config
 
 # The real descriptors, never a stand-in: a broken loader must fail these tests, not let
 # them pass on hard-coded figures.
-from porter.arch import load_arch  # noqa: E402
+from porter.descriptor.arch import load_arch  # noqa: E402
 
 HOPPER, BLACKWELL = load_arch("hopper"), load_arch("blackwell")
 

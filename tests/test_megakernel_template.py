@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
 from porter.kernels import FAMILIES, family_module, megakernel
 from porter.kernels.base import KernelSpec, Unsupported
@@ -16,7 +16,7 @@ from porter.kernels.build import build_kernel
 from porter.levels import Level
 from porter.megakernel.checker import ScheduleError, check_program, check_schedule
 from porter.megakernel.isa import WORDS, Instruction, Opcode
-from porter.sass import count_matching
+from porter.compile.sass import count_matching
 
 ARCHS = ("hopper", "blackwell")
 

@@ -144,7 +144,7 @@ def test_reference_decode_equals_full_sequence_forward(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("arch_name", ["hopper", "blackwell"])
 def test_llama_1b_plan_shapes(arch_name):
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     arch = load_arch(arch_name)
     cfg = load_model_config("llama-3.2-1b")
     plan = build_plan(arch, cfg, pos=1024)

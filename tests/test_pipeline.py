@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from porter import toolchain
+from porter.compile import toolchain
 from porter.pipeline import RunOptions, run_target
 from porter.pipeline.context import Context
 
@@ -186,7 +186,7 @@ def test_failing_kernel_fails_its_stage_and_exit_code_is_1(setup, tmp_path, caps
 
 
 def _no_blackwell_gpu():
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.pipeline.device import find_device
 
     if find_device(load_arch("blackwell"))[0] is not None:
@@ -227,10 +227,10 @@ def test_probe_stage_without_porter_probes_fails_clearly(setup, tmp_path, monkey
     book.write_text("name: p\nbase: hopper\nstages:\n"
                     "  - {id: descriptor, title: D, day: 1, needs: [], kind: descriptor-check, proves: x}\n"
                     "  - {id: probes, title: P, day: 1, needs: [descriptor], kind: probes, proves: y}\n")
-    monkeypatch.setitem(sys.modules, "porter.probes", None)   # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "porter.descriptor.probes", None)   # import now raises ImportError
     run = run_target(RunOptions("blackwell", runbook=str(book), out=tmp_path / "o", jobs=1))
     assert [s.id for s in run.failed] == ["probes"]
-    assert "porter.probes is not available" in run.failed[0].summary
+    assert "porter.descriptor.probes is not available" in run.failed[0].summary
 
 
 def test_bad_input_exits_2(tmp_path, capsys):
@@ -244,7 +244,7 @@ def test_bad_input_exits_2(tmp_path, capsys):
 def test_every_variant_the_registry_knows_is_listed_with_its_reason(setup, tmp_path, monkeypatch):
     """A form the family creates only where the arch has cta_pair is absent from the
     family's hopper listing: the run lists it as unsupported, as `porter kernel list` does."""
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.commands.kernel import all_variants
 
     monkeypatch.setattr(fam, "PAIRS", True)
@@ -278,7 +278,7 @@ def test_probe_counts_are_arch_checks():
     not counted as agreeing."""
     from porter.commands.arch_check import summary_line
     from porter.pipeline.stages import probe_counts
-    from porter.probes import NOT_JUDGED, ArchCheck, ProbeResult
+    from porter.descriptor.probes import NOT_JUDGED, ArchCheck, ProbeResult
 
     def probe(name, verdict):
         return ProbeResult(probe=name, feature="f", needs=[], target="sm_x", claimed=True, denied_prereqs=[],
@@ -314,7 +314,7 @@ def test_generic_runbook_takes_no_guessed_base(setup, tmp_path):
 
 
 def test_identity_previous_names_the_default_base(setup, tmp_path):
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.errors import PorterError
     from porter.pipeline.runner import choose_base
 

@@ -2,7 +2,7 @@
 tests, so they do not depend on the real families' progress. Not a test module itself:
 it holds the family and the fixtures' helpers (pytest collects nothing from it).
 
-The family renders through porter.render (a template in a temp folder with one
+The family renders through porter.compile.render (a template in a temp folder with one
 feature branch and one included primitive), compiles for real with NVRTC, has a SASS
 rule and a CPU numerics model.
 """
@@ -51,12 +51,12 @@ def write_templates(root: Path) -> Path:
 
 
 def install(monkeypatch, template_root: Path, token: str = "0") -> None:
-    """Register this module as the only kernel family and point porter.render at the
+    """Register this module as the only kernel family and point porter.compile.render at the
     temp template folder."""
     import jinja2
 
     import porter.kernels
-    import porter.render
+    import porter.compile.render
 
     mod = sys.modules[__name__]
     monkeypatch.setattr(porter.kernels, "FAMILIES", {"fake": "fake"})
@@ -65,7 +65,7 @@ def install(monkeypatch, template_root: Path, token: str = "0") -> None:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(template_root)]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
-    monkeypatch.setattr(porter.render, "environment", lambda: env)
+    monkeypatch.setattr(porter.compile.render, "environment", lambda: env)
 
 
 def variants(arch):
@@ -99,7 +99,7 @@ def variants(arch):
 
 
 def render(spec, arch) -> str:
-    from porter.render import render as render_template
+    from porter.compile.render import render as render_template
 
     return render_template("fake.cu.j2", spec=spec, arch=arch, token=TOKEN)
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from porter.arch import load_arch
-from porter.plan import (arch_features, build_graph, feature_diff, file_needs, most_different_arch,
+from porter.descriptor.arch import load_arch
+from porter.planning.plan import (arch_features, build_graph, feature_diff, file_needs, most_different_arch,
                          porting_plan, scan_feature_tests, scan_includes)
 
 
@@ -100,7 +100,7 @@ def test_cli_plan_text_and_json(fake, capsys):
 
 
 def test_template_file_order_inlines_included_templates_in_place():
-    from porter.plan import template_file_order
+    from porter.planning.plan import template_file_order
 
     order = template_file_order()
     assert "common/common.cuh" in order, f"no template includes common/common.cuh: {sorted(order)}"
@@ -115,7 +115,7 @@ def test_template_file_order_inlines_included_templates_in_place():
 def test_block_scale_headers_need_tensor_memory():
     # They stage scales with tcgen05.cp into TMEM: an arch with block-scaled MMA but no
     # TMEM (sm_120a) must leave them out rather than fail to compile them.
-    from porter.plan import file_needs
+    from porter.planning.plan import file_needs
 
     assert {"block_scale_mx", "tcgen05", "tmem"} <= set(file_needs("block_scale/block_scale.cuh"))
 
@@ -188,7 +188,7 @@ def test_kernels_built_by_the_new_path_are_rebuilt(real_b2rtx):
 
 
 def test_needs_new_path_follows_the_templates_and_the_missing_features():
-    from porter.plan import family_generations, needs_new_path
+    from porter.planning.plan import family_generations, needs_new_path
 
     assert family_generations("gemm") == {"wgmma", "tcgen05", "mma_sync"}
     assert family_generations("no-such-family") == set()
@@ -223,7 +223,7 @@ def test_plan_lists_kernels_rescheduled_by_figures_alone(real_h2b):
 def test_config_changes_name_what_differs():
     from types import SimpleNamespace
 
-    from porter.plan import config_changes, figure_changes
+    from porter.planning.plan import config_changes, figure_changes
 
     a = SimpleNamespace(smem_bytes=1, threads=128, cluster=(1, 1, 1), config={"grid": 132, "x": [1] * 40})
     b = SimpleNamespace(smem_bytes=2, threads=128, cluster=(1, 1, 1), config={"grid": 148, "x": [2] * 40})

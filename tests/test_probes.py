@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from porter import paths
-from porter.arch import FEATURES, load_arch
+from porter.descriptor.arch import FEATURES, load_arch
 from porter.cli import main
 from porter.errors import PorterError
-from porter.probes import check_arch, discover, judge, parse_probe
+from porter.descriptor.probes import check_arch, discover, judge, parse_probe
 
 HOPPER_TEXT = (paths.data_dir("arch") / "hopper.yaml").read_text()
 BLACKWELL_TEXT = (paths.data_dir("arch") / "blackwell.yaml").read_text()
@@ -201,7 +201,7 @@ def test_probe_through_a_denied_prerequisite_does_not_judge_the_feature(tmp_path
     # An arch that claims block scales but has no tcgen05/TMEM (sm_120a's mma.sync): the
     # tcgen05 block-scale probe is rejected because of tcgen05, which says nothing about
     # block scales. Not a contradiction; the feature is left without a probe.
-    from porter.probes import NOT_JUDGED, _feature_results
+    from porter.descriptor.probes import NOT_JUDGED, _feature_results
 
     arch = load_arch("hopper")
     probe = next(p for p in discover() if p.name == "tcgen05_mxf8f6f4")
@@ -246,7 +246,7 @@ def test_claim_whose_only_probe_is_not_judged_is_unproven(tmp_path, hopper_check
 
 
 def test_claim_without_any_probe_is_unproven():
-    from porter.probes import _feature_results
+    from porter.descriptor.probes import _feature_results
 
     arch = load_arch("hopper")
     verdicts = {f.feature: f.verdict for f in _feature_results(arch, [], [])}
@@ -272,7 +272,7 @@ def test_every_shipped_claim_has_a_confirming_probe(hopper_check, blackwell_chec
 
 
 def test_local_include_is_inlined_and_a_missing_one_is_named(tmp_path):
-    from porter.probes import parse_probe
+    from porter.descriptor.probes import parse_probe
     (tmp_path / "shared.cuh").write_text("__device__ int helper() { return 7; }\n")
     header = "// probe: p\n// feature: tma\n// shows: op:tma_load\n\n"
     probe = tmp_path / "p.cu"

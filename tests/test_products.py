@@ -10,7 +10,7 @@ import re
 import pytest
 
 from porter import paths
-from porter.arch import arch_from_text, load_arch
+from porter.descriptor.arch import arch_from_text, load_arch
 from porter.cli import main
 from porter.errors import PorterError
 from porter.kernels import megakernel

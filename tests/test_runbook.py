@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from porter.errors import PorterError
-from porter.runbook import STAGE_KINDS, list_runbooks, load_runbook, runbook_from_text
+from porter.planning.runbook import STAGE_KINDS, list_runbooks, load_runbook, runbook_from_text
 
 GOOD = """\
 name: t

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from porter import paths
-from porter.arch import arch_from_text, list_archs, load_arch
+from porter.descriptor.arch import arch_from_text, list_archs, load_arch
 from porter.cli import main
 from porter.errors import PorterError
 from porter.kernels import gemm
 from porter.kernels.build import build_kernel
 from porter.levels import Level
-from porter.probes import check_arch, discover
+from porter.descriptor.probes import check_arch, discover
 
 ROOT = Path(__file__).resolve().parent.parent
 BLACKWELL_TEXT = (paths.data_dir("arch") / "blackwell.yaml").read_text()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from porter.arch import load_arch
-from porter.srcdiff import label_of, labelled_diff, mark_template, render_with_origins, split_marked
+from porter.descriptor.arch import load_arch
+from porter.planning.srcdiff import label_of, labelled_diff, mark_template, render_with_origins, split_marked
 
 import test_pipeline_support as fam
 

@@ -6,10 +6,14 @@ import sys
 
 import pytest
 
-from porter import paths, sass, toolchain
+from porter import paths
+
+from porter.compile import sass
+
+from porter.compile import toolchain
 from porter.cli import main
 from porter.errors import CompileError, PorterError
-from porter.toolchain import compile_cuda
+from porter.compile.toolchain import compile_cuda
 
 TINY = """
 extern "C" __global__ void tiny(float* out, float x) {

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from porter.arch import FEATURES, limits_check, list_archs, load_arch
-from porter.archdiff import ArchDiff, diff_archs
+from porter.descriptor.arch import FEATURES, limits_check, list_archs, load_arch
+from porter.descriptor.archdiff import ArchDiff, diff_archs
 from porter.errors import PorterError
 
 
@@ -155,7 +155,7 @@ def cmd_show(args) -> int:
                                         for b in a.block_scales.values()) or "none")
     con.print(t)
 
-    from porter.archdiff import kinds_without_probe
+    from porter.descriptor.archdiff import kinds_without_probe
 
     unprobed = set(kinds_without_probe(a) or ())
     k = Table(title="MMA kinds", title_justify="left",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
-from porter.arch import load_arch
+from porter.descriptor.arch import load_arch
 from porter.cli import jobs_arg
-from porter.probes import NOT_JUDGED, ArchCheck, ProbeResult, check_arch
+from porter.descriptor.probes import NOT_JUDGED, ArchCheck, ProbeResult, check_arch
 
 
 def register(arch_subparsers) -> None:
@@ -50,7 +50,7 @@ def prove_smem_per_block(arch) -> dict:
     sm_100a: 232,448 B; sm_120a: 101,376 B), so a kernel of exactly the claimed size must
     compile and one byte more must not. Returns {figure, verdict, detail, ok}."""
     from porter.errors import CompileError
-    from porter.toolchain import compile_cuda
+    from porter.compile.toolchain import compile_cuda
 
     claimed = arch.smem_per_block_bytes
 
@@ -170,7 +170,7 @@ def render(check: ArchCheck, limit: dict | None = None) -> None:
 
 
 def cmd_check(args) -> int:
-    from porter.toolchain import require_toolchain
+    from porter.compile.toolchain import require_toolchain
 
     arch = load_arch(args.arch)
     require_toolchain()   # a missing tool or cache folder: one clear line before any compile

@@ -41,7 +41,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.commands.device_common import (check_shapes, decide_device, isolated, one_family, parse_shapes,
                                                select_kernels, skipped_line)
     from porter.pipeline.work import jsonable
@@ -62,9 +62,9 @@ def run(args) -> int:
         else:
             print(skipped_line(reason, specs, family, arch))
         return 0
-    from porter.validation import device_harness
+    from porter.runtime import harness
 
-    results = [isolated(device_harness.bench, spec, arch, None, shapes, baseline=not args.no_baseline)
+    results = [isolated(harness.bench, spec, arch, None, shapes, baseline=not args.no_baseline)
                for spec in specs]
     report = {"arch": arch.name, "target": arch.target, "device": dev, "results": results,
               "unsupported": [u.to_dict() for u in unsupported],

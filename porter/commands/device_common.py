@@ -113,7 +113,7 @@ def check_shapes(specs, shapes) -> None:
 def decide_device(arch, mode: str, devices=None, why: str = "") -> tuple[dict | None, str]:
     """(device to use, "") or (None, the one-line reason). ``mode`` on raises NoDevice
     (exit 3); auto returns the reason for a "skipped:" line; off never looks."""
-    from porter.validation.device_runs import NoDevice, match_device
+    from porter.runtime.device_runs import NoDevice, match_device
 
     if mode == "off":
         return None, "device validation off (--device off)"
@@ -156,7 +156,7 @@ def isolated(fn, spec, arch, *args, **kwargs) -> dict:
     result carries the level the kernel's build reaches, not one assumed. No device
     stays fatal."""
     from porter.errors import PorterError
-    from porter.validation.device_runs import NoDevice
+    from porter.runtime.device_runs import NoDevice
 
     try:
         return fn(spec, arch, *args, **kwargs)

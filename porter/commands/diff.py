@@ -1,12 +1,14 @@
 """``porter diff A B``: what changed between two archs' kernels, and which feature drove it.
 
-First the descriptor diff (porter.archdiff), then per kernel: the unified diff of the
-generated sources with each hunk labelled by feature (porter.srcdiff), the SASS opcode
+First the descriptor diff (porter.descriptor.archdiff), then per kernel: the unified diff of the
+generated sources with each hunk labelled by feature (porter.planning.srcdiff), the SASS opcode
 histograms side by side and the resources side by side. ``--html FILE`` writes the
 same as one self-contained page.
 """
 
 from __future__ import annotations
+
+from porter.report.opcodes import histogram_rows, opcode_mark  # noqa: F401  (also used by tests)
 
 
 def register(sub) -> None:
@@ -27,7 +29,7 @@ def pair_kernels(a, b, pattern=None):
     ``pattern`` selects as ``porter kernel show`` does (porter.commands.kernel.match_kernels):
     an exact kernel name on either arch selects that kernel only, on both sides."""
     from porter.commands.kernel import GLOB_CHARS, match_kernels
-    from porter.plan import kernel_specs
+    from porter.planning.plan import kernel_specs
 
     # complete: a kernel one arch builds and the other does not offer at all shows as
     # unsupported there (with the features it lacks), not as "no such kernel".
@@ -60,7 +62,7 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
     """Everything ``porter diff`` shows for one pair (either side may be missing or Unsupported)."""
     from porter.kernels import family_module
     from porter.kernels.base import Unsupported
-    from porter.srcdiff import label_configuration, labelled_diff, render_with_origins
+    from porter.planning.srcdiff import label_configuration, labelled_diff, render_with_origins
 
     out = {"a": None, "b": None, "hunks": [], "notes": [], "histogram": {}, "resources": {},
            "signature_opcodes": []}
@@ -82,7 +84,7 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
         out["hunks"] = labelled_diff(sides["a"][2], sides["b"][2], f"{a.name}/{spec_a.name}.cu", f"{b.name}/{spec_b.name}.cu")
         label_configuration(out["hunks"], a, b)   # configuration hunks: the features and figures behind them
     if build:
-        from porter import sass
+        from porter.compile import sass
         from porter.kernels.build import build_kernel
 
         full = []
@@ -178,34 +180,6 @@ def signature_opcodes(full_histograms, patterns) -> set[str]:
     return out
 
 
-def histogram_rows(hist_a: dict | None, hist_b: dict | None, signature: set[str] = frozenset(),
-                   top: int | None = None) -> list[tuple[str, int | None, int | None]]:
-    """(opcode, count on a, count on b): the ``signature`` opcodes first (all of them,
-    never cut), then the others, those that differ first by size of change, cut to
-    ``top``. A side with no histogram (the kernel is unsupported or missing there) gives
-    None for every count, shown as "-": it has no SASS, not zero of each opcode."""
-    ops = set(hist_a or {}) | set(hist_b or {})
-
-    def count(hist, op):
-        return None if hist is None else hist.get(op, 0)
-
-    def key(r):
-        x, y = r[1] or 0, r[2] or 0
-        return (x == y, -abs(x - y), -(x + y), r[0])
-
-    rows = [(op, count(hist_a, op), count(hist_b, op)) for op in ops]
-    first = sorted((r for r in rows if r[0] in signature), key=key)
-    rest = sorted((r for r in rows if r[0] not in signature), key=key)
-    return first + (rest if top is None else rest[:top])
-
-
-def opcode_mark(x: int | None, y: int | None) -> str:
-    """"new" / "gone" only when both sides have SASS to compare."""
-    if x is None or y is None or x == y:
-        return ""
-    return "new" if x == 0 else "gone" if y == 0 else ""
-
-
 TOP_OPCODES = 30   # other opcodes shown after the signature ones
 
 
@@ -217,7 +191,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.errors import PorterError
 
     a, b = load_arch(args.a), load_arch(args.b)
@@ -235,7 +209,7 @@ def run(args) -> int:
         raise PorterError(f"--kernel {args.kernel!r}: matches no kernel, variant or family on {a.name} or {b.name}; "
                           f"see porter kernel list --arch {b.name}")
     if not args.no_build:
-        from porter.toolchain import require_toolchain
+        from porter.compile.toolchain import require_toolchain
 
         require_toolchain()
     from rich.markup import escape as lit  # notes and labels quote descriptor text: data, not markup
@@ -244,13 +218,13 @@ def run(args) -> int:
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     try:
-        from porter.archdiff import diff_archs
+        from porter.descriptor.archdiff import diff_archs
         from porter.commands.arch import render_diff
         archdiff = diff_archs(a, b)
         render_diff(archdiff)
         archdiff = archdiff.to_dict()
     except ImportError:
-        from porter.plan import feature_diff
+        from porter.planning.plan import feature_diff
 
         lost, gained = feature_diff(a, b)
         archdiff = {"features": {"lost": lost, "gained": gained}}

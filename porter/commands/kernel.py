@@ -34,7 +34,7 @@ def all_variants(arch) -> list:
     family offers only on other installed archs (attention's ``.pair`` specs exist where
     the descriptor has CTA pairs), so every arch lists the same kernels."""
     from porter import kernels
-    from porter.plan import merge_listing, offered_elsewhere
+    from porter.planning.plan import merge_listing, offered_elsewhere
 
     out = []
     for fam in sorted(kernels.FAMILIES):
@@ -80,7 +80,7 @@ def run_list(args) -> int:
 
     from rich.text import Text  # reasons are data: a "[...]" in one is not markup
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels.base import Unsupported
     from porter.report.build import why_unsupported
 
@@ -104,7 +104,7 @@ def run_show(args) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels.base import Unsupported
     from porter.report.build import why_unsupported
 
@@ -216,7 +216,7 @@ def registers_text(spec, built, where: str, arch) -> str:
 
 
 def run_render(args) -> int:
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.errors import PorterError
     from porter.fsutil import atomic_write
     from porter.kernels import family_module

@@ -15,10 +15,10 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.errors import PorterError
     from porter.pipeline.runner import choose_base
-    from porter.plan import porting_plan
+    from porter.planning.plan import porting_plan
 
     target = load_arch(args.arch)
     base, why = choose_base(target, args.base)

@@ -2,7 +2,7 @@
 
 Each selected kernel runs on device 0 at several shapes with fresh random inputs and
 poisoned outputs, and every output is judged by the variant's tolerance policy
-(``porter.validation.device_harness``). The GPU must be the descriptor's: a sm_100a
+(``porter.runtime.harness``). The GPU must be the descriptor's: a sm_100a
 kernel is refused on a compute capability 9.0 GPU, with the reason.
 
 ``--device``: ``on`` fails (exit 3, one line) without a matching GPU; ``auto`` (the
@@ -48,7 +48,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.commands.device_common import (check_shapes, decide_device, isolated, one_family, parse_shapes,
                                                select_kernels, skipped_line)
     from porter.errors import PorterError
@@ -96,9 +96,9 @@ def run(args) -> int:
                               "tiles; drop --shapes, or give --device on|auto to run the kernels at them")
         results = [_cpu_model_only(spec, arch) for spec in specs]
     else:
-        from porter.validation import device_harness
+        from porter.runtime import harness
 
-        results = [isolated(device_harness.validate, spec, arch, None, shapes, args.seeds) for spec in specs]
+        results = [isolated(harness.validate, spec, arch, None, shapes, args.seeds) for spec in specs]
     report = {"arch": arch.name, "target": arch.target, "device": dev, "mode": args.device,
               "results": results, "unsupported": [u.to_dict() for u in unsupported],
               "passed": all(r["passed"] for r in results)}

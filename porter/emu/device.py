@@ -80,9 +80,9 @@ class EmuDevice:
         return fn
 
     def _build(self, spec, arch) -> tuple[str, int | None]:
-        from porter import sass as sasslib
+        from porter.compile import sass as sasslib
         from porter.kernels.build import build_kernel
-        from porter.toolchain import compile_cuda
+        from porter.compile.toolchain import compile_cuda
 
         source = self.sources.get(spec.name)
         if source is not None:

@@ -53,7 +53,7 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
     or its family has no emulation cases), and ``passed`` is None for "not-emulated"."""
     from porter.emu.device import EmuDevice
     from porter.levels import Level
-    from porter.validation import device_runs
+    from porter.runtime import device_runs
 
     start = time.perf_counter()
     result = {"name": spec.name, "variant": spec.variant, "status": "not-emulated", "passed": None,

@@ -23,7 +23,7 @@ Registers per thread (hd128, block_n 64): O 16 x 128 fp32 / 32 lanes = 64, S 16 
 
 from __future__ import annotations
 
-from porter.kernels import attention as family
+from porter.kernels import attention_variants as family
 from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 
 MAINLOOP = "mma_sync"

@@ -34,7 +34,7 @@ V's half must be whole 128-byte swizzle rows (64 columns), so the pair needs hea
 
 from __future__ import annotations
 
-from porter.kernels import attention as family
+from porter.kernels import attention_variants as family
 from porter.kernels import encodings_tcgen05 as enc
 from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 

@@ -20,7 +20,7 @@ TMA boxes of 64 columns (128 B rows), sized to the descriptor's per-block budget
 
 from __future__ import annotations
 
-from porter.kernels import attention as family
+from porter.kernels import attention_variants as family
 from porter.kernels import encodings_wgmma as enc
 from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from porter import sass as sasslib
+from porter.compile import sass as sasslib
 from porter.errors import CompileError
 from porter.kernels.base import KernelSpec
 from porter.levels import Level
-from porter.toolchain import CompileResult, compile_cuda
+from porter.compile.toolchain import CompileResult, compile_cuda
 
 
 @dataclass

@@ -181,7 +181,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
     added into the fp32 one with FADDs) or "registers" (every MMA into the fp32
     accumulator); None takes ``default_accumulation(variant)``.
     """
-    from porter.kernels import gemm
+    from porter.kernels import gemm_variants as gemm
 
     accumulation = accumulation or default_accumulation(variant)
     if accumulation not in ACCUMULATIONS:

@@ -199,7 +199,7 @@ def _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme) -> list[str]:
 
 
 def make_spec(arch, variant, pair: bool) -> KernelSpec:
-    from porter.kernels import gemm
+    from porter.kernels import gemm_variants as gemm
 
     if not (arch.has("tcgen05") and arch.has("tmem")):
         raise PorterError(f"arch {arch.name}: the tcgen05 GEMM path needs the tcgen05 and tmem features")

@@ -165,7 +165,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
     restarted wgmma chain) or "tensor-core" (the whole K in the wgmma accumulator);
     None takes ``default_accumulation(variant)``.
     """
-    from porter.kernels import gemm  # the variant table and shared naming
+    from porter.kernels import gemm_variants as gemm  # the variant table and shared naming
 
     if pair:
         raise PorterError(f"{gemm.spec_name(variant, pair)}: the wgmma path has no CTA-pair MMA "

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from porter import render as renderlib
+from porter.compile import render as renderlib
 from porter.errors import PorterError
 from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
 from porter.megakernel import isa

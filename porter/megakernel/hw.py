@@ -1,6 +1,6 @@
 """The few hardware figures the megakernel planner reads from an arch.
 
-Works with ``porter.arch.Arch`` and with any object (or mapping) that has
+Works with ``porter.descriptor.arch.Arch`` and with any object (or mapping) that has
 ``sm_count`` and ``hbm_bandwidth_bytes_per_s``; the shared-memory budget is read from
 ``smem_per_block_bytes`` when present (else the 227 KiB of sm_90a / sm_100a). An Arch
 selected with ``for_product`` carries that product's SM count and bandwidth, so the

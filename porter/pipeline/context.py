@@ -78,7 +78,7 @@ class Context:
         rule applies to the base's kernels too."""
         if self._selected is None:
             from porter.commands.kernel import match_kernels
-            from porter.plan import kernel_specs
+            from porter.planning.plan import kernel_specs
 
             every = kernel_specs(self.arch, complete=True)[0]
             if self.base is not None:   # a base kernel the completion could not name still counts
@@ -90,10 +90,10 @@ class Context:
     def variants(self, family: str, arch, complete: bool = False) -> list:
         """The family's variants for ``arch`` that match --kernel (memoized per run). With
         ``complete``, also an Unsupported entry for each kernel the family builds only on
-        other installed archs (porter.plan.offered_elsewhere, as ``porter kernel list``
+        other installed archs (porter.planning.plan.offered_elsewhere, as ``porter kernel list``
         lists them), so no variant the registry knows drops out of the report."""
         from porter.kernels import family_module
-        from porter.plan import merge_listing, offered_elsewhere
+        from porter.planning.plan import merge_listing, offered_elsewhere
 
         key = (family, arch.digest, complete)
         if key not in self._variants:

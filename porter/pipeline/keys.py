@@ -17,15 +17,15 @@ _PKG = Path(__file__).resolve().parent.parent   # porter/
 
 # Files whose text decides each kind of result (relative to porter/; globs allowed).
 CODE_FILES = {
-    "build": ("kernels/build.py", "kernels/base.py", "toolchain.py", "sass.py", "levels.py",
+    "build": ("kernels/build.py", "kernels/base.py", "compile/toolchain.py", "compile/sass.py", "levels.py",
               "pipeline/work.py"),
     "numerics": ("pipeline/work.py", "levels.py"),
-    "probes": ("probes.py", "toolchain.py", "sass.py"),
-    "descriptor": ("arch.py", "arch_schema.py", "pipeline/stages.py"),
-    "plan": ("plan.py", "pipeline/stages.py"),
-    "primitives": ("pipeline/stages.py", "toolchain.py", "plan.py"),
+    "probes": ("descriptor/probes.py", "compile/toolchain.py", "compile/sass.py"),
+    "descriptor": ("descriptor/arch.py", "descriptor/arch_schema.py", "pipeline/stages.py"),
+    "plan": ("planning/plan.py", "pipeline/stages.py"),
+    "primitives": ("pipeline/stages.py", "compile/toolchain.py", "planning/plan.py"),
     "stages": ("pipeline/stages.py", "pipeline/context.py", "pipeline/work.py", "kernels/build.py",
-               "kernels/base.py", "levels.py", "plan.py", "commands/kernel.py"),
+               "kernels/base.py", "levels.py", "planning/plan.py", "commands/kernel.py"),
 }
 
 
@@ -119,9 +119,9 @@ def data_digest(folder: str, pattern: str = "*") -> str:
 
 def render_sources_digest() -> str:
     """Hash of every file on the template loader's path (templates/ and kernels_src/ as
-    porter.render sees them): a kernel's source is a function of these, its family's
+    porter.compile.render sees them): a kernel's source is a function of these, its family's
     code, its spec and the descriptor."""
-    from porter import render
+    from porter.compile import render
 
     loader = render.environment().loader
     roots = getattr(loader, "searchpath", None)

@@ -59,8 +59,8 @@ class RunResult:
 
 def resolve(opts: RunOptions):
     """(arch, base or None, runbook) from the options; PorterError on bad input."""
-    from porter.arch import load_arch
-    from porter.runbook import list_runbooks, load_runbook
+    from porter.descriptor.arch import load_arch
+    from porter.planning.runbook import list_runbooks, load_runbook
 
     if opts.device not in ("auto", "on", "off"):
         raise PorterError(f"--device {opts.device!r}: expected auto, on or off")
@@ -86,7 +86,7 @@ def choose_base(arch, given: str | None, book=None):
     """(base Arch or None, why) for a run or a plan: --from, else the runbook's ``base``,
     else the descriptor's ``identity.previous``, else none. Never a guess: porting
     Hopper "from" Blackwell because it differs most would answer a question nobody asked."""
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
 
     if given:
         return load_arch(given), f"--from {given}"
@@ -108,7 +108,7 @@ def check_kernel_pattern(pattern: str, archs) -> None:
     import fnmatch
 
     from porter import kernels
-    from porter.plan import kernel_specs
+    from porter.planning.plan import kernel_specs
 
     names: set[str] = set(kernels.FAMILIES)
     for arch in archs:
@@ -214,7 +214,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
     arch, base, book = resolve(opts)
     jobs = opts.jobs if opts.jobs and opts.jobs > 0 else default_jobs()
     out_dir = Path(opts.out) if opts.out else Path("build") / default_out_name(arch)
-    from porter.toolchain import require_toolchain
+    from porter.compile.toolchain import require_toolchain
 
     require_toolchain()   # a missing compiler or disassembler: one error now, not one per kernel
     prepare_out_dir(out_dir, explicit=bool(opts.out))

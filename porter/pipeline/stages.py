@@ -88,10 +88,10 @@ def run_probes(ctx, stage):
     try:
         import importlib
 
-        probes = importlib.import_module("porter.probes")
+        probes = importlib.import_module("porter.descriptor.probes")
         check_arch = probes.check_arch
     except (ImportError, AttributeError) as exc:
-        return _result(stage, FAILED, f"porter.probes is not available ({type(exc).__name__}: {exc}); "
+        return _result(stage, FAILED, f"porter.descriptor.probes is not available ({type(exc).__name__}: {exc}); "
                        "the descriptor's claims cannot be proved by probe compiles")
     from porter import paths
 
@@ -101,7 +101,7 @@ def run_probes(ctx, stage):
     name = f"stage/{stage.id}"
     data = ctx.store.get(name, key)
     if data is None:
-        from porter import toolchain
+        from porter.compile import toolchain
 
         found = probes.discover() if hasattr(probes, "discover") else []
         # Compile the probes across the pool first: check_arch then finds every compile
@@ -150,7 +150,7 @@ def run_plan(ctx, stage):
         return _result(stage, SKIPPED, "no base arch: give --from BASE (or name 'base' in the runbook, or identity.previous in the descriptor)")
     from porter import paths
     from porter.fsutil import atomic_write
-    from porter.plan import porting_plan
+    from porter.planning.plan import porting_plan
 
     from porter import kernels
 
@@ -279,7 +279,7 @@ def run_primitives(ctx, stage):
     import itertools
 
     from porter import paths
-    from porter.plan import (FEATURE_PRIMITIVE, file_needs, primitive_folders, primitive_needs,
+    from porter.planning.plan import (FEATURE_PRIMITIVE, file_needs, primitive_folders, primitive_needs,
                              template_file_order)
 
     arch = ctx.arch
@@ -312,7 +312,7 @@ def run_primitives(ctx, stage):
     if not files:
         return _result(stage, FAILED if missing else SKIPPED,
                        f"no primitives for {arch.name}" + (f"; missing {', '.join(missing)}" if missing else ""), data)
-    from porter.render import environment
+    from porter.compile.render import environment
 
     tu = "".join(f'{{% include "{f}" %}}\n' for f in files) + "\n// primitives translation unit\n"
     try:
@@ -346,7 +346,7 @@ def compile_unit(payload: dict) -> dict:
     """Compile one translation unit (no kernel checks): primitives, probes of a stage."""
     from pathlib import Path
 
-    from porter import toolchain
+    from porter.compile import toolchain
     from porter.errors import CompileError
     from porter.fsutil import atomic_write
 
@@ -492,7 +492,7 @@ def run_device(ctx, stage):
     """Device validation, only on a GPU whose compute capability is the descriptor's.
 
     The launch-and-compare code lives in a device harness module,
-    ``porter.validation.device_harness``, with ``validate(spec: dict, arch, kernel_dir)
+    ``porter.runtime.harness``, with ``validate(spec: dict, arch, kernel_dir)
     -> {"name", "passed", ...}`` and ``bench(spec, arch, kernel_dir) -> {"name", "tflops",
     "roofline_tflops", ...}``. Without a GPU, or without the harness, the stage says so and
     is "not-run" (failed under --device on); no kernel is ever reported device-validated
@@ -506,7 +506,7 @@ def run_device(ctx, stage):
         # The reason `porter validate/bench --device on` give ("no CUDA device: ..."), and
         # the mark that turns the run's exit code into theirs (3): the GPU was required.
         from porter.pipeline.device import list_devices
-        from porter.validation.device_runs import match_device
+        from porter.runtime.device_runs import match_device
 
         reason = match_device(ctx.arch, *list_devices())[1]
         return _result(stage, FAILED, f"{reason} (--device on): device validation and benchmarks not run",
@@ -515,11 +515,11 @@ def run_device(ctx, stage):
         return _result(stage, NOT_RUN, f"no GPU: device validation and benchmarks not run ({why})",
                        {"device": None, "why": why})
     try:
-        from porter.validation import device_harness
+        from porter.runtime import harness
     except ImportError:
         status = FAILED if ctx.device == "on" else NOT_RUN
         return _result(stage, status, f"device {dev['name']} present, but no device harness "
-                       "(porter.validation.device_harness) is installed: device validation not run",
+                       "(porter.runtime.harness) is installed: device validation not run",
                        {"device": dev})
     rows = []
     for res in ctx.results.values():
@@ -528,7 +528,7 @@ def run_device(ctx, stage):
         for r in res.data.get("kernels", []):
             if r["level"] >= Level.SASS_CHECKED:
                 out = ctx.out_dir / "kernels" / r["name"]
-                rows.append(jsonable(device_harness.validate(r["spec"], ctx.arch, out)))
+                rows.append(jsonable(harness.validate(r["spec"], ctx.arch, out)))
     failed = [r for r in rows if not r.get("passed")]
     data = {"device": dev, "results": rows}
     if failed:
@@ -542,10 +542,10 @@ def run_bench(ctx, stage):
     if dev_stage is None or dev_stage.status != PASSED:
         return _result(stage, NOT_RUN, "nothing measured: benchmarks run after device validation passes")
     try:
-        from porter.validation import device_harness
-        bench = device_harness.bench
+        from porter.runtime import harness
+        bench = harness.bench
     except (ImportError, AttributeError):
-        return _result(stage, NOT_RUN, "no benchmark harness (porter.validation.device_harness.bench)")
+        return _result(stage, NOT_RUN, "no benchmark harness (porter.validation.harness.bench)")
     rows = [jsonable(bench(r["spec"], ctx.arch, ctx.out_dir / "kernels" / r["name"]))
             for r in dev_stage.data.get("results", []) if r.get("passed") and r.get("spec")]
     return _result(stage, PASSED, f"{len(rows)} kernels measured", {"bench": rows})

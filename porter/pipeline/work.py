@@ -52,7 +52,7 @@ def jsonable(obj):
 
 def build_unit(payload: dict) -> dict:
     """Compile + disassemble + check one kernel for ``payload['arch']``; write its artifacts."""
-    from porter import toolchain
+    from porter.compile import toolchain
     from porter.kernels.build import build_kernel
 
     start = time.perf_counter()

@@ -240,9 +240,9 @@ def build_report(ctx) -> dict:
 
 
 def _limits_checked(arch) -> str:
-    """How far the descriptor's limits were checked (porter.arch.limits_check), in words."""
+    """How far the descriptor's limits were checked (porter.descriptor.arch.limits_check), in words."""
     try:
-        from porter.arch import limits_check
+        from porter.descriptor.arch import limits_check
 
         return limits_check(arch)
     except (ImportError, AttributeError, ValueError):   # a stand-in arch without a target

@@ -16,7 +16,7 @@ max-width:100%;overflow-wrap:anywhere;white-space:normal}
 
 
 def render_diff_html(a, b, archdiff: dict, results: list) -> str:
-    from porter.commands.diff import histogram_rows, opcode_mark
+    from porter.report.opcodes import histogram_rows, opcode_mark
 
     feats = archdiff.get("features", {})
     p = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>porter diff {escape(a.name)} {escape(b.name)}</title>"

@@ -30,7 +30,7 @@ FORMAT = 2
 # meets (the kernels' configs, parameter lists, tensor maps, the megakernel's ISA); the
 # rest of porter (reports, CLI, the emulator) can change without making cubins stale.
 SOURCE_FOLDERS = ("templates", "kernels_src", "arch", "porter/kernels", "porter/megakernel",
-                  "porter/toolchain.py", "porter/arch.py", "porter/arch_schema.py",
+                  "porter/compile/toolchain.py", "porter/descriptor/arch.py", "porter/descriptor/arch_schema.py",
                   "porter/runtime/gemm.py", "porter/runtime/tensormap.py")
 SOURCE_SUFFIXES = (".py", ".j2", ".cuh", ".cu", ".h", ".yaml", ".yml")
 NOT_SOURCES = ("kernels_src/probes/",)      # feature probes: compiled alone, never into a kernel

@@ -1,6 +1,6 @@
 """The device seam: what porter's host code needs from something that runs kernels.
 
-Validation (``porter.validation.device_runs``) talks to a ``Device``, never to the CUDA
+Validation (``porter.runtime.device_runs``) talks to a ``Device``, never to the CUDA
 driver directly, so the same host code (inputs, poisoning, tensor maps, argument
 lists, read-back, judging) runs on a GPU (``CudaDevice``, through cuda.bindings) or on
 porter's PTX simulator (``porter.emu.device``, "emulated"). Benchmarks stay CUDA-only.

@@ -46,7 +46,7 @@ MAX_PRINT_LINES = 100
 
 def plan_shapes(spec, profile: str) -> dict:
     """{validate: [...], seeds, bench: [...]} for ``spec`` in ``profile`` ("full" or "rehearsal")."""
-    from porter.validation import device_runs as dr
+    from porter.runtime import device_runs as dr
 
     fam = spec.family
     if fam == "gemm":
@@ -115,7 +115,7 @@ def _nvcc_cubin(nvcc: str, source: str, target: str, name: str) -> bytes:
 
 def _sass_checks(spec, cubin: bytes) -> list[dict]:
     """The spec's SASS signature checks on another cubin (the fallback: another compiler)."""
-    from porter import sass as sasslib
+    from porter.compile import sass as sasslib
     from porter.kernels.build import sass_checks
 
     text = sasslib.disassemble(cubin)
@@ -127,8 +127,9 @@ def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: b
             kernels: list[str] | None = None, echo=print) -> int:
     """Build every supported kernel of ``arch_name`` into ``out``; write the manifest. Exit 0, or 1 if a build failed."""
     from porter import kernels as kfam
-    from porter import sass, toolchain
-    from porter.arch import load_arch
+    from porter.compile import sass
+    from porter.compile import toolchain
+    from porter.descriptor.arch import load_arch
     from porter.fsutil import atomic_write
     from porter.kernels.base import Unsupported
     from porter.kernels.build import build_kernel
@@ -223,10 +224,10 @@ def child(kernel: str) -> int:
 
 
 def _child(kernel: str) -> int:
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.pipeline.work import spec_from_dict
     from porter.runtime.device import get_device
-    from porter.validation import device_runs as dr
+    from porter.runtime import device_runs as dr
 
     folder = os.environ.get(cubins.CUBIN_DIR_ENV)
     if not folder:

@@ -158,7 +158,7 @@ class FakeGPU:
             return prepared
         if self._specs is None:
             from porter import kernels
-            from porter.arch import load_arch
+            from porter.descriptor.arch import load_arch
             from porter.kernels.base import Unsupported
 
             arch = load_arch(self.arch_name)

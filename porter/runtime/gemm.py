@@ -45,7 +45,7 @@ class GemmPlan:
     """Everything a launch needs except device addresses."""
 
     spec: object                     # porter.kernels.base.KernelSpec
-    arch: object                     # porter.arch.Arch
+    arch: object                     # porter.descriptor.arch.Arch
     m: int
     n: int
     k: int
@@ -187,7 +187,7 @@ def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None
               scale_a: float = 1.0, scale_b: float = 1.0, out=None, max_ctas: int | None = None) -> GemmPlan:
     """Validate a GEMM call and compute its launch (no GPU needed); ``max_ctas``: the
     device's SM count when it has fewer than the descriptor's."""
-    from porter.arch import load_arch
+    from porter.descriptor.arch import load_arch
     from porter.kernels import gemm as gemm_family
 
     arch = load_arch(arch) if isinstance(arch, (str, os.PathLike)) else arch
@@ -249,7 +249,7 @@ def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None
 
 def device_arch(device_info):
     """The shipped descriptor whose compute capability is the device's."""
-    from porter.arch import list_archs, load_arch
+    from porter.descriptor.arch import list_archs, load_arch
 
     for name in list_archs():
         arch = load_arch(name)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from porter.errors import PorterError
+from porter.runtime import timing
 from porter.validation import device_harness as dh
 
 from porter.runtime.cubins import CUBIN_DIR_ENV, MANIFEST  # noqa: E402,F401  (prepared cubins)
@@ -311,26 +312,26 @@ def validate_gemm(spec, arch, shapes=None, seeds: int = 2, device=None, log=None
 
 
 def bench_gemm(spec, arch, shapes=None, baseline: bool = True) -> list[dict]:
-    from porter.validation import baselines
+    from porter.runtime import baselines
 
     variant, _ = _gemm_variant(spec)
     function = load_kernel(spec, arch, _cuda())
     rows = []
     for shape in shapes or GEMM_BENCH_SHAPES:
         first = dh.bench_gemm_inputs(variant, *shape, dh.seed_for(shape, 0, base=7))
-        sets = dh.rotation_sets(first.nbytes, arch.l2_bytes)
+        sets = timing.rotation_sets(first.nbytes, arch.l2_bytes)
         inputs = [first] + [dh.bench_gemm_inputs(variant, *shape, dh.seed_for(shape, i, base=7))
                             for i in range(1, sets)]
         runs = [GemmRun(spec, arch, inp, _cuda()) for inp in inputs]
         launch = runs[0].launcher(function)
-        events = dh.DriverEvents()
+        events = timing.DriverEvents()
         flush = l2_flush(arch, sets, first.nbytes)
         # porter, then the baseline, then porter again: the same process, the same inputs,
         # and drift between the rounds shows in stats["drift"]
-        stats = dh.time_launches(lambda i: launch(runs[i].params), events, sets=sets, before=flush)
+        stats = timing.time_launches(lambda i: launch(runs[i].params), events, sets=sets, before=flush)
         base = baselines.gemm_baseline(variant, inputs, sets, before=flush) if baseline else None
         if base is not None and base.get("time"):
-            stats = dh.merge_timings(stats, dh.time_launches(lambda i: launch(runs[i].params), events, sets=sets,
+            stats = timing.merge_timings(stats, timing.time_launches(lambda i: launch(runs[i].params), events, sets=sets,
                                                              before=flush))
         # the timed kernel must also be right: C poisoned, one more launch, judged on a sample of rows
         poison(runs[0].c_buf, device=_cuda())
@@ -505,7 +506,7 @@ def _bench_qkv(b, hq, hkv, sq, sk, d, seed):
 
 
 def bench_attention(spec, arch, shapes=None, baseline: bool = True) -> list[dict]:
-    from porter.validation import baselines
+    from porter.runtime import baselines
 
     d, causal = spec.config["head_dim"], bool(spec.config["causal"])
     function = load_kernel(spec, arch, _cuda())
@@ -514,16 +515,16 @@ def bench_attention(spec, arch, shapes=None, baseline: bool = True) -> list[dict
         b, hq, hkv, sq, sk = shape
         first = _bench_qkv(b, hq, hkv, sq, sk, d, dh.seed_for(shape, 0, base=7))
         per_set = sum(x.nbytes for x in first) + first[0].nbytes + b * hq * sq * 4    # q, k, v, O, lse
-        sets = dh.rotation_sets(per_set, arch.l2_bytes)
+        sets = timing.rotation_sets(per_set, arch.l2_bytes)
         qkvs = [first] + [_bench_qkv(b, hq, hkv, sq, sk, d, dh.seed_for(shape, i, base=7)) for i in range(1, sets)]
         runs = [AttentionRun(spec, arch, *qkv, device=_cuda()) for qkv in qkvs]
         launch = runs[0].launcher(function, spec)
-        events = dh.DriverEvents()
+        events = timing.DriverEvents()
         flush = l2_flush(arch, sets, per_set)
-        stats = dh.time_launches(lambda i: launch(runs[i].params), events, sets=sets, before=flush)
+        stats = timing.time_launches(lambda i: launch(runs[i].params), events, sets=sets, before=flush)
         base = baselines.attention_baseline(qkvs, causal, sets, before=flush) if baseline else None
         if base is not None and base.get("time"):
-            stats = dh.merge_timings(stats, dh.time_launches(lambda i: launch(runs[i].params), events, sets=sets,
+            stats = timing.merge_timings(stats, timing.time_launches(lambda i: launch(runs[i].params), events, sets=sets,
                                                              before=flush))
         # O and lse poisoned, one more launch: every O element written and finite; lse written
         # (-inf is legal for a row that sees no key)
@@ -570,13 +571,13 @@ class L2Flush:
 def l2_flush(arch, sets: int, bytes_per_set: int) -> L2Flush | None:
     """An L2Flush when ``sets`` input sets together stay under ROTATE_L2_FACTOR x L2, else None."""
     l2 = int(getattr(arch, "l2_bytes", 0) or 0)
-    if l2 <= 0 or sets * bytes_per_set >= dh.ROTATE_L2_FACTOR * l2:
+    if l2 <= 0 or sets * bytes_per_set >= timing.ROTATE_L2_FACTOR * l2:
         return None
     return L2Flush(2 * l2)
 
 
 def _rotation(sets: int, bytes_per_set: int, arch, flush) -> str:
-    note = dh.rotation_note(sets, bytes_per_set, arch.l2_bytes)
+    note = timing.rotation_note(sets, bytes_per_set, arch.l2_bytes)
     if flush is not None:
         note += f"; L2 flushed before each timed launch ({flush.nbytes / 2**20:.0f} MiB memset, untimed)"
     return note
@@ -761,7 +762,7 @@ def bench_megakernel(spec, arch, shapes=None, baseline: bool = True) -> list[dic
     against the plan's HBM bytes, beside a device-to-device copy (the bandwidth
     ceiling) and the plan's predicted latency."""
     from porter.megakernel.plan import build_plan
-    from porter.validation import baselines
+    from porter.runtime import baselines
     from porter.validation.model_config import load_model_config
 
     cfg = load_model_config(spec.config["model"])
@@ -777,7 +778,7 @@ def bench_megakernel(spec, arch, shapes=None, baseline: bool = True) -> list[dic
         _require_resident(spec, program, _cuda())
         run = DecodeStepRun(spec, arch, program, cfg, weights, _random_caches(cfg, pos, seed=pos), pos, _cuda())
         launch = run.launcher(function)
-        stats = dh.time_launches(lambda i: launch(run.params), dh.DriverEvents(), warmup=3, reps=30,
+        stats = timing.time_launches(lambda i: launch(run.params), timing.DriverEvents(), warmup=3, reps=30,
                                  before=lambda i: run.reset_counters())
         # the arena poisoned again, counters reset, one more step: that step is judged
         run.repoison()
@@ -789,7 +790,7 @@ def bench_megakernel(spec, arch, shapes=None, baseline: bool = True) -> list[dic
         logits_ok = bool(np.isfinite(got["logits"].astype(np.float64)).all())
         token_ok = got["token"] == int(np.argmax(got["logits"].astype(np.float64)))
         us = stats["median_ms"] * 1e3
-        achieved = dh.rate(plan["hbm_bytes"], stats)
+        achieved = timing.rate(plan["hbm_bytes"], stats)
         row = {"family": "megakernel", "name": spec.name, "shape": {"model": cfg.name, "pos": pos},
                "time": stats, "us_per_step": us, "hbm_bytes": plan["hbm_bytes"],
                "achieved_gb_s": achieved / 1e9,
@@ -823,7 +824,7 @@ def roofline_tflops(flops: float, min_bytes: float, arch, peak_key: str) -> floa
 
 def _rate_row(family: str, spec, shape, flops: float, stats: dict, arch, peak_key: str, rotation: str,
               min_bytes: float = 0.0) -> dict:
-    tflops = dh.rate(flops, stats) / 1e12
+    tflops = timing.rate(flops, stats) / 1e12
     peak = (getattr(arch, "peak_tflops", None) or {}).get(peak_key)
     roof = roofline_tflops(flops, min_bytes, arch, peak_key)
     return {"family": family, "name": spec.name, "shape": shape, "flops": flops, "min_bytes": min_bytes,
@@ -837,9 +838,9 @@ def _relate(row: dict) -> None:
     """% of baseline where the baseline ran (it reports TFLOP/s from the same FLOP count)."""
     base = row.get("baseline") or {}
     if base.get("time"):
-        base["tflops"] = dh.rate(row["flops"], base["time"]) / 1e12
+        base["tflops"] = timing.rate(row["flops"], base["time"]) / 1e12
         row["pct_of_baseline"] = 100.0 * row["tflops"] / base["tflops"]
-        row["beyond_noise"] = dh.distinguishable(row["time"], base["time"])
+        row["beyond_noise"] = timing.distinguishable(row["time"], base["time"])
 
 
 _VALIDATE = {"gemm": validate_gemm, "attention": validate_attention, "megakernel": validate_megakernel}

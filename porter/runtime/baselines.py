@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from porter.validation import device_harness as dh
+from porter.runtime import timing
+
 
 COPY_MAX_BYTES = 1 << 30
 
@@ -61,7 +62,7 @@ def gemm_baseline(variant: str, inputs: list, sets: int, before=None) -> dict:
         def enqueue(i):
             # B is [N, K] row-major, so b.t() is the column-major [K, N] operand _scaled_mm wants.
             torch._scaled_mm(a[i], b[i].t(), scale_a=sa[i], scale_b=sb[i], out_dtype=torch.bfloat16)
-    stats = dh.time_launches(enqueue, dh.TorchEvents(), sets=sets, before=before)   # before: porter's L2 flush
+    stats = timing.time_launches(enqueue, timing.TorchEvents(), sets=sets, before=before)   # before: porter's L2 flush
     del a, b, c
     torch.cuda.empty_cache()
     return {"name": name, "torch": torch.__version__, "time": stats}
@@ -85,7 +86,7 @@ def attention_baseline(qkvs: list, causal: bool, sets: int, before=None) -> dict
     def enqueue(i):
         q, k, v = tensors[i]
         sdpa(q, k, v, is_causal=causal, **extra)
-    stats = dh.time_launches(enqueue, dh.TorchEvents(), sets=sets, before=before)
+    stats = timing.time_launches(enqueue, timing.TorchEvents(), sets=sets, before=before)
     backend = sdpa_backend(torch, *tensors[0], causal, gqa)
     del tensors
     torch.cuda.empty_cache()
@@ -115,8 +116,8 @@ def copy_bandwidth(nbytes: int) -> dict:
 
     def enqueue(i):
         driver.check(drv.cuMemcpyDtoDAsync(dst.ptr, src.ptr, size, drv.CUstream(0)), "cuMemcpyDtoDAsync")
-    stats = dh.time_launches(enqueue, dh.DriverEvents(), warmup=3, reps=20)
+    stats = timing.time_launches(enqueue, timing.DriverEvents(), warmup=3, reps=20)
     src.free()
     dst.free()
     return {"name": "device-to-device copy (cuMemcpyDtoDAsync)", "bytes": size, "time": stats,
-            "bytes_per_s": dh.rate(2 * size, stats)}
+            "bytes_per_s": timing.rate(2 * size, stats)}

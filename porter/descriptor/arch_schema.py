@@ -15,7 +15,7 @@ past a small budget (a "billion laughs" file) and self-referencing aliases are r
 before anything walks the data; every message quotes values through a bounded ``_show``;
 SASS signatures must stay in a linear-time regex subset (``regex_hazard``); text values
 may not hold control characters (ESC, NUL, newlines, bidi overrides); YAML 1.2 numbers
-such as ``2.25e3`` are numbers. porter.arch adds the checks that need more than the file:
+such as ``2.25e3`` are numbers. porter.descriptor.arch adds the checks that need more than the file:
 the target against the installed NVRTC, limits against the known figures per compute
 capability, ``identity.previous``.
 """

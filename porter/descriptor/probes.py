@@ -44,11 +44,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from porter import paths
-from porter import sass as sasslib
-from porter.arch import FEATURES
-from porter.arch_schema import GENERATIONS
+from porter.compile import sass as sasslib
+from porter.descriptor.arch import FEATURES
+from porter.descriptor.arch_schema import GENERATIONS
 from porter.errors import CompileError, PorterError
-from porter.toolchain import compile_cuda
+from porter.compile.toolchain import compile_cuda
 
 _HEADER = re.compile(r"^//\s?(?P<key>[a-z][a-z-]*):\s*(?P<value>.*)$")
 _CONTINUATION = re.compile(r"^//\s{2,}(?P<text>\S.*)$")

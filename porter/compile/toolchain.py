@@ -83,7 +83,7 @@ def nvrtc_version() -> str:
 @functools.lru_cache(maxsize=1)
 def toolchain_versions() -> dict[str, str]:
     """Versions that key the cache: NVRTC (compiler) and nvdisasm (disassembler)."""
-    from porter import sass
+    from porter.compile import sass
 
     return {"nvrtc": nvrtc_version(), "nvdisasm": sass.nvdisasm_version()}
 
@@ -94,7 +94,7 @@ def require_toolchain() -> dict[str, str]:
     that carries it, before any work starts (not one failure per kernel later on)."""
     import os
 
-    from porter import sass
+    from porter.compile import sass
 
     try:
         cache = paths.cache_dir()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 # Which descriptor features each primitive folder in kernels_src/ needs. A folder
 # missing here is matched by name (a folder named like a feature needs it); "common"
-# needs nothing. Probes are not primitives (they prove features; see porter.probes).
+# needs nothing. Probes are not primitives (they prove features; see porter.descriptor.probes).
 PRIMITIVE_FEATURES = {
     "common": (),
     "tma": ("tma",),
@@ -96,7 +96,7 @@ PRIMITIVE_JOBS = (
 
 
 def _meets(arch, need: str) -> bool:
-    from porter.arch_schema import FEATURES
+    from porter.descriptor.arch_schema import FEATURES
 
     return arch.has(need) if need in FEATURES else bool(getattr(arch, need, False))
 
@@ -146,7 +146,7 @@ def primitive_needs(folder: str, known_features=None) -> tuple[str, ...]:
     if folder in PRIMITIVE_FEATURES:
         return PRIMITIVE_FEATURES[folder]
     if known_features is None:
-        from porter.arch_schema import FEATURES as known_features
+        from porter.descriptor.arch_schema import FEATURES as known_features
     return (folder,) if folder in known_features else ()
 
 
@@ -154,7 +154,7 @@ def file_needs(relpath: str, known_features=None) -> tuple[str, ...]:
     """Features one primitive file needs: its folder's, plus a feature its name starts
     with (attention/wgmma_frag.cuh needs wgmma)."""
     if known_features is None:
-        from porter.arch_schema import FEATURES as known_features
+        from porter.descriptor.arch_schema import FEATURES as known_features
     folder, _, rest = relpath.partition("/")
     needs = list(primitive_needs(folder, known_features))
     stem = Path(rest).name.split(".")[0]
@@ -287,15 +287,15 @@ def arch_features(arch) -> set[str]:
     feats = getattr(arch, "features", None)
     if feats is not None:
         return set(feats)
-    from porter.arch_schema import FEATURES
+    from porter.descriptor.arch_schema import FEATURES
 
     return {f for f in FEATURES if arch.has(f)}
 
 
 def feature_diff(base, target) -> tuple[list[str], list[str]]:
-    """(lost, gained) features from ``base`` to ``target`` (porter.archdiff when present)."""
+    """(lost, gained) features from ``base`` to ``target`` (porter.descriptor.archdiff when present)."""
     try:
-        from porter.archdiff import diff_archs  # the arch engineer's full diff, when present
+        from porter.descriptor.archdiff import diff_archs  # the arch engineer's full diff, when present
     except ImportError:
         diff_archs = None
     if diff_archs is not None:
@@ -338,7 +338,7 @@ def offered_elsewhere(arch, own: list, family: str) -> list:
     spec, where the descriptor has the feature). Missing features come from a spec that
     builds elsewhere: its features this arch lacks."""
     from porter import kernels as kreg
-    from porter.arch import list_archs, load_arch
+    from porter.descriptor.arch import list_archs, load_arch
     from porter.kernels.base import Unsupported
 
     known = {v.name for v in own}
@@ -373,7 +373,7 @@ def build_graph(archs, families=None):
     import networkx as nx
 
     from porter import paths
-    from porter.arch_schema import FEATURES
+    from porter.descriptor.arch_schema import FEATURES
 
     g = nx.DiGraph()
     notes: list[str] = []
@@ -440,7 +440,7 @@ def sources_used(specs, arch) -> tuple[set[str] | None, list[str]]:
     import jinja2
 
     from porter import kernels as kreg
-    from porter import render as render_mod
+    from porter.compile import render as render_mod
 
     original = render_mod.environment
     env = original()
@@ -452,7 +452,7 @@ def sources_used(specs, arch) -> tuple[set[str] | None, list[str]]:
             return inner.get_source(environment, template)
 
     # A fresh cache, so every template a render needs goes through the loader once. The
-    # swap below is process-wide, as in porter.srcdiff: the pipeline's parallel work runs
+    # swap below is process-wide, as in porter.planning.srcdiff: the pipeline's parallel work runs
     # in worker processes, not threads.
     recording = env.overlay(loader=RecordingLoader(), cache_size=64)
     notes, rendered = [], 0
@@ -474,7 +474,7 @@ def sources_used(specs, arch) -> tuple[set[str] | None, list[str]]:
 def family_generations(family: str) -> set[str]:
     """Tensor-core generations the family's templates handle: templates/<family>/<generation>.cu.j2."""
     from porter import paths
-    from porter.arch_schema import GENERATIONS
+    from porter.descriptor.arch_schema import GENERATIONS
 
     folder = paths.data_dir("templates") / family
     if not family or not folder.is_dir():
@@ -483,7 +483,7 @@ def family_generations(family: str) -> set[str]:
 
 
 def _is_path_alternative(missing: str) -> bool:
-    from porter.arch_schema import GENERATIONS
+    from porter.descriptor.arch_schema import GENERATIONS
 
     return "|" in missing and set(missing.split("|")) <= set(GENERATIONS)
 
@@ -679,7 +679,7 @@ def config_changes(base_spec, target_spec, most: int = 4) -> list[str]:
 
 def most_different_arch(target, candidates=None):
     """The installed descriptor whose feature set differs most from ``target``'s (ties: by name)."""
-    from porter.arch import list_archs, load_arch
+    from porter.descriptor.arch import list_archs, load_arch
 
     best, best_score = None, -1
     tf = arch_features(target)

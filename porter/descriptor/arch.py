@@ -1,7 +1,7 @@
 """Arch descriptors as typed, immutable objects.
 
 ``load_arch("hopper")`` reads ``arch/hopper.yaml`` (``load_arch("some/file.yaml")`` reads
-that file), checks it with ``porter.arch_schema`` and returns an ``Arch``: frozen
+that file), checks it with ``porter.descriptor.arch_schema`` and returns an ``Arch``: frozen
 dataclasses, tuples and read-only mappings, plus derived figures in bytes and FLOP/s.
 Code asks ``arch.has("tmem")`` or reads ``arch.tensor_core.mma_shapes``; it never
 compares arch names.
@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from porter import paths
-from porter.arch_schema import (FEATURES, PEAK_DTYPES, check_descriptor, derive_features, load_descriptor,
+from porter.descriptor.arch_schema import (FEATURES, PEAK_DTYPES, check_descriptor, derive_features, load_descriptor,
                                 one_line, parse_yaml)
 from porter.errors import PorterError
 

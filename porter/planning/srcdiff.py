@@ -10,7 +10,7 @@ dropped and the result must equal the normal render line for line (checked: when
 template defeats the marking, the diff is still shown, with the hunks unlabelled and
 a note saying why). A changed line is labelled with the innermost feature branch it
 came from, else with the features of the primitive folder it was included from
-(porter.plan's folder -> feature table), else "template" (configuration such as tile
+(porter.planning.plan's folder -> feature table), else "template" (configuration such as tile
 shapes, which no single feature decides). This follows the code that produced a line
 rather than guessing from its text, and it needs nothing from template authors
 beyond the ``arch.has`` tests they already write.
@@ -102,8 +102,8 @@ def _marked_environment(env):
 
 @contextlib.contextmanager
 def marked_rendering():
-    """While active, porter.render.render uses the marking environment."""
-    from porter import render as render_mod
+    """While active, porter.compile.render.render uses the marking environment."""
+    from porter.compile import render as render_mod
 
     original = render_mod.environment
     env = _marked_environment(original())
@@ -134,7 +134,7 @@ def split_marked(text: str) -> tuple[list[str], list[tuple[str, ...]]]:
 def folder_features(origin: str) -> list[str]:
     """Features an included file stands for: its primitive folder's (tmem/ -> tmem) or the
     feature its name starts with (gemm/tcgen05.cu.j2, the mainloop chosen for tcgen05)."""
-    from porter.plan import file_needs
+    from porter.planning.plan import file_needs
 
     path = origin.split(":", 1)[1]
     return list(file_needs(path)) if "/" in path else []
@@ -244,7 +244,7 @@ def label_configuration(hunks: list[Hunk], a, b) -> None:
     ``a`` is in the removed lines and its value on ``b`` in the added ones (``grid =
     min(#tiles, 148)`` -> ``170``). What neither explains stays "template".
     """
-    from porter.arch import FEATURES
+    from porter.descriptor.arch import FEATURES
 
     fa, fb = set(getattr(a, "features", ())), set(getattr(b, "features", ()))
     changed = [f for f in FEATURES if (f in fa) != (f in fb)]

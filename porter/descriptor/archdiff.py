@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from porter.arch import FEATURES, Arch, MmaShape
-from porter.arch_schema import PEAK_DTYPES
+from porter.descriptor.arch import FEATURES, Arch, MmaShape
+from porter.descriptor.arch_schema import PEAK_DTYPES
 
 # (label, unit, getter) for the scalar figures compared; units are those of the Arch.
 _FIGURES = (
@@ -159,7 +159,7 @@ def kinds_without_probe(arch) -> tuple[str, ...] | None:
     generation (read from the probe headers, nothing compiled); None when the probes
     cannot be read. Same rule as ``porter arch check``'s kinds_without_probe."""
     try:
-        from porter.probes import discover
+        from porter.descriptor.probes import discover
 
         probes = discover()
     except Exception:   # no probes folder in this install: say nothing rather than "unprobed"

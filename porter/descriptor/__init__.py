@@ -1,0 +1,3 @@
+"""The arch descriptor: loading and checking it (``arch``, ``arch_schema``), comparing two
+(``archdiff``) and proving its claims with probe compiles (``probes``).
+"""

@@ -1,0 +1,65 @@
+"""What the attention family and its mainloop modules share: the kernel signature, the
+naming and the base configuration.
+
+``porter.kernels.attention`` (the family) and the mainloops (``attention_wgmma``,
+``attention_tcgen05``, ``attention_mma_sync``) import this module; it imports neither,
+so the family's data flows one way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FAMILY = "attention"
+TEMPLATE = "attention.cu.j2"
+HEAD_DIMS = (64, 128)
+
+# The kernel signature shared by every mainloop (order matters: the host launches
+# with these positional arguments). TMA maps view q/k/v as 2-D (B*H*S, D) bf16.
+# ``TmaDescriptor`` is a CUtensorMap (128 B) the template passes by value as
+# ``const __grid_constant__`` (the convention of the GEMM family and porter.runtime).
+PARAMS: tuple[tuple[str, str], ...] = (
+    ("tma_q", "TmaDescriptor"),
+    ("tma_k", "TmaDescriptor"),
+    ("tma_v", "TmaDescriptor"),
+    ("o", "__nv_bfloat16*"),
+    ("lse", "float*"),
+    ("batch", "int"),
+    ("heads_q", "int"),
+    ("heads_kv", "int"),
+    ("seq_q", "int"),
+    ("seq_k", "int"),
+    ("softmax_scale_log2", "float"),
+)
+
+def spec_name(head_dim: int, causal: bool, suffix: str = "") -> str:
+    """``attention.hd64``, ``attention.hd128.causal``, plus e.g. ``.pair``."""
+    return f"{FAMILY}.hd{head_dim}" + (".causal" if causal else "") + suffix
+
+
+def variant_name(head_dim: int, causal: bool) -> str:
+    """The user-facing variant: ``attention.bf16.hd64`` / ``attention.bf16.hd64.causal``."""
+    return f"{FAMILY}.bf16.hd{head_dim}" + (".causal" if causal else "")
+
+
+def entry_name(head_dim: int, causal: bool, mainloop: str, suffix: str = "") -> str:
+    """The extern "C" __global__ name: unique per spec so SASS and resources are per kernel."""
+    tag = suffix.strip(".").replace(".", "_")
+    return f"attention_fwd_{mainloop}_hd{head_dim}" + ("_causal" if causal else "") + (f"_{tag}" if tag else "")
+
+
+def base_config(arch, head_dim: int, causal: bool, mainloop: str) -> dict[str, Any]:
+    """The config keys every mainloop shares; each mainloop adds its tiles and roles."""
+    return {
+        "mainloop": mainloop,          # selects templates/attention/<mainloop>.cu.j2
+        "head_dim": head_dim,
+        "causal": causal,
+        "dtype": "bf16",
+        "params": [list(p) for p in PARAMS],
+        # Persistent grid over tiles = batch * heads_q * ceil(seq_q / block_m): the host
+        # launches min(tiles, sm_count) CTAs, CTA c serving tiles c, c + grid, ...; a
+        # CTA-pair spec (cluster of 2, config grid_ctas) launches 2 * min(tiles,
+        # sm_count // 2) CTAs, pair c = blockIdx.x / 2 serving tiles c, c + grid / 2, ...
+        "grid": "persistent",
+        "sm_count": arch.sm_count,
+    }
