@@ -292,7 +292,7 @@ def mma(a, b, c=None, scale_a=None, scale_b=None) -> np.ndarray:
         a = a * np.repeat(sa, k // v, axis=1)
         b = b * np.repeat(sb, k // v, axis=1).T
     with np.errstate(invalid="ignore", over="ignore"):
-        acc = a @ b
+        acc = np.einsum("mk,kn->mn", a, b)     # not BLAS: tiny products (see units/wgmma.mma)
         if c is not None:
             acc = acc + np.asarray(c, dtype=np.float64)
         return acc.astype(np.float32)

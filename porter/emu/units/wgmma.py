@@ -255,7 +255,9 @@ def mma(a: np.ndarray, b: np.ndarray, d: np.ndarray | None = None, scale_a: int 
     b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise EmuError(f"wgmma operands A {a.shape} and B {b.shape} do not share a K dimension")
-    acc = (scale_a * a) @ (scale_b * b).T
+    # einsum, not BLAS: the products are small, and a threaded BLAS under load can make
+    # each one cost milliseconds (the same choice as the tcgen05 unit)
+    acc = np.einsum("mk,nk->mn", scale_a * a, scale_b * b)
     if d is not None:
         d = np.asarray(d)
         if d.shape != acc.shape:
