@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from porter.emu import ptx
-from porter.emu.decode import NP, SINT, UINT, bits, is_float, is_signed, type_of
+from porter.emu.decode import NP, UINT, bits, is_float, is_signed, type_of
 
 
 
@@ -91,14 +91,6 @@ def _wrap_int(f):
         with np.errstate(over="ignore"):
             return f(a, b)
     return g
-
-
-def build_add(ins, d):
-    return _binary(ins, d, _wrap_int(lambda a, b: a + b))
-
-
-def build_sub(ins, d):
-    return _binary(ins, d, _wrap_int(lambda a, b: a - b))
 
 
 def build_mul(ins, d):
@@ -222,26 +214,6 @@ def build_min(ins, d):
 def build_max(ins, d):
     t = type_of(ins.parts)
     return _binary(ins, d, np.fmax if is_float(t) else np.maximum)
-
-
-def build_neg(ins, d):
-    return _unary(ins, d, lambda a: -a)
-
-
-def build_abs(ins, d):
-    return _unary(ins, d, np.abs)
-
-
-def build_and(ins, d):
-    return _binary(ins, d, np.bitwise_and)
-
-
-def build_or(ins, d):
-    return _binary(ins, d, np.bitwise_or)
-
-
-def build_xor(ins, d):
-    return _binary(ins, d, np.bitwise_xor)
 
 
 def build_not(ins, d):
@@ -407,7 +379,7 @@ def build_setp(ins, d):
     return setp
 
 
-def _float_unary(ins, d, f, ftz_in=False):
+def _float_unary(ins, d, f):
     t = type_of(ins.parts)
     ftz = "ftz" in ins.parts
 
@@ -421,42 +393,6 @@ def _float_unary(ins, d, f, ftz_in=False):
                 r = np.where(np.abs(r) < np.finfo(np.float32).tiny, np.float32(0) * np.sign(r), r)
             return r
     return _unary(ins, d, g, t)
-
-
-def build_ex2(ins, d):
-    return _float_unary(ins, d, np.exp2)
-
-
-def build_lg2(ins, d):
-    return _float_unary(ins, d, np.log2)
-
-
-def build_rsqrt(ins, d):
-    return _float_unary(ins, d, lambda a: np.float32(1) / np.sqrt(a))
-
-
-def build_sqrt(ins, d):
-    return _float_unary(ins, d, np.sqrt)
-
-
-def build_rcp(ins, d):
-    return _float_unary(ins, d, lambda a: np.float32(1) / a)
-
-
-def build_sin(ins, d):
-    return _float_unary(ins, d, np.sin)
-
-
-def build_cos(ins, d):
-    return _float_unary(ins, d, np.cos)
-
-
-def build_tanh(ins, d):
-    return _float_unary(ins, d, np.tanh)
-
-
-def build_copysign(ins, d):
-    return _binary(ins, d, lambda a, b: np.copysign(b, a))
 
 
 # ---- cvt ---------------------------------------------------------------------------------------
@@ -573,12 +509,27 @@ def build_cvta(ins, d):
     return cvta
 
 
+# The instructions that are one numpy function of their operands, by opcode.
+_ELEMENTWISE_BINARY = {"add": _wrap_int(lambda a, b: a + b), "sub": _wrap_int(lambda a, b: a - b),
+                       "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+                       "copysign": lambda a, b: np.copysign(b, a)}
+_ELEMENTWISE_UNARY = {"neg": lambda a: -a, "abs": np.abs}
+_FLOAT_UNARY = {"ex2": np.exp2, "lg2": np.log2, "rsqrt": lambda a: np.float32(1) / np.sqrt(a), "sqrt": np.sqrt,
+                "rcp": lambda a: np.float32(1) / a, "sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+
+
+def _table_builder(make, f):
+    def build(ins, d):
+        return make(ins, d, f)
+    return build
+
+
 BUILDERS = {
-    "mov": build_mov, "add": build_add, "sub": build_sub, "mul": build_mul, "mad": build_mad,
-    "fma": build_fma, "div": build_div, "rem": build_rem, "min": build_min, "max": build_max,
-    "neg": build_neg, "abs": build_abs, "and": build_and, "or": build_or, "xor": build_xor,
-    "not": build_not, "shl": build_shl, "shr": build_shr, "clz": build_clz, "popc": build_popc, "bfi": build_bfi,
-    "selp": build_selp, "setp": build_setp, "ex2": build_ex2, "lg2": build_lg2, "rsqrt": build_rsqrt,
-    "sqrt": build_sqrt, "rcp": build_rcp, "sin": build_sin, "cos": build_cos, "tanh": build_tanh,
-    "copysign": build_copysign, "cvt": build_cvt, "cvta": build_cvta,
+    **{op: _table_builder(_binary, f) for op, f in _ELEMENTWISE_BINARY.items()},
+    **{op: _table_builder(_unary, f) for op, f in _ELEMENTWISE_UNARY.items()},
+    **{op: _table_builder(_float_unary, f) for op, f in _FLOAT_UNARY.items()},
+    "mov": build_mov, "mul": build_mul, "mad": build_mad, "fma": build_fma, "div": build_div, "rem": build_rem,
+    "min": build_min, "max": build_max, "not": build_not, "shl": build_shl, "shr": build_shr, "clz": build_clz,
+    "popc": build_popc, "bfi": build_bfi, "selp": build_selp, "setp": build_setp, "cvt": build_cvt,
+    "cvta": build_cvta,
 }

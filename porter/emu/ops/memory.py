@@ -102,21 +102,26 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
     raise CheckFailed(f"{space} memory is outside the simulator's subset")
 
 
-def build_ld(ins, d):
+def _access(ins, d, addr_op, regs_op):
+    """What a load and a store share: type, space (a symbol base names it for a generic
+    access), vector width, element bytes, the address function and the register list."""
     parts = ins.parts
     t = type_of(parts)
     space = _space(parts)
     if space == "local":
         raise d.unsupported("(local memory: a spill, which porter's kernels must not have)")
     nvec = _vector(parts)
-    nbytes = max(bits(t) // 8, 1)
-    dst, src = ins.operands[0], ins.operands[1]
-    dsts = dst.items if isinstance(dst, ptx.Vec) else (dst,)
-    if len(dsts) != nvec:
-        raise d.unsupported("(vector width and destination count differ)")
-    addr_fn, sym_space = d.addr(src, space)
+    regs = regs_op.items if isinstance(regs_op, ptx.Vec) else (regs_op,)
+    if len(regs) != nvec:
+        raise d.unsupported("(vector width and register count differ)")
+    addr_fn, sym_space = d.addr(addr_op, space)
     if sym_space is not None and space == "generic":
         space = sym_space
+    return t, space, nvec, max(bits(t) // 8, 1), addr_fn, regs
+
+
+def build_ld(ins, d):
+    t, space, nvec, nbytes, addr_fn, dsts = _access(ins, d, ins.operands[1], ins.operands[0])
     writers = [d.dst(x, t) for x in dsts]
     total = nbytes * nvec
     dt = NP[t]
@@ -137,18 +142,7 @@ def build_ld(ins, d):
 
 
 def build_st(ins, d):
-    parts = ins.parts
-    t = type_of(parts)
-    space = _space(parts)
-    if space == "local":
-        raise d.unsupported("(local memory: a spill, which porter's kernels must not have)")
-    nvec = _vector(parts)
-    nbytes = max(bits(t) // 8, 1)
-    dst, src = ins.operands[0], ins.operands[1]
-    srcs = src.items if isinstance(src, ptx.Vec) else (src,)
-    addr_fn, sym_space = d.addr(dst, space)
-    if sym_space is not None and space == "generic":
-        space = sym_space
+    t, space, nvec, nbytes, addr_fn, srcs = _access(ins, d, ins.operands[0], ins.operands[1])
     readers = [d.src(x, t) for x in srcs]
     total = nbytes * nvec
     u = UINT[max(nbytes * 8, 8)]
