@@ -94,11 +94,10 @@ def _land(w, targets, data: np.ndarray, what: str):
 def build_cp(ins, d):
     parts = ins.parts
     if parts[1] != "async" or len(parts) < 3 or parts[2] != "bulk":
-        raise d.unsupported("(only the bulk async copies; cp.async of sm_80 is not simulated yet)")
+        raise d.unsupported("(a cp.async form neither the bulk copies here nor ops.cp_async implement)")
     ops = ins.operands
     where = d.where(ins)
     multicast = "multicast::cluster" in parts
-    hint = "L2::cache_hint" in parts
     if "tensor" in parts:
         if "tile" not in parts or "global" not in parts or not any(p.startswith("shared") for p in parts[4:6]):
             raise d.unsupported("(only tile-mode tensor loads from global into shared memory)")
@@ -141,7 +140,6 @@ def build_cp(ins, d):
         size_fn = d.src(ops[2], "u32")
         bar_fn, _ = d.addr(ops[3], "shared")
         mask_fn = d.src(ops[4], "u16") if multicast else None
-        del hint
 
         def bulk(w, m):
             sel = w.live if m is None else m
