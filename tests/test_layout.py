@@ -51,3 +51,16 @@ def test_validation_holds_numerics_only():
     assert gpu == []
     for f in (ROOT / "validation").glob("*.py"):
         assert "cuda.bindings" not in f.read_text(), f.name
+
+
+def test_the_simulator_never_imports_the_generators_encoders():
+    """Independent judges: the simulator decodes descriptors, swizzles and layouts from the
+    PTX ISA on its own, so a misreading shared with porter's generator cannot pass both."""
+    mods = _module_imports()
+    emu = {n: ds for n, ds in mods.items() if n.startswith("porter.emu")}
+    assert len(emu) > 15
+    for name, deps in emu.items():
+        bad = [d for d in deps if "encodings" in d or "block_scale_layout" in d]
+        assert bad == [], (name, bad)
+        if name.startswith(("porter.emu.units", "porter.emu.ops")):
+            assert not any(d.startswith("porter.kernels") for d in deps), name
