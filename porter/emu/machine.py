@@ -179,7 +179,6 @@ class Warp:
         self.poisoned: dict[int, str] = {}
         self.executed = 0
         tid = index * WARP + lanes
-        bx, by, bz = cta.block
         self.tid = tid
         self.special = cta.special_regs(tid, lanes, index)
         self.units: dict = {}        # per-warp unit state (wgmma groups, ...)
@@ -377,9 +376,6 @@ class Cluster:
 
 # ---- the async engine ----------------------------------------------------------------------------
 
-LATE = 1 << 60     # an AsyncEngine delay: complete only when nothing else can progress
-
-
 class AsyncEngine:
     """Asynchronous work (TMA copies, bulk copies): each completes a few rounds after issue."""
 
@@ -390,8 +386,8 @@ class AsyncEngine:
         self.max_delay = max_delay
 
     def submit(self, round_now: int, fn, describe: str, delay: int | None = None) -> None:
-        """``delay``: rounds until ``fn`` runs (default: seeded 1..max_delay); LATE: only once
-        every warp is parked (the latest completion the ISA allows)."""
+        """``delay``: rounds until ``fn`` runs (default: seeded 1..max_delay); when every warp
+        is parked, the earliest pending work completes at once whatever its delay."""
         if delay is None:
             delay = 1 if self.rng is None else int(self.rng.integers(1, self.max_delay + 1))
         self.seq += 1
@@ -427,7 +423,6 @@ class RunSummary:
     virtual_ns: int
     wgmma: int = 0
     tma: int = 0
-    notes: list = field(default_factory=list)
 
     @property
     def warp_instr_per_s(self) -> float:
@@ -481,7 +476,6 @@ class Scheduler:
         self.resident: list[Cluster] = []
         self.all_ctas: list[CTA] = []
         self.max_resident = max_resident_clusters
-        self.exit_hooks: list = []       # fn(cta) called when a CTA exits (unit checks)
         self.random_elect = self.rng is not None
         # Set when a barrier phase completes: the running warp yields so its waiters run
         # before it goes on (as hardware wakes them at once), exposing early releases.
@@ -533,7 +527,7 @@ class Scheduler:
         if all(x.done for x in cta.warps):
             cta.check_exit_safe()
             cta.check_warpgroups()
-            for hook in self.exit_hooks + cta.units.get("exit_checks", []):
+            for hook in cta.units.get("exit_checks", []):
                 hook(cta)
             cta.done = True
             cta.smem.exited = True
@@ -585,9 +579,6 @@ class Scheduler:
                     self._advance_time(min(timed))
                     continue
                 raise Deadlock(self.report("deadlock: every live warp is parked and nothing asynchronous is pending"))
-        for cta in self.all_ctas:
-            for hook in self.launch_end_hooks():
-                hook(cta)
         return RunSummary(self.executed, self.thread_executed, sum(len(c.warps) for c in self.all_ctas),
                           len(self.all_ctas), time.perf_counter() - t0, self.round, self.time_ns,
                           self.counters["wgmma"], self.counters["tma"])
@@ -609,9 +600,6 @@ class Scheduler:
         if self.time_ns > LIVELOCK_NS:
             raise Deadlock(self.report("livelock: every live warp only polls memory and sleeps, and nothing "
                                        "they wait for is written"))
-
-    def launch_end_hooks(self):
-        return []
 
     def run_warp(self, w: Warp, quantum: int) -> int:
         ops = w.prog.ops
