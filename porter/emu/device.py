@@ -22,8 +22,20 @@ from porter.emu.machine import LaunchState, Scheduler
 from porter.emu.units import tma as tma_unit
 from porter.errors import PorterError
 
+# The seed of the warp order, elected lanes and async completion times (default 0); a
+# negative one runs warps in plain round-robin order with every copy landing a round later.
 SEED_ENV = "PORTER_EMU_SEED"
 RACES_ENV = "PORTER_EMU_RACES"      # "0" turns the shared-memory race detector off (it is on by default)
+
+
+def _env_seed() -> int:
+    text = os.environ.get(SEED_ENV, "").strip()
+    if not text:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise PorterError(f"{SEED_ENV}={text!r}: give an integer seed (negative: plain round-robin order)") from None
 
 
 class EmuFunction:
@@ -41,8 +53,7 @@ class EmuDevice:
     def __init__(self, sm_count: int = 4, seed: int | None = None, check_races: bool | None = None):
         self.memory = Memory()
         self.sm_count = sm_count
-        env = os.environ.get(SEED_ENV)
-        self.seed = seed if seed is not None else (int(env) if env else 0)
+        self.seed = seed if seed is not None else _env_seed()
         self.launches = 0
         self.check_races = check_races if check_races is not None else os.environ.get(RACES_ENV, "1") != "0"
         self._functions: dict = {}
