@@ -219,7 +219,20 @@ def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf, max_ctas: int
     return plan
 
 
-class GemmRun:
+class PackedArgs:
+    """A run keeps its kernel arguments as (ctype, value) pairs (``args``, what every device
+    takes); CUDA launches of the benchmarks want them packed, made once (``params``)."""
+
+    _packed = None
+
+    @property
+    def params(self):
+        if self._packed is None:
+            self._packed = packed(self.args)
+        return self._packed
+
+
+class GemmRun(PackedArgs):
     """One input set on a device: operands, C and the kernel arguments as (ctype, value)."""
 
     def __init__(self, spec, arch, inp: dh.GemmInputs, device=None):
@@ -247,14 +260,7 @@ class GemmRun:
             raise PorterError(f"{spec.name}: kernel parameters without a value: {', '.join(missing)}")
         self.args = [(ctype, values[p]) for p, ctype in plan.params]
         self.plan = plan
-        self._packed = None
 
-    @property
-    def params(self):
-        """The packed kernelParams for CUDA launches (made once)."""
-        if self._packed is None:
-            self._packed = packed(self.args)
-        return self._packed
 
     def launch(self, function) -> None:
         p = self.plan
@@ -391,7 +397,7 @@ def attention_plan(spec, arch, q, k, v, max_ctas: int | None = None) -> tuple[di
     return plan, host, family.tensor_maps(spec, plan, d * 2)
 
 
-class AttentionRun:
+class AttentionRun(PackedArgs):
     """One q, k, v set on a device: O and lse buffers and the kernel arguments."""
 
     def __init__(self, spec, arch, q, k, v, device=None):
@@ -412,13 +418,7 @@ class AttentionRun:
         self.cluster = tuple(spec.cluster)
         self.nbytes = sum(x.nbytes for x in host.values()) + self.o_buf.nbytes + self.lse_buf.nbytes
         self.bf16 = ml_dtypes.bfloat16
-        self._packed = None
 
-    @property
-    def params(self):
-        if self._packed is None:
-            self._packed = packed(self.args)
-        return self._packed
 
     def launch(self, function) -> None:
         self.device.launch(function, self.plan["grid"][0], self.plan["block"][0], self.plan["smem_bytes"],
@@ -601,7 +601,7 @@ def poisoned_arena(program, cfg, weights, caches, pos: int) -> np.ndarray:
     return arena
 
 
-class DecodeStepRun:
+class DecodeStepRun(PackedArgs):
     """One decode step's arena, tables, instructions and counters on a device."""
 
     def __init__(self, spec, arch, program, cfg, weights, caches, pos: int, device=None):
@@ -621,13 +621,7 @@ class DecodeStepRun:
                   "counters": self.d_counters.ptr, "tensors": self.d_tensors.ptr}
         self.args = [(ctype, values[name]) for name, ctype in family.PARAMS]
         self.cooperative = bool(self.launch_cfg.get("cooperative", False))
-        self._packed = None
 
-    @property
-    def params(self):
-        if self._packed is None:
-            self._packed = packed(self.args)
-        return self._packed
 
     def launch(self, function) -> None:
         c = self.launch_cfg
