@@ -26,3 +26,23 @@ def hopper():
 @pytest.fixture(scope="session")
 def blackwell():
     return load_arch("blackwell")
+
+
+@pytest.fixture(scope="session")
+def emulate_planted():
+    """``run(arch, kernel_name, edits, shape)``: render the kernel, apply the planted bug's
+    text edits (each anchor must match exactly once, so a template change that moves the
+    line fails the test instead of silently testing nothing), and run the broken copy in
+    porter's simulator at ``shape`` with one seed; returns ``emulate``'s result."""
+    from porter.commands.kernel import find_kernel
+    from porter.emu.validate import emulate
+    from porter.kernels import family_module
+
+    def run(arch, name, edits, shape):
+        spec = find_kernel(name, arch)[0]
+        source = family_module(spec.family).render(spec, arch)
+        for old, new in edits:
+            assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:70]!r}"
+            source = source.replace(old, new)
+        return emulate(spec, arch, shapes=[shape], seeds=1, source=source)
+    return run

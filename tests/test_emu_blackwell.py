@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from porter.commands.kernel import find_kernel
 from porter.emu.validate import emulate, emulation_shapes
 from porter.kernels import family_module
 
@@ -24,7 +25,7 @@ BLACKWELL_KERNELS = [("gemm", n) for n in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8"
 
 
 def _spec(family: str, name: str, arch):
-    return next(s for s in family_module(family).variants(arch) if getattr(s, "name", None) == name)
+    return find_kernel(name, arch)[0]
 
 
 def _check_result(result, spec, seeds: int) -> None:
@@ -135,19 +136,10 @@ MUTATIONS = [
 ]
 
 
-def _mutate(source: str, edits) -> str:
-    for old, new in edits:
-        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:70]!r}"
-        source = source.replace(old, new)
-    return source
-
-
 @pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_planted_bug_is_caught(case, blackwell):
-    _, family, name, edits, shape, reason = case
-    spec = _spec(family, name, blackwell)
-    source = _mutate(family_module(family).render(spec, blackwell), edits)
-    result = emulate(spec, blackwell, shapes=[shape], seeds=1, source=source)
+def test_planted_bug_is_caught(case, blackwell, emulate_planted):
+    _, _, name, edits, shape, reason = case
+    result = emulate_planted(blackwell, name, edits, shape)
     assert result["status"] == "failed", result
     reasons = reason if isinstance(reason, tuple) else (reason,)
     assert any(r in result["reason"] for r in reasons), result["reason"]

@@ -91,20 +91,12 @@ MUTATIONS = [
 ]
 
 
-def _mutate(source: str, edits) -> str:
-    for old, new in edits:
-        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:60]!r}"
-        source = source.replace(old, new)
-    return source
-
-
 @pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_planted_bug_is_caught(case, archs):
+def test_planted_bug_is_caught(case, archs, emulate_planted):
     _, arch_name, family, name, edits, shape, reason = case
     arch = archs[arch_name]
     spec = _spec(arch, family, name)
-    source = _mutate(family_module(family).render(spec, arch), edits)
-    result = emulate(spec, arch, shapes=[shape], seeds=1, source=source)
+    result = emulate_planted(arch, name, edits, shape)
     assert result["status"] == "failed", result
     assert reason in result["reason"], result["reason"]
     clean = emulate(spec, arch, shapes=[shape], seeds=1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from porter.commands.kernel import find_kernel
 from porter.emu.validate import emulate
 from porter.kernels import family_module
 
@@ -64,30 +65,17 @@ MUTATIONS = [
 ]
 
 
-def _spec(family: str, name: str, arch):
-    return next(s for s in family_module(family).variants(arch) if s.name == name)
-
-
-def _mutate(source: str, edits) -> str:
-    for old, new in edits:
-        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:60]!r}"
-        source = source.replace(old, new)
-    return source
-
-
 @pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_planted_bug_is_caught(case, hopper):
-    _, family, name, edits, shape, reason = case
-    spec = _spec(family, name, hopper)
-    source = _mutate(family_module(family).render(spec, hopper), edits)
-    result = emulate(spec, hopper, shapes=[shape], seeds=1, source=source)
+def test_planted_bug_is_caught(case, hopper, emulate_planted):
+    _, _, name, edits, shape, reason = case
+    result = emulate_planted(hopper, name, edits, shape)
     assert result["status"] == "failed", result
     assert reason in result["reason"], result["reason"]
 
 
 def test_unmutated_kernel_passes_at_the_mutation_shapes(hopper):
     """The anchors' kernel is right as generated: every failure above is the planted bug's."""
-    spec = _spec("gemm", "gemm.bf16", hopper)
+    spec = find_kernel("gemm.bf16", hopper)[0]
     source = family_module("gemm").render(spec, hopper)
     shapes = sorted({m[4] for m in MUTATIONS if m[2] == "gemm.bf16"})
     result = emulate(spec, hopper, shapes=shapes, seeds=1, source=source)
