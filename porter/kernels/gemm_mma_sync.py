@@ -63,21 +63,10 @@ SCALE_REGS = {"": 0, "mx": 1, "nvfp4": 4}
 
 
 def _pick_kind(arch, variant) -> str:
-    tc = arch.tensor_core
-    candidates = tc.kinds_for_format(variant.a_format)
-    if variant.block_scale:
-        scheme = arch.block_scales.get(variant.block_scale)
-        if scheme is None:
-            raise PorterError(f"arch {arch.name}: block_scales has no {variant.block_scale!r} scheme")
-        candidates = [k for k in candidates if k in scheme.kinds]
-    else:
-        candidates = [k for k in candidates if k not in tc.block_scaled_kinds]
-    candidates = [k for k in candidates if (k, variant.a_format) in MMA_PRIMITIVE]
-    if not candidates:
-        raise PorterError(f"arch {arch.name}: no mma.sync kind porter can issue takes {variant.a_format} "
-                          f"operands{' with ' + variant.block_scale + ' block scales' if variant.block_scale else ''} "
-                          "(tensor_core.kinds)")
-    return candidates[0]
+    from porter.kernels import gemm_variants
+
+    return gemm_variants.pick_kind(arch, variant, lambda k: (k, variant.a_format) in MMA_PRIMITIVE, "mma.sync",
+                                   " (tensor_core.kinds)")
 
 
 def staging(arch) -> str:

@@ -64,20 +64,9 @@ SCALE_SCHEMES = {"mx": bsl.MX_1X, "nvfp4": bsl.NVFP4_4X}
 
 
 def _pick_kind(arch, variant) -> str:
-    tc = arch.tensor_core
-    candidates = tc.kinds_for_format(variant.a_format)
-    if variant.block_scale:
-        scheme = arch.block_scales.get(variant.block_scale)
-        if scheme is None:
-            raise PorterError(f"arch {arch.name}: block_scales has no {variant.block_scale!r} scheme")
-        candidates = [k for k in candidates if k in scheme.kinds]
-    else:
-        candidates = [k for k in candidates if k not in tc.block_scaled_kinds]
-    candidates = [k for k in candidates if k in MMA_PRIMITIVE]
-    if not candidates:
-        raise PorterError(f"arch {arch.name}: no tcgen05 kind porter can issue takes {variant.a_format} "
-                          f"operands{' with ' + variant.block_scale + ' block scales' if variant.block_scale else ''}")
-    return candidates[0]
+    from porter.kernels import gemm_variants
+
+    return gemm_variants.pick_kind(arch, variant, lambda k: k in MMA_PRIMITIVE, "tcgen05")
 
 
 def _mma_m(arch, kind: str, cta_group: int) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from porter.errors import PorterError
+
 FAMILY = "gemm"
 TEMPLATE = "gemm.cu.j2"
 
@@ -86,3 +88,24 @@ def entry_name(variant: GemmVariant, pair: bool, generation: str) -> str:
 def variant_paths(variant: GemmVariant, pair: bool) -> tuple[str, ...]:
     """The generations whose path can build ``variant`` (in its CTA-pair form with ``pair``)."""
     return tuple(p for p in variant.paths if not pair or p in PAIR_PATHS)
+
+
+def pick_kind(arch, variant: GemmVariant, issuable, instruction: str, note: str = "") -> str:
+    """The first MMA kind of the descriptor's tensor core that takes ``variant``'s operand
+    format (with its block-scale scheme, or else among the unscaled kinds) and that
+    ``issuable(kind)`` says the path has a primitive for; one error line otherwise."""
+    tc = arch.tensor_core
+    candidates = tc.kinds_for_format(variant.a_format)
+    if variant.block_scale:
+        scheme = arch.block_scales.get(variant.block_scale)
+        if scheme is None:
+            raise PorterError(f"arch {arch.name}: block_scales has no {variant.block_scale!r} scheme")
+        candidates = [k for k in candidates if k in scheme.kinds]
+    else:
+        candidates = [k for k in candidates if k not in tc.block_scaled_kinds]
+    candidates = [k for k in candidates if issuable(k)]
+    if not candidates:
+        raise PorterError(f"arch {arch.name}: no {instruction} kind porter can issue takes {variant.a_format} "
+                          f"operands{' with ' + variant.block_scale + ' block scales' if variant.block_scale else ''}"
+                          f"{note}")
+    return candidates[0]
