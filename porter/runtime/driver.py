@@ -341,53 +341,47 @@ def enqueue_launch(function, grid, block, smem_bytes: int, cluster, cooperative:
                 "(the kernel's __cluster_dims__ sets its cluster)")
 
 
+def _poll(query, name: str, handle, what: str, timeout_s: float, hang: str, max_delay: float) -> None:
+    """Poll ``query(handle)`` (cuStreamQuery / cuEventQuery) with growing sleeps until it is
+    no longer NOT_READY (then check its status) or ``timeout_s`` passes (KernelHang)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    delay = 1e-4
+    while True:
+        result = call(query, handle, what=name)
+        err = result[0] if isinstance(result, tuple) else result
+        if int(err) != NOT_READY:
+            check(result, f"{what} ({name})")
+            return
+        if time.monotonic() >= deadline:
+            raise KernelHang(f"{what}: {hang}")
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
 def wait(what: str, timeout_s: float | None = None, stream=None, poll_s: float = 0.002) -> None:
     """Wait for ``stream`` (default: the legacy stream) with a deadline: poll
     cuStreamQuery instead of a blocking synchronize, so a kernel that never finishes
     becomes KernelHang naming ``what`` after ``timeout_s`` instead of hanging the host.
     A sticky failure raises KernelFault, any other error PorterError."""
-    import time
-
     drv = bindings()
     stream = stream if stream is not None else drv.CUstream(0)
     if timeout_s is None:
         check(call(drv.cuStreamSynchronize, stream, what="cuStreamSynchronize"), f"{what} (cuStreamSynchronize)")
         return
-    deadline = time.monotonic() + timeout_s
-    delay = 1e-4
-    while True:
-        result = call(drv.cuStreamQuery, stream, what="cuStreamQuery")
-        err = result[0] if isinstance(result, tuple) else result
-        if int(err) != NOT_READY:
-            check(result, f"{what} (cuStreamQuery)")
-            return
-        if time.monotonic() >= deadline:
-            raise KernelHang(f"{what}: still running after {timeout_s:.0f} s (watchdog); the kernel hangs or "
-                             "waits on something that never arrives")
-        time.sleep(delay)
-        delay = min(delay * 2, poll_s * 25)
+    _poll(drv.cuStreamQuery, "cuStreamQuery", stream, what, timeout_s,
+          f"still running after {timeout_s:.0f} s (watchdog); the kernel hangs or waits on something that never "
+          "arrives", poll_s * 25)
 
 
 def wait_event(event, what: str, timeout_s: float | None = None) -> None:
     """Wait for ``event`` like ``wait`` waits for a stream: cuEventQuery polled with a deadline."""
-    import time
-
     drv = bindings()
     if timeout_s is None:
         check(call(drv.cuEventSynchronize, event, what="cuEventSynchronize"), f"{what} (cuEventSynchronize)")
         return
-    deadline = time.monotonic() + timeout_s
-    delay = 1e-4
-    while True:
-        result = call(drv.cuEventQuery, event, what="cuEventQuery")
-        err = result[0] if isinstance(result, tuple) else result
-        if int(err) != NOT_READY:
-            check(result, f"{what} (cuEventQuery)")
-            return
-        if time.monotonic() >= deadline:
-            raise KernelHang(f"{what}: not done after {timeout_s:.0f} s (watchdog)")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+    _poll(drv.cuEventQuery, "cuEventQuery", event, what, timeout_s, f"not done after {timeout_s:.0f} s (watchdog)", 0.05)
 
 
 def launch(function, grid, block, smem_bytes: int, cluster: tuple[int, int, int],
