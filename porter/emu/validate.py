@@ -97,19 +97,8 @@ def _done(result: dict, start: float) -> dict:
 def emulation_unit(payload: dict) -> dict:
     """A pipeline unit: emulate one kernel at its smallest emulation shape (one seed) and
     write emulation.json beside its other artifacts."""
-    import json
-    from pathlib import Path
-
-    from porter.fsutil import atomic_write
-    from porter.pipeline.work import jsonable, spec_from_dict
+    from porter.pipeline.work import jsonable, spec_from_dict, write_unit_json
 
     spec = spec_from_dict(payload["spec"])
     result = emulate(spec, payload["arch"], seeds=payload.get("seeds", 1), smallest=payload.get("smallest", True))
-    result = jsonable(result)
-    result["artifacts"] = {}
-    out = payload.get("out_dir")
-    if out:
-        path = Path(out) / "emulation.json"
-        atomic_write(path, json.dumps(result, indent=1, sort_keys=True))
-        result["artifacts"]["emulation.json"] = str(path)
-    return result
+    return write_unit_json(jsonable(result), payload.get("out_dir"), "emulation.json")

@@ -115,9 +115,15 @@ def numerics_unit(payload: dict) -> dict:
     result = {"name": spec.name, "passed": passed, "error": error,
               "numerics": jsonable(raw) if raw is not None else None,
               "seconds": round(time.perf_counter() - start, 3), "artifacts": {}}
-    out = payload.get("out_dir")
-    if out:
-        path = Path(out) / "numerics.json"
+    return write_unit_json(result, payload.get("out_dir"), "numerics.json")
+
+
+def write_unit_json(result: dict, out_dir, name: str) -> dict:
+    """Write a unit's result as ``out_dir/name`` (when a folder is given) and list it among
+    the result's artifacts, so a cache hit is reused only while the file is still there."""
+    result.setdefault("artifacts", {})
+    if out_dir:
+        path = Path(out_dir) / name
         atomic_write(path, json.dumps(result, indent=1, sort_keys=True))
-        result["artifacts"]["numerics.json"] = str(path)
+        result["artifacts"][name] = str(path)
     return result
