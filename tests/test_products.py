@@ -70,7 +70,7 @@ def test_product_survives_pickling_and_names_its_build_folder():
 def test_unknown_product_is_one_line():
     with pytest.raises(PorterError, match=r"products: no product 'RTX 6000'; did you mean 'RTX PRO 6000'\?"):
         load_arch("rtx-blackwell").for_product("RTX 6000")
-    with pytest.raises(PorterError, match=r"gives no per-product figures, so --product B300 cannot be honoured"):
+    with pytest.raises(PorterError, match=r"products: no product 'B300'; did you mean 'B200'\?"):
         load_arch("blackwell").for_product("B300")
 
 

@@ -169,12 +169,20 @@ def verdict_lines(result, kernels: list[dict], unsupported: list, dev) -> list[s
                      f"(details in {result.out_dir}/report.md), then rerun: unchanged work comes from the cache")
     # Device validation takes the kernels that passed their SASS checks: suggest it once there are some.
     if dev is not None and dev.status != "passed" and highest >= Level.SASS_CHECKED:
-        where = ", ".join(result.products) or f"{result.arch} GPUs"
+        import shlex
+
+        # The product this run used (its figures, its build folder): name it and carry --product,
+        # so the suggested command repeats this run on the GPU rather than the descriptor's default.
+        product = getattr(result, "product", "")
+        # "an" before a letter whose name starts with a vowel sound (an H200, an RTX 5090, a B200)
+        where = (f"an {product}" if product[:1].upper() in "AEFHILMNORSX" else f"a {product}") if product else \
+            f"one of {', '.join(result.products) or f'{result.arch} GPUs'}"
+        again = f" --product {shlex.quote(product)}" if product else ""
         if getattr(dev, "data", {}).get("no_device"):
             # This run was `--device on` and found no GPU: never suggest the command that just failed.
-            lines.append(f"next: device validation needs one of {where}; this machine has none "
+            lines.append(f"next: device validation needs {where}; this machine has none "
                          f"({dev.data.get('why', 'no matching GPU')})")
         else:
-            lines.append(f"next: on a machine with one of {where}, run `porter target {result.arch_arg or result.arch} "
-                         "--device on` to reach device-validated and benchmarked")
+            lines.append(f"next: on a machine with {where}, run `porter target {result.arch_arg or result.arch}"
+                         f"{again} --device on` to reach device-validated and benchmarked")
     return lines

@@ -306,18 +306,20 @@ class Arch(_Immutable):
 
     def for_product(self, name: str) -> "Arch":
         """This arch with ``name``'s own figures (SM count, memory, peaks where they differ)."""
-        if not self.products_figures:
-            raise _err(f"{self.path}: products: the descriptor gives no per-product figures, so "
-                       f"--product {name} cannot be honoured; add a products section "
-                       f"(listed products: {', '.join(self.products)})")
-        if name not in self.products_figures:
+        known = self.product_names
+        if name not in known:
             import difflib
 
-            close = difflib.get_close_matches(name, list(self.products_figures), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(self.products_figures)}"
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known) or 'none'}"
             raise _err(f"{self.path}: products: no product {name!r}; {hint}")
         if name == self.product:
             return self
+        if not self.products_figures:
+            # The products identity.products lists share the descriptor's one set of figures:
+            # only the name (report title, build folder) and the cache key follow the product.
+            return replace(self, product=name, digest=hashlib.sha256(
+                f"{hashlib.sha256(self.text.encode('utf-8')).hexdigest()}\0product={name}".encode("utf-8")).hexdigest())
         fig = self.products_figures[name]
         peaks = dict(self.peak_tflops)
         peaks.update(fig.get("dense_tflops", {}))
