@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from porter.descriptor.arch import load_arch
-    from porter.emu.validate import emulate
+    from porter.runtime.emulated_runs import emulate
     from porter.kernels import FAMILIES, family_module
     from porter.kernels.base import KernelSpec
 

@@ -35,7 +35,7 @@ def emulate_planted():
     line fails the test instead of silently testing nothing), and run the broken copy in
     porter's simulator at ``shape`` with one seed; returns ``emulate``'s result."""
     from porter.commands.kernel import find_kernel
-    from porter.emu.validate import emulate
+    from porter.runtime.emulated_runs import emulate
     from porter.kernels import family_module
 
     def run(arch, name, edits, shape):

@@ -310,8 +310,8 @@ def test_persistent_tiles_gqa_and_masks_emulated(archs, arch_name, head_dim, cau
     """In porter's PTX simulator on a 2-SM device: several query tiles per persistent CTA
     (the next tile's Q and K/V loads in flight), grouped-query heads, causal with
     seq_q < seq_k, ragged key tails."""
-    validate = pytest.importorskip("porter.emu.validate")
-    from porter.emu.device import EmuDevice
+    validate = pytest.importorskip("porter.runtime.emulated_runs")
+    from porter.runtime.emulated import EmuDevice
 
     arch = archs[arch_name]
     spec = attention.find_spec(arch, head_dim, causal)

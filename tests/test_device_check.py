@@ -132,7 +132,7 @@ def test_rehearsal_survives_a_crash_a_blocked_call_and_a_bug(tmp_path):
 @pytest.mark.slow
 def test_the_device_check_runs_on_the_emulated_device(tmp_path):
     """PORTER_DEVICE=emu: the same run on porter's PTX simulator; level emulated, no benchmark."""
-    pytest.importorskip("porter.emu.device")
+    pytest.importorskip("porter.runtime.emulated")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PORTER_DEVICE="emu")
     env.pop(cubins.CUBIN_DIR_ENV, None)
     checkout = _checkout_copy(tmp_path)

@@ -3,7 +3,7 @@
 references and tolerance policies; then planted bugs in them, each of which must fail for
 its planted reason.
 
-Shapes (porter.emu.validate.emulation_shapes): a GEMM's single k-block, then a problem of 3
+Shapes (porter.runtime.emulated_cases.emulation_shapes): a GEMM's single k-block, then a problem of 3
 tiles per persistent CTA (or CTA pair) on the emulated device's 4 SMs (both TMEM
 accumulator buffers, their acc_empty phases and the TMA ring wrap); attention with ragged
 lengths and grouped-query heads, then 3+ tiles per CTA (pair) with seq_q < seq_k.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from porter.commands.kernel import find_kernel
-from porter.emu.validate import emulate, emulation_shapes
+from porter.runtime.emulated_runs import emulate, emulation_shapes
 from porter.kernels import family_module
 
 BLACKWELL_KERNELS = [("gemm", n) for n in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.bf16.pair",

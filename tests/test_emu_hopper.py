@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from porter.emu.validate import emulate, emulation_shapes
+from porter.runtime.emulated_runs import emulate, emulation_shapes
 from porter.kernels import family_module
 
 HOPPER_KERNELS = [("gemm", "gemm.bf16"), ("gemm", "gemm.fp8"), ("attention", "attention.hd64"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from porter.emu.validate import emulate
+from porter.runtime.emulated_runs import emulate
 from porter.kernels import family_module
 
 

@@ -1,7 +1,7 @@
 """The mma_sync tensor-core kernels (warp-level mma.sync, ldmatrix, TMA or cp.async staging)
 executed in porter's PTX simulator (level "emulated": not on a GPU): every GEMM and
 attention variant of rtx-blackwell (sm_120a) and ampere (sm_80), at the emulation shapes
-of porter.emu.validate (GEMM: one k-block, then several tiles per CTA; attention: ragged
+of porter.runtime.emulated_runs (GEMM: one k-block, then several tiles per CTA; attention: ragged
 lengths, grouped-query heads, causal both ways), one input set each, with the device
 harness's poisoned outputs and fp64 references.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from porter.descriptor.arch import load_arch
-from porter.emu.validate import emulate, emulation_shapes
+from porter.runtime.emulated_runs import emulate, emulation_shapes
 from porter.kernels import family_module
 
 KERNELS = [("rtx-blackwell", "gemm", v) for v in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4")] + \

@@ -3,7 +3,7 @@ simulator for the planted reason (wrong numbers, a checker error or a deadlock r
 
 Each mutation is one text substitution in the rendered CUDA source (which must match
 exactly once, so a template change that moves the line fails the test instead of
-silently testing nothing), built with NVRTC and run through ``porter.emu.validate.emulate``
+silently testing nothing), built with NVRTC and run through ``porter.runtime.emulated_runs.emulate``
 with the device harness's inputs, poisoning and references.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from porter.commands.kernel import find_kernel
-from porter.emu.validate import emulate
+from porter.runtime.emulated_runs import emulate
 from porter.kernels import family_module
 
 # (id, family, kernel, [(old, new)], shape, expected reason: a substring of the failure)

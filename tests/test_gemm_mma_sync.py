@@ -517,8 +517,8 @@ def test_persistent_walk_and_ring_wrap_emulated(archs, arch_name, variant, shape
     """In porter's PTX simulator on a 2-SM device: two tiles per persistent CTA (the load
     side runs into the next tile while the MMAs finish this one) and five k-blocks through
     a 3-stage ring."""
-    validate = pytest.importorskip("porter.emu.validate")
-    from porter.emu.device import EmuDevice
+    validate = pytest.importorskip("porter.runtime.emulated_runs")
+    from porter.runtime.emulated import EmuDevice
 
     arch = archs[arch_name]
     result = validate.emulate(gemm.make_spec(arch, variant), arch, shapes=[shape], seeds=1,
@@ -534,8 +534,8 @@ def test_staged_epilogue_barriers_are_needed(archs, arch_name, anchor):
     """Planted bugs the simulator must catch: without the barrier after the staging stores a
     warp reads rows another warp has not written yet; without the one before a pass, a warp
     overwrites the stage while others still read it (a race, or a wrong C)."""
-    validate = pytest.importorskip("porter.emu.validate")
-    from porter.emu.device import EmuDevice
+    validate = pytest.importorskip("porter.runtime.emulated_runs")
+    from porter.runtime.emulated import EmuDevice
 
     arch = archs[arch_name]
     spec = gemm.make_spec(arch, "bf16")

@@ -201,8 +201,8 @@ def test_pair_kernel_launched_without_its_cluster_traps_in_the_simulator(family,
     """Executed in porter's PTX simulator with the cluster attribute left off: the kernel
     must abort at its check, not run every CTA as rank 0 of a pair that does not exist."""
     from porter.descriptor.arch import load_arch
-    from porter.emu.device import EmuDevice
-    from porter.emu.validate import emulate, emulation_shapes
+    from porter.runtime.emulated import EmuDevice
+    from porter.runtime.emulated_runs import emulate, emulation_shapes
     from porter.kernels import family_module
 
     class Unpaired(EmuDevice):

@@ -64,3 +64,23 @@ def test_the_simulator_never_imports_the_generators_encoders():
         assert bad == [], (name, bad)
         if name.startswith(("porter.emu.units", "porter.emu.ops")):
             assert not any(d.startswith("porter.kernels") for d in deps), name
+
+
+def test_the_simulator_stands_on_its_own():
+    """porter.emu is the simulator: it imports nothing of porter but the error types (the
+    emulated device that builds porter's kernels lives in porter.runtime.emulated), and no
+    import circle joins the runtime and the simulator."""
+    mods = _module_imports()
+    allowed = ("porter.errors", "porter.emu")
+    emu = {n: ds for n, ds in mods.items() if n.startswith("porter.emu")}
+    assert "porter.emu.device" not in emu and "porter.emu.validate" not in emu
+    for name, deps in emu.items():
+        bad = sorted(d for d in deps if not any(d == a or d.startswith(a + ".") for a in allowed))
+        assert bad == [], (name, bad)
+    graph = nx.DiGraph((m, d) for m, ds in mods.items() for d in ds if d in mods and d != m)
+    cycles = [c for c in nx.simple_cycles(graph)
+              if any(n.startswith("porter.emu") for n in c) and any(n.startswith("porter.runtime") for n in c)]
+    assert cycles == []
+    # the emulated device stands on the runtime side and uses the simulator (the edge goes one way)
+    assert graph.has_edge("porter.runtime.emulated", "porter.emu.machine")
+    assert not any(d.startswith("porter.runtime") for ds in emu.values() for d in ds)

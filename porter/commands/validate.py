@@ -115,7 +115,7 @@ def _emulate(args, arch, specs, unsupported, shapes) -> int:
     import json
     from pathlib import Path
 
-    from porter.emu.validate import EMULATED_NOTE, emulate
+    from porter.runtime.emulated_runs import EMULATED_NOTE, emulate
     from porter.errors import PorterError
     from porter.pipeline.work import jsonable
 

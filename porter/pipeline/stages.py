@@ -450,9 +450,11 @@ def run_emulation(ctx, stage):
              for r in res.data.get("kernels", []) if r.get("spec") and r["level"] >= Level.SASS_CHECKED]
     if not built:
         return _result(stage, SKIPPED, "no sass-checked kernels to emulate")
-    from porter.emu import validate as emu_validate
+    from porter.runtime import emulated_runs as emu_validate
 
-    emu_digest = keys.folder_digest(keys._PKG / "emu", "*.py")
+    # the simulator, and the emulated device, runs and cases that stand on the runtime side of it
+    emu_digest = keys.digest([keys.folder_digest(keys._PKG / "emu", "*.py"),
+                              keys.file_digest((keys._PKG / "runtime").glob("emulated*.py"))])
     val_digest = keys.data_digest("validation", "*.py")
     units = []
     for r in built:

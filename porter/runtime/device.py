@@ -3,7 +3,7 @@
 Validation (``porter.runtime.device_runs``) talks to a ``Device``, never to the CUDA
 driver directly, so the same host code (inputs, poisoning, tensor maps, argument
 lists, read-back, judging) runs on a GPU (``CudaDevice``, through cuda.bindings) or on
-porter's PTX simulator (``porter.emu.device``, "emulated"). Benchmarks stay CUDA-only.
+porter's PTX simulator (``porter.runtime.emulated``, "emulated"). Benchmarks stay CUDA-only.
 
 The interface (keep it this small; an implementation needs exactly these):
 
@@ -46,7 +46,7 @@ with ``getattr``: ``load_notes`` (list of str) and ``on_note`` (a callable) for 
 run must report, ``rehearsal = True`` for a device whose results claim no level.
 
 ``get_device(kind)`` picks one: ``"cuda"`` (the default), ``"emu"``
-(``porter.emu.device.EmuDevice()``, constructed without arguments), or
+(``porter.runtime.emulated.EmuDevice()``, constructed without arguments), or
 ``"module:callable"`` (a factory, e.g. ``porter.runtime.fakedriver:rehearsal_device``).
 ``PORTER_DEVICE`` in the environment sets the default; one instance per kind is kept.
 """
@@ -250,7 +250,7 @@ def get_device(kind: str | None = None):
         dev = CudaDevice()
     elif kind == "emu":
         try:
-            from porter.emu.device import EmuDevice
+            from porter.runtime.emulated import EmuDevice
         except ImportError as exc:
             raise PorterError(f"{DEVICE_ENV}=emu: porter's emulated device is not available ({exc})") from None
         dev = EmuDevice()

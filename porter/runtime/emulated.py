@@ -1,5 +1,9 @@
 """The emulated device: porter's runtime ``Device`` interface over the PTX simulator.
 
+It lives on the runtime side (not in ``porter.emu``) because it builds porter's kernels and
+speaks porter's runtime interface; the simulator itself imports nothing of porter but its
+error types.
+
 ``porter validate ARCH --device emu`` and the pipeline's emulation stage run the same
 host code as a GPU run (inputs, poisoning, tensor maps, argument lists, read-back,
 judging) against this device. Kernels are built with NVRTC as usual and their PTX is
@@ -21,6 +25,8 @@ from porter.emu.launch import Memory
 from porter.emu.machine import LaunchState, Scheduler
 from porter.emu.units import tma as tma_unit
 from porter.errors import PorterError
+from porter.runtime.device import check_args
+from porter.runtime.driver import KernelFault, KernelHang
 
 # The seed of the warp order, elected lanes and async completion times (default 0); a
 # negative one runs warps in plain round-robin order with every copy landing a round later.
@@ -116,8 +122,6 @@ class EmuDevice:
         return tma_unit.encode(params, address)
 
     def launch(self, function, grid, block, smem_bytes: int, cluster, args: list, cooperative: bool = False) -> None:
-        from porter.runtime.device import KernelFault, KernelHang, check_args
-
         name = getattr(function, "name", "kernel")
         check_args(name, args)
         prog = function.prog

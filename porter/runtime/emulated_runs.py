@@ -1,13 +1,8 @@
 """Validate a porter kernel in the simulator: the device harness's own host code
 (inputs, poisoned outputs, tensor maps, fp64 references, tolerance policies) run on the
-emulated device. The level this can establish is ``emulated``: executed in porter's PTX
-simulator, not on a GPU.
-
-``emulation_shapes(spec)`` are the small shapes that still walk every path: for a GEMM a
-single k-block, then a problem of several cluster units on the emulated device's one
-cluster (the persistent scheduler walks several tiles, the TMA ring's phases wrap); for
-attention ragged sequence lengths with grouped-query heads, causal with seq_q > seq_k and
-seq_q < seq_k.
+emulated device (``porter.runtime.emulated``). The level this can establish is
+``emulated``: executed in porter's PTX simulator, not on a GPU. The shapes each family is
+emulated at are in ``porter.runtime.emulated_cases``.
 """
 
 from __future__ import annotations
@@ -16,31 +11,9 @@ import time
 
 from porter.emu.errors import Unsupported
 from porter.errors import PorterError
+from porter.runtime.emulated_cases import emulation_shapes
 
 EMULATED_NOTE = "executed in porter's PTX simulator, not on a GPU"
-
-
-def emulation_shapes(spec, smallest: bool = False) -> list[tuple]:
-    if spec.family == "gemm":
-        from porter.kernels import gemm
-
-        mult = gemm.shape_multiples(spec)
-        tile_k = int(spec.config.get("tile_k", mult[2]))
-        k_block = max(mult[2], tile_k)
-        shapes = [(mult[0], mult[1], k_block), (2 * mult[0], 2 * mult[1], 4 * k_block)]
-        if spec.config.get("mainloop") == "tcgen05":   # 3 tiles per persistent CTA (pair) of the 4-SM device
-            shapes[1] = (4 // int(spec.config.get("cta_group", 1)) * mult[0], 3 * mult[1], 4 * k_block)
-    elif spec.family == "attention":
-        # (batch, heads_q, heads_kv, seq_q, seq_k)
-        shapes = [(1, 2, 1, 160, 100), (1, 2, 2, 100, 230)]
-        if spec.config.get("mainloop") == "tcgen05":   # >= 3 tiles per persistent CTA (pair), seq_q < seq_k
-            shapes[1] = (1, 4, 2, 300, 420)
-    elif spec.family == "megakernel":
-        # the tiny Llama-shaped models, planned on the emulated device's few queues
-        shapes = ["tiny", "tiny-gqa4"]
-    else:
-        return []
-    return shapes[:1] if smallest else shapes
 
 
 def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, smallest: bool = False,
@@ -51,7 +24,7 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
     Returns {name, variant, status, passed, level, checks, runs, seconds, reason}; status is
     "passed", "failed" or "not-emulated" (the kernel's PTX needs a form the simulator lacks,
     or its family has no emulation cases), and ``passed`` is None for "not-emulated"."""
-    from porter.emu.device import EmuDevice
+    from porter.runtime.emulated import EmuDevice
     from porter.levels import Level
     from porter.runtime import device_runs
 
