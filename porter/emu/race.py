@@ -28,15 +28,21 @@ import numpy as np
 from porter.emu.errors import CheckFailed
 
 
+# A byte's last write and last read are each one int64 "epoch": (agent + 1) << AGENT_SHIFT
+# | the agent's clock at the access, 0 for none. One gather per kind then decides a whole
+# access (see RaceDetector.check); the PTX lines are kept beside, read only for a report.
+AGENT_SHIFT = 40
+CLOCK_MASK = (1 << AGENT_SHIFT) - 1
+_NEVER = np.iinfo(np.int64).max      # a clock no access exceeds: "ordered" (own agent, no agent)
+
+
 class Shadow:
     """Per byte of one CTA's shared memory: the last write and the last read."""
 
     def __init__(self, size: int):
-        self.w_agent = np.full(size, -1, dtype=np.int32)
-        self.w_clock = np.zeros(size, dtype=np.int64)
+        self.w_epoch = np.zeros(size, dtype=np.int64)
         self.w_line = np.zeros(size, dtype=np.int32)
-        self.r_agent = np.full(size, -1, dtype=np.int32)
-        self.r_clock = np.zeros(size, dtype=np.int64)
+        self.r_epoch = np.zeros(size, dtype=np.int64)
         self.r_line = np.zeros(size, dtype=np.int32)
 
 
@@ -118,30 +124,35 @@ class RaceDetector:
 
     def check(self, cta, offs: np.ndarray, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
               what: str = "") -> None:
-        s = self.shadow(cta)
+        s = self.shadows.get(id(cta)) or self.shadow(cta)
         offs = np.asarray(offs, dtype=np.int64).reshape(-1)
-        vc = self._fit(vc)
-        clock = vc[aid]
-        for kind, agents, clocks, lines in (("write", s.w_agent, s.w_clock, s.w_line),
-                                           ("read", s.r_agent, s.r_clock, s.r_line)):
+        if vc.size != self.n:
+            vc = self._fit(vc)
+        clock = int(vc[aid])
+        # known[agent + 1]: what this access has acquired from that agent; index 0 (no
+        # access yet) and the own agent (program order) can never be exceeded.
+        known = np.empty(self.n + 1, dtype=np.int64)
+        known[1:] = vc
+        known[0] = known[aid + 1] = _NEVER
+        for kind, epochs, lines in (("write", s.w_epoch, s.w_line), ("read", s.r_epoch, s.r_line)):
             if kind == "read" and not write:
-                continue
-            a = agents[offs]
-            other = (a >= 0) & (a != aid)
-            if other.any():
-                known = vc[np.where(other, a, 0)]
-                bad = other & (clocks[offs] > known)
-                if bad.any():
-                    j = int(np.argmax(bad))
-                    prev = self.agents[int(a[j])]
-                    raise CheckFailed(
-                        f"shared-memory race in {cta.name} at 0x{int(offs[j]):x}: "
-                        f"{'write' if write else 'read'}{' (' + what + ')' if what else ''} by {who} at "
-                        f"{prev.prog.file}:{line} and an earlier {kind} by {prev.name} at "
-                        f"{prev.prog.file}:{int(lines[offs[j]])}, with no barrier, mbarrier phase or cluster "
-                        "barrier ordering them")
+                break
+            e = epochs[offs]
+            bad = (e & CLOCK_MASK) > known[e >> AGENT_SHIFT]
+            if bad.any():
+                j = int(np.argmax(bad))
+                prev = self.agents[int(e[j] >> AGENT_SHIFT) - 1]
+                raise CheckFailed(
+                    f"shared-memory race in {cta.name} at 0x{int(offs[j]):x}: "
+                    f"{'write' if write else 'read'}{' (' + what + ')' if what else ''} by {who} at "
+                    f"{prev.prog.file}:{line} and an earlier {kind} by {prev.name} at "
+                    f"{prev.prog.file}:{int(lines[offs[j]])}, with no barrier, mbarrier phase or cluster "
+                    "barrier ordering them")
+        epoch = ((aid + 1) << AGENT_SHIFT) | clock
         if write:
-            s.w_agent[offs], s.w_clock[offs], s.w_line[offs] = aid, clock, line
-            s.r_agent[offs] = -1
+            s.w_epoch[offs] = epoch
+            s.w_line[offs] = line
+            s.r_epoch[offs] = 0
         else:
-            s.r_agent[offs], s.r_clock[offs], s.r_line[offs] = aid, clock, line
+            s.r_epoch[offs] = epoch
+            s.r_line[offs] = line
