@@ -50,6 +50,7 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
         checks, error = [], str(exc)
     result["checks"] = checks
     result["runs"] = [r.to_dict() for r in fn.runs]
+    result.update(run_conditions(dev, checks))
     passed = bool(checks) and not error and all(c["passed"] for c in checks)
     result["passed"] = passed
     result["status"] = "passed" if passed else "failed"
@@ -60,6 +61,30 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
         bad = next(c for c in checks if not c["passed"])
         result["reason"] = f"outside tolerance or unwritten at {bad.get('shape')} seed {bad.get('seed')}"
     return _done(result, start)
+
+
+# The simulator's checks that every run has on (README "What it checks"); the race detector
+# alone can be turned off (PORTER_EMU_RACES=0), so a report says whether it was on.
+ALWAYS_CHECKED = ("memory bounds and alignment", "async results used before their wait",
+                  "mbarrier, barrier and cluster rules", "Tensor Memory and tensor-core operand rules",
+                  "deadlock and instruction budget")
+
+
+def run_conditions(dev, checks: list[dict]) -> dict:
+    """What a report says ran: the shapes and input seeds checked, the checks that were on,
+    the emulated device's SM count and warp-order seed."""
+    shapes, seeds = [], []
+    for c in checks:
+        shape = c.get("shape") if "shape" in c else {k: c[k] for k in ("model", "pos") if k in c} or None
+        if isinstance(shape, dict) and "causal" in c:
+            shape = {**shape, "causal": c["causal"]}
+        if shape is not None and shape not in shapes:
+            shapes.append(shape)
+        if c.get("seed") is not None and c["seed"] not in seeds:
+            seeds.append(c["seed"])
+    races = "shared-memory races" if dev.check_races else "race detector off (PORTER_EMU_RACES=0)"
+    return {"shapes": shapes, "seeds": seeds, "checks_on": [*ALWAYS_CHECKED, races],
+            "sm_count": dev.sm_count, "warp_order_seed": dev.seed}
 
 
 def _done(result: dict, start: float) -> dict:
