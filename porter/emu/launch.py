@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from porter.emu import memory as mem
-from porter.emu import ptx
+from porter.emu import ptx, srcloc
 from porter.emu.errors import EmuError
 from porter.emu.machine import LaunchState, RunSummary, Scheduler, build_program
 from porter.emu.units import tma as tma_unit
@@ -111,7 +111,17 @@ _PACK = {"u8": "<B", "s8": "<b", "b8": "<B", "u16": "<H", "s16": "<h", "b16": "<
 def launch(ptx_text: str, entry: str, grid, block, args: list, cluster=(1, 1, 1), smem: int = 0,
            memory: Memory | None = None, seed: int | None = None, regs_per_thread: int | None = None,
            cooperative: bool = False, budget: int | None = None, file: str = "<ptx>") -> LaunchResult:
-    """Run ``entry`` of ``ptx_text`` on a fresh (or the given) simulated device."""
+    """Run ``entry`` of ``ptx_text`` on a fresh (or the given) simulated device. Errors name
+    the .cu line beside each PTX line when the PTX carries line info (porter.emu.srcloc)."""
+    try:
+        return _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, regs_per_thread,
+                       cooperative, budget, file)
+    except EmuError as exc:
+        raise srcloc.with_source(exc, ptx_text, file) from None
+
+
+def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, regs_per_thread, cooperative,
+            budget, file) -> LaunchResult:
     memory = memory or Memory()
     prog = memory.program(ptx_text, entry, file)
     kernel = prog.kernel
