@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from porter.emu.errors import CheckFailed, Deadlock, EmuError, Unsupported
+from porter.emu import srcloc
 from porter.emu.launch import Memory
 from porter.emu.machine import LaunchState, Scheduler
 from porter.emu.units import tma as tma_unit
@@ -91,8 +92,12 @@ class EmuDevice:
             return self._functions[key]
         ptx_text, regs = self._build(spec, arch)
         self.name = f"porter PTX simulator ({arch.target})"
-        prog = self.memory.program(ptx_text, spec.entry, f"{spec.name}.ptx")
+        try:
+            prog = self.memory.program(ptx_text, spec.entry, f"{spec.name}.ptx")
+        except EmuError as exc:
+            raise srcloc.with_source(exc, ptx_text, f"{spec.name}.ptx") from None
         fn = EmuFunction(prog, spec.name, spec.entry, regs, spec)
+        fn.ptx_text = ptx_text        # for the source lines beside the PTX lines in messages
         self._functions[key] = fn
         return fn
 
@@ -154,7 +159,10 @@ class EmuDevice:
         sched = Scheduler(state, seed=self.seed + self.launches if self.seed >= 0 else None,
                           check_races=self.check_races)
         try:
-            summary = sched.run()
+            try:
+                summary = sched.run()
+            except EmuError as exc:
+                raise srcloc.with_source(exc, getattr(function, "ptx_text", ""), prog.file) from None
         except Deadlock as exc:
             raise KernelHang(f"{name} (emulated): {exc}") from None
         except (CheckFailed, Unsupported) as exc:
