@@ -87,7 +87,11 @@ def build_mov(ins, d):
 
 
 def _wrap_int(f):
+    # numpy warns on integer overflow only when both operands are scalars (two
+    # immediates): arrays wrap silently, and the scheduler runs with warnings off anyway.
     def g(a, b):
+        if type(a) is np.ndarray or type(b) is np.ndarray:
+            return f(a, b)
         with np.errstate(over="ignore"):
             return f(a, b)
     return g
@@ -139,9 +143,8 @@ def build_mad(ins, d):
         raise d.unsupported()
     ra, rb, rc, wd = d.src(a, t), d.src(b, t), d.src(c, t), d.dst(dst, t)
 
-    def mad(w, m):
-        with np.errstate(over="ignore"):
-            wd(w, ra(w) * rb(w) + rc(w), m)
+    def mad(w, m):                      # integer arrays wrap without a warning
+        wd(w, ra(w) * rb(w) + rc(w), m)
     return mad
 
 
@@ -158,9 +161,9 @@ def build_fma(ins, d):
 
     # the f32 product is exact in f64; one f64 add then one rounding to f32 (a double
     # rounding that can differ from a fused f32 FMA in the last ulp in rare ties)
+    # (inf and NaN without warnings: the scheduler runs every instruction with them off)
     def fma(w, m):
-        with np.errstate(all="ignore"):
-            wd(w, (np.asarray(ra(w), np.float64) * rb(w) + rc(w)).astype(np.float32), m)
+        wd(w, (np.asarray(ra(w), np.float64) * rb(w) + rc(w)).astype(np.float32), m)
     return fma
 
 
@@ -354,10 +357,9 @@ def build_setp(ins, d):
         else:
             fn = _CMP[base]
 
-            def f(x, y):
-                with np.errstate(invalid="ignore"):
-                    nan = np.isnan(x) | np.isnan(y)
-                    r = fn(x, y)
+            def f(x, y):                 # NaN compares without warnings (off in the scheduler)
+                nan = np.isnan(x) | np.isnan(y)
+                r = fn(x, y)
                 return (r | nan) if unordered else (r & ~nan)
     else:
         if cmp not in _CMP:

@@ -17,6 +17,7 @@ from porter.emu.control import DEFER, HANDLED
 from porter.emu.errors import CheckFailed
 
 LANES = np.arange(32)
+_NO_LANE = bytes(32)
 
 
 def build_bra(ins, d):
@@ -36,9 +37,10 @@ def build_bra(ins, d):
             p = ~p
         sel = w.live if m is None else m
         taken = p & sel
-        if not taken.any():
+        t = taken.tobytes()             # bool masks as bytes: ~20x cheaper than any()/all()
+        if t == _NO_LANE:
             return None
-        if (taken == sel).all():
+        if t == sel.tobytes():
             return target
         if uniform:
             raise CheckFailed(f"{where}: bra.uni with a predicate that differs across the warp's lanes")
