@@ -224,12 +224,34 @@ def build_not(ins, d):
     return _unary(ins, d, np.logical_not if t == "pred" else np.invert)
 
 
+def _fixed_shift(a, b, rb, d, u, dt, nb, shift):
+    """A register shifted by an immediate (the usual case): the clamp is decided once, at
+    decode; fn(values) -> the shifted values, or None for another form."""
+    if not (isinstance(b, ptx.Imm) and d.is_reg(a)):
+        return None
+    k = int(rb(None))
+    if k >= nb:                               # shifted out entirely
+        zero = np.zeros(32, dtype=dt)
+        return lambda v: zero
+    ku = u(k)
+    return lambda v: shift(v.view(u), ku).view(dt)
+
+
+def _shift_by(fixed, ra, wd):
+    def shift_imm(w, m):
+        wd(w, fixed(ra(w)), m)
+    return shift_imm
+
+
 def build_shl(ins, d):
     t = type_of(ins.parts)
     nb = bits(t)
     dst, a, b = ins.operands
     ra, rb, wd = d.src(a, t), d.src(b, "u32"), d.dst(dst, t)
     u = UINT[nb]
+    fixed = _fixed_shift(a, b, rb, d, u, NP[t], nb, np.left_shift)
+    if fixed is not None:
+        return _shift_by(fixed, ra, wd)
 
     def shl(w, m):
         s = _shift_amount(rb(w), nb)
@@ -250,6 +272,9 @@ def build_shr(ins, d):
             wd(w, np.asarray(ra(w)) >> s, m)
         return sar
     u = UINT[nb]
+    fixed = _fixed_shift(a, b, rb, d, u, NP[t], nb, np.right_shift)
+    if fixed is not None:
+        return _shift_by(fixed, ra, wd)
 
     def shr(w, m):
         s = _shift_amount(rb(w), nb)
@@ -368,7 +393,9 @@ def build_setp(ins, d):
     comb = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(combine)
 
     def setp(w, m):
-        r = np.broadcast_to(f(ra(w), rb(w)), (32,))
+        r = f(ra(w), rb(w))
+        if r.shape != (32,):                 # two scalars
+            r = np.broadcast_to(r, (32,))
         if comb is not None:
             c = rc(w)
             wd(w, comb(r, c), m)
