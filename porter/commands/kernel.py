@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 
+from porter.kernels.knobs import add_set_argument
+
+
 def register(sub) -> None:
     p = sub.add_parser("kernel", help="list, show or render kernel variants for an arch")
     ks = p.add_subparsers(dest="kernel_command", metavar="SUBCOMMAND", required=True)
@@ -12,11 +15,13 @@ def register(sub) -> None:
     show = ks.add_parser("show", help="a variant's chosen configuration and resource budget")
     show.add_argument("kernel", help="variant or kernel name, e.g. gemm.nvfp4")
     show.add_argument("--arch", required=True)
+    add_set_argument(show)
     show.set_defaults(func=run_show)
     rend = ks.add_parser("render", help="write a variant's generated CUDA source")
     rend.add_argument("kernel")
     rend.add_argument("--arch", required=True)
     rend.add_argument("-o", "--output", help="file to write (default: stdout)")
+    add_set_argument(rend)
     rend.set_defaults(func=run_render)
 
 
@@ -110,7 +115,7 @@ def run_show(args) -> int:
 
     arch = load_arch(args.arch)
     console = _console()
-    for spec in find_kernel(args.kernel, arch):
+    for spec in with_knobs(arch, find_kernel(args.kernel, arch), args):
         if isinstance(spec, Unsupported):
             console.print(Text.assemble((spec.name, "bold"), f" on {arch.name}: unsupported, "
                                         f"{why_unsupported(spec.to_dict())}"), highlight=False)
@@ -140,7 +145,39 @@ def run_show(args) -> int:
         if csize > 1 and not arch.has("clusters"):
             console.print("[red]cluster launch needs the clusters feature[/]")
         console.print("features: " + ", ".join(spec.features), highlight=False)
+        knob_table(console, arch, spec)
     return 0
+
+
+def with_knobs(arch, specs: list, args) -> list:
+    """``specs`` with the command's ``--set`` knobs applied (porter.kernels.knobs), saying
+    which selected kernels an unscoped knob left at their defaults."""
+    import sys
+
+    from porter.kernels.knobs import apply_knobs, parse_sets
+
+    out, notes = apply_knobs(arch, specs, parse_sets(getattr(args, "knobs", None)), every=all_variants(arch))
+    for note in notes:
+        print(f"porter: {note}", file=sys.stderr)
+    return out
+
+
+def knob_table(console, arch, spec) -> None:
+    """The kernel's knobs: the value this spec has, the default, the legal values."""
+    from rich.table import Table
+
+    from porter.kernels import knob_rules, knobs
+
+    rows = knobs.describe(arch, spec.name)
+    if not rows:
+        return
+    now = knobs._family(spec.name).knobs_of(arch, spec)
+    table = Table(title="knobs (--set KEY=VALUE; each checked against the budgets above)", title_justify="left")
+    for col in ("knob", "value", "default", "legal values"):
+        table.add_column(col)
+    for name, default, legal in rows:
+        table.add_row(name, knob_rules.show(now.get(name, "-")), default, legal)
+    console.print(table)
 
 
 def _scalar(v) -> str:
@@ -227,7 +264,7 @@ def run_render(args) -> int:
         from porter.cli import check_output_file
 
         check_output_file(args.output, "-o")
-    specs = [s for s in find_kernel(args.kernel, arch) if not isinstance(s, Unsupported)]
+    specs = [s for s in with_knobs(arch, find_kernel(args.kernel, arch), args) if not isinstance(s, Unsupported)]
     if not specs:
         missing = find_kernel(args.kernel, arch)[0].missing
         raise PorterError(f"kernel '{args.kernel}': unsupported on {arch.name} (needs {', '.join(missing)}); nothing to render")

@@ -82,8 +82,9 @@ def missing_features(arch, variant: GemmVariant, pair: bool) -> tuple[str, ...]:
     return missing + tuple(f for f in PATH_FEATURES[paths[0]] if not arch.has(f) and f not in missing)
 
 
-def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsupported:
-    """The spec (or Unsupported) of one variant, e.g. ``make_spec(arch, "nvfp4", pair=True)``."""
+def make_spec(arch, variant_name: str, pair: bool = False, knobs=None) -> KernelSpec | Unsupported:
+    """The spec (or Unsupported) of one variant, e.g. ``make_spec(arch, "nvfp4", pair=True)``;
+    ``knobs`` override its path's choices (porter.kernels.knobs)."""
     if variant_name not in VARIANTS:
         raise PorterError(f"gemm: unknown variant {variant_name!r}; known: {', '.join(VARIANTS)}")
     variant = VARIANTS[variant_name]
@@ -101,7 +102,36 @@ def make_spec(arch, variant_name: str, pair: bool = False) -> KernelSpec | Unsup
         else:
             reason = f"{arch.name} lacks {', '.join(missing)}"
         return Unsupported(FAMILY, name, variant.variant, missing, reason)
+    if knobs:
+        return _path_module(arch, paths).make_spec(arch, variant, pair, knobs=knobs)
     return _path_module(arch, paths).make_spec(arch, variant, pair)
+
+
+# ---- knobs (porter.kernels.knobs): each path module has knob_space, knobs_of and make_spec(knobs=)
+
+def _named(arch, name: str):
+    """(variant name, pair, path module) of the kernel ``name`` (gemm.bf16, gemm.nvfp4.pair)."""
+    parts = name.split(".")
+    pair = parts[-1] == "pair"
+    variant = parts[1] if len(parts) >= 2 else ""
+    if parts[0] != FAMILY or variant not in VARIANTS or len(parts) != 2 + pair:
+        raise PorterError(f"kernel '{name}': not a GEMM kernel name (gemm.<{'|'.join(VARIANTS)}>[.pair])")
+    return variant, pair, _path_module(arch, variant_paths(VARIANTS[variant], pair))
+
+
+def knob_space(arch, name: str) -> dict[str, tuple]:
+    variant, pair, module = _named(arch, name)
+    return module.knob_space(arch, VARIANTS[variant], pair) if module else {}
+
+
+def spec_with_knobs(arch, name: str, knobs) -> KernelSpec | Unsupported:
+    variant, pair, _ = _named(arch, name)
+    return make_spec(arch, variant, pair, knobs=knobs or None)
+
+
+def knobs_of(arch, spec: KernelSpec) -> dict:
+    _, _, module = _named(arch, spec.name)
+    return module.knobs_of(spec.config)
 
 
 def variants(arch) -> list[KernelSpec | Unsupported]:

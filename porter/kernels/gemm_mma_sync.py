@@ -115,25 +115,109 @@ def kernel_params(variant, stage_with: str) -> list[tuple[str, str]]:
                                 ("scale_a", "float"), ("scale_b", "float")]
 
 
-def _choose(arch, variant, stage_with: str, accumulation: str = "registers"):
-    """(layout, stages, threads, registers) of the first warp layout that fits."""
+def _layout_fits(arch, variant, stage_with: str, accumulation: str, layout, want_stages=None):
+    """(stages, threads, regs, need, why_not) of one warp layout; why_not "" when it fits."""
+    warps_m, warps_n, warp_m, warp_n = layout
+    threads = 32 * warps_m * warps_n
+    tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
+    regs = registers_per_thread(arch, threads)
+    need = register_need(warp_m, warp_n, variant.block_scale, accumulation)
+    stage_bytes = (tile_m + tile_n) * ROW_BYTES + (BARRIER_BYTES if stage_with == "tma" else 0)
     budget = arch.smem_per_block_bytes - ALIGN_SLACK
+    stages = min(MAX_STAGES, budget // stage_bytes)
+    if threads > arch.max_threads_per_block:
+        return stages, threads, regs, need, f"{threads} threads > max_threads_per_block {arch.max_threads_per_block}"
+    if max(tile_m, tile_n) > TMA_BOX_MAX:
+        return stages, threads, regs, need, f"tile {tile_m}x{tile_n}: a TMA box holds at most {TMA_BOX_MAX} rows"
+    if need > regs:
+        return stages, threads, regs, need, (
+            f"warp tile {warp_m}x{warp_n} needs about {need} registers per thread "
+            f"({'2 x ' if accumulation == 'promoted' else ''}accumulators + fragments + {OVERHEAD_REGS} overhead); "
+            f"{threads} threads at one CTA per SM get {regs} (regs_per_sm {arch.regs_per_sm})")
+    floor = want_stages or MIN_STAGES
+    if stages < floor:
+        return stages, threads, regs, need, (
+            f"{floor} stages x {stage_bytes} B + {ALIGN_SLACK} B alignment = {ALIGN_SLACK + floor * stage_bytes} B "
+            f"> smem_per_block_bytes {arch.smem_per_block_bytes}")
+    return (want_stages or stages), threads, regs, need, ""
+
+
+def _choose(arch, variant, stage_with: str, accumulation: str = "registers", knobs=None, name: str = ""):
+    """(layout, stages, threads, registers) of the first warp layout that fits; with
+    ``knobs`` (tile_m, tile_n, warp_m, warp_n, stages) the first legal layout they allow."""
+    from porter.kernels import knob_rules as kr
+
+    knobs = knobs or {}
+    layouts = WARP_LAYOUTS if not knobs else [l for l in _layouts(arch) if _matches(l, knobs)]
     tried = []
-    for warps_m, warps_n, warp_m, warp_n in WARP_LAYOUTS:
-        threads = 32 * warps_m * warps_n
-        tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
-        if threads > arch.max_threads_per_block or max(tile_m, tile_n) > TMA_BOX_MAX:
-            continue
-        regs = registers_per_thread(arch, threads)
-        need = register_need(warp_m, warp_n, variant.block_scale, accumulation)
-        stage_bytes = (tile_m + tile_n) * ROW_BYTES + (BARRIER_BYTES if stage_with == "tma" else 0)
-        stages = min(MAX_STAGES, budget // stage_bytes)
-        tried.append(f"{tile_m}x{tile_n}: {need} of {regs} registers, {stages} stages")
-        if need <= regs and stages >= MIN_STAGES:
-            return (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need
+    first_why = ""
+    for layout in layouts:
+        stages, threads, regs, need, why = _layout_fits(arch, variant, stage_with, accumulation, layout,
+                                                        knobs.get("stages"))
+        warps_m, warps_n, warp_m, warp_n = layout
+        tried.append(f"{warps_m * warp_m}x{warps_n * warp_n}: {need} of {regs} registers, {stages} stages")
+        if not why:
+            return layout, stages, threads, regs, need
+        first_why = first_why or why
+    if knobs:
+        if not layouts:
+            raise PorterError(f"{name}: --set {' '.join(f'{k}={kr.show(v)}' for k, v in knobs.items())}: no warp "
+                              f"layout has them (tile_m = warps_m x warp_m, tile_n = warps_n x warp_n, "
+                              f"{MIN_WARPS}..{MAX_WARPS} warps)")
+        knob = next(k for k in ("stages", "warp_m", "warp_n", "tile_m", "tile_n", "accumulation") if k in knobs)
+        raise kr.fail(name, knob, knobs[knob], f"does not fit: {first_why}")
     raise PorterError(f"arch {arch.name}: no mma.sync GEMM tile of {variant.variant} fits "
                       f"{arch.smem_per_block_bytes} B shared memory with >= {MIN_STAGES} stages and the "
                       f"registers per thread ({'; '.join(tried) or 'no layout within max_threads_per_block'})")
+
+
+# Knobs (``--set``, porter.kernels.knobs): the CTA tile, the warp tile, the ring depth, the
+# accumulation, the epilogue and the tile walk, each held to the chooser's own budgets.
+KNOBS = ("tile_m", "tile_n", "warp_m", "warp_n", "stages", "accumulation", "epilogue",
+         "group_m", "grid_ctas", "persistent")
+TILE_VALUES = (64, 128, 256)
+WARP_TILE_VALUES = (32, 64)    # m16 x 2 / 4 rows; n8 x 4 / 8 columns (ldmatrix.x4 loads n8 pairs)
+MIN_WARPS, MAX_WARPS = 4, 16
+MIN_KNOB_STAGES = 2
+EPILOGUES = ("staged", "direct")
+
+
+def _layouts(arch):
+    """Every (warps_m, warps_n, warp_m, warp_n) the template takes, preferred ones first
+    (WARP_LAYOUTS, then larger CTA tiles, then larger warp tiles)."""
+    rest = []
+    for tm in TILE_VALUES:
+        for tn in TILE_VALUES:
+            for wm in WARP_TILE_VALUES:
+                for wn in WARP_TILE_VALUES:
+                    layout = (tm // wm, tn // wn, wm, wn)
+                    warps = layout[0] * layout[1]
+                    if tm % wm or tn % wn or not MIN_WARPS <= warps <= MAX_WARPS or layout in WARP_LAYOUTS:
+                        continue
+                    if 32 * warps > arch.max_threads_per_block:
+                        continue
+                    rest.append(layout)
+    rest.sort(key=lambda l: (-(l[0] * l[2]) * (l[1] * l[3]), -(l[2] * l[3])))
+    return list(WARP_LAYOUTS) + rest
+
+
+def _matches(layout, knobs) -> bool:
+    warps_m, warps_n, warp_m, warp_n = layout
+    have = {"tile_m": warps_m * warp_m, "tile_n": warps_n * warp_n, "warp_m": warp_m, "warp_n": warp_n}
+    return all(knobs[k] == v for k, v in have.items() if k in knobs)
+
+
+def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
+    from porter.kernels import knob_rules as kr
+
+    return {"tile_m": TILE_VALUES, "tile_n": TILE_VALUES, "warp_m": WARP_TILE_VALUES, "warp_n": WARP_TILE_VALUES,
+            "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)), "accumulation": ACCUMULATIONS,
+            "epilogue": EPILOGUES, **kr.schedule_space(arch, 1, GROUP_M_TILES)}
+
+
+def knobs_of(config) -> dict:
+    return {k: config[k] for k in ("tile_m", "tile_n", "warp_m", "warp_n", "stages", "accumulation", "epilogue",
+                                   "group_m", "grid_ctas")} | {"persistent": config.get("persistent", True)}
 
 
 def optional_rule(arch, ref: str, why: str) -> tuple[SassRule, ...]:
@@ -162,7 +246,7 @@ def _sass_rules(arch, kind: str, variant, stage_with: str):
     return tuple(required), no_spills(arch)
 
 
-def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
+def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=None):
     """The mma.sync KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch`` (an
     Unsupported naming the staging alternative where the descriptor has neither).
 
@@ -171,7 +255,19 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
     accumulator); None takes ``default_accumulation(variant)``.
     """
     from porter.kernels import gemm_variants as gemm
+    from porter.kernels import knob_rules as kr
 
+    name = gemm.spec_name(variant, pair)
+    knobs = kr.expand_tile(name, dict(knobs or {}), "tile_m", "tile_n")
+    if knobs:
+        space = knob_space(arch, variant, pair)
+        kr.check_names(name, knobs, space)
+        for knob in ("tile_m", "tile_n", "warp_m", "warp_n", "accumulation", "epilogue"):
+            if knob in knobs:
+                kr.check_choice(name, knob, knobs[knob], space[knob])
+        if "stages" in knobs:
+            kr.check_int(name, "stages", knobs["stages"], MIN_KNOB_STAGES, MAX_STAGES, "the ring depth")
+        accumulation = knobs.get("accumulation", accumulation)
     accumulation = accumulation or default_accumulation(variant)
     if accumulation not in ACCUMULATIONS:
         raise PorterError(f"{variant.variant}: accumulation {accumulation!r}; use one of {', '.join(ACCUMULATIONS)}")
@@ -209,7 +305,10 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
             raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not take one scale word of "
                               f"{variant.scale_block_k}-element blocks per MMA")
     stage_with = staging(arch)
-    (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with, accumulation)
+    layout_knobs = {k: v for k, v in knobs.items() if k in ("tile_m", "tile_n", "warp_m", "warp_n", "stages")}
+    (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with, accumulation,
+                                                                              layout_knobs, name)
+    group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, 1, GROUP_M_TILES)
     tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
     stage_bytes = (tile_m + tile_n) * ROW_BYTES
     smem_bytes = ALIGN_SLACK + stages * stage_bytes + (stages * BARRIER_BYTES if stage_with == "tma" else 0)
@@ -219,6 +318,11 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
     passes = next((p for p in (1, 2, 4) if tile_n % p == 0 and tile_m * (tile_n // p) * 2 <= stage_bytes
                    and (tile_n // p) % warp_n == 0 and (tile_n // p) * 2 % 128 == 0), 0)
     epilogue = "staged" if passes else "direct"
+    if knobs.get("epilogue") == "staged" and not passes:
+        raise kr.fail(name, "epilogue", "staged", f"the {tile_m}x{tile_n} bf16 C tile fits no stage of "
+                      f"{stage_bytes} B in 1, 2 or 4 column slices of whole warp columns and 128-byte lines")
+    if knobs.get("epilogue") == "direct":
+        epilogue, passes = "direct", 0
     elem_desc = TMA_DTYPE[bits] + (" (two e2m1 per byte, even k in the low nibble)" if bits == 4 else "")
     k_cols = {16: "K", 8: "K", 4: "K/2"}[bits]
     box_k = ROW_BYTES // (2 if bits == 16 else 1)   # TMA elements per 128-byte row (bf16 or bytes)
@@ -257,8 +361,8 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
         "tma_box_k": box_k,
         "stages": stages,
         "stage_bytes": stage_bytes,
-        "group_m": GROUP_M_TILES,
-        "grid_ctas": arch.sm_count,
+        "group_m": group_m,
+        "grid_ctas": grid_ctas,
         "swizzle": "128B",
         "registers_budget": regs,
         "registers_estimate": need,
@@ -284,6 +388,10 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None):
         "tensor_maps": tensor_maps,
         "tmem_columns": 0,
     }
+    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
+        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
+        if not persistent:
+            config["persistent"] = False
     required, forbidden = _sass_rules(arch, kind, variant, stage_with)
     if accumulation == "promoted":
         required += optional_rule(arch, "op:fp32_add", "fp32 promotion of each k-block's MMAs into the accumulator")

@@ -87,23 +87,45 @@ def _next_pow2(x: int) -> int:
     return p
 
 
-def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme):
-    """(N, stages, acc_buffers, layout dict) - the first fit, double buffering preferred."""
+def _legal_n(arch, kind, mma_m, cta_group, scheme) -> tuple[int, ...]:
+    """N values the kernel can take: the kind's N at this M and cta_group (``mma_shapes``), a
+    whole number of 64-column epilogue chunks, B's share per CTA a TMA box (<= 256 rows) of
+    whole 8-row swizzle atoms, and for block-scaled kinds whole 128-row scale chunks."""
     shapes = [s for s in arch.tensor_core.mma_shapes[kind] if s.m == mma_m and s.cta_group == cta_group]
-    n_values = sorted({n for s in shapes for n in s.n_values}, reverse=True)
+    ns = sorted({n for s in shapes for n in s.n_values})
+    return tuple(n for n in ns if not (n % EPILOGUE_CHUNK_COLUMNS or (n // cta_group) % 8
+                                       or n // cta_group > TMA_BOX_MAX or (scheme is not None and n % bsl.CHUNK_ROWS)))
+
+
+def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None, name=""):
+    """(N, stages, acc_buffers, layout dict) - the first fit, double buffering preferred.
+    ``knobs`` (tile_n, stages, acc_buffers) fix those choices; each is held to the same
+    shared-memory and TMEM budgets, and a value that breaks one is a PorterError naming it."""
+    from porter.kernels import knob_rules as kr
+
+    knobs = knobs or {}
+    n_values = sorted(_legal_n(arch, kind, mma_m, cta_group, scheme), reverse=True)
     row_bytes = tile_k * elem_bits // 8
     a_bytes = (mma_m // cta_group) * row_bytes
     budget = arch.smem_per_block_bytes - ALIGN_SLACK - BARRIER_BYTES - EPILOGUE_STAGING_BYTES
-    for acc_buffers in (2, 1):
+    if "tile_n" in knobs:
+        kr.check_choice(name, "tile_n", knobs["tile_n"], tuple(reversed(n_values)),
+                        f"{kind} N at M={mma_m} cta_group::{cta_group} (mma_shapes), whole 64-column epilogue "
+                        f"chunks, B's per-CTA rows within a {TMA_BOX_MAX}-row TMA box"
+                        + (", whole 128-row scale chunks" if scheme is not None else ""))
+        n_values = [knobs["tile_n"]]
+    if "acc_buffers" in knobs:
+        kr.check_choice(name, "acc_buffers", knobs["acc_buffers"], (1, 2), "accumulators in TMEM")
+    if "stages" in knobs:
+        kr.check_int(name, "stages", knobs["stages"], MIN_KNOB_STAGES, MAX_STAGES, "the ring depth")
+    min_stages = knobs.get("stages", MIN_STAGES)
+    why_not = ""     # the reason the last (narrowest) candidate failed: what a knob error names
+    for acc_buffers in (knobs["acc_buffers"],) if "acc_buffers" in knobs else (2, 1):
         for n in n_values:
             b_rows = n // cta_group
-            if n % EPILOGUE_CHUNK_COLUMNS or b_rows % 8 or b_rows > TMA_BOX_MAX:
-                continue
             sfa = sfb = None
             sf_bytes = sf_cols = 0
             if scheme is not None:
-                if n % bsl.CHUNK_ROWS:
-                    continue
                 sfa = bsl.StagePlan(scheme, rows=mma_m // cta_group, stage_k=tile_k)
                 sfb = bsl.StagePlan(scheme, rows=n, stage_k=tile_k)   # every CTA stages all of B's scales
                 sf_bytes = sfa.smem_bytes + sfb.smem_bytes
@@ -111,12 +133,20 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme):
             b_bytes = b_rows * row_bytes
             stage_bytes = -(-(a_bytes + b_bytes + sf_bytes) // 1024) * 1024
             stages = min(budget // stage_bytes, MAX_STAGES)
-            if stages < MIN_STAGES:
+            if "stages" in knobs and stages >= knobs["stages"]:
+                stages = knobs["stages"]
+            if stages < min_stages:
+                why_not = (f"shared memory: {min_stages} stages x {stage_bytes} B (tile_n {n}: A {a_bytes} + B "
+                           f"{b_bytes} + scales {sf_bytes}, rounded to 1 KiB) + {budget_overhead()} B (epilogue "
+                           f"staging, barriers, alignment) = {min_stages * stage_bytes + budget_overhead()} B > "
+                           f"smem_per_block_bytes {arch.smem_per_block_bytes}")
                 continue
             # Fewer stages if the scale slots (one per stage) crowd out the accumulators.
-            while stages >= MIN_STAGES and acc_buffers * n + stages * sf_cols > arch.tmem.columns:
+            while stages > min_stages and acc_buffers * n + stages * sf_cols > arch.tmem.columns:
                 stages -= 1
-            if stages < MIN_STAGES:
+            if acc_buffers * n + stages * sf_cols > arch.tmem.columns:
+                why_not = (f"Tensor Memory: {acc_buffers} x {n} accumulator columns + {stages} scale slots x "
+                           f"{sf_cols} = {acc_buffers * n + stages * sf_cols} > tmem.columns {arch.tmem.columns}")
                 continue
             tmem_used = acc_buffers * n + stages * sf_cols
             return n, stages, acc_buffers, dict(
@@ -127,8 +157,40 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme):
                 sfa_tmem_columns=sfa.tmem_columns if sfa else 0, sfb_tmem_columns=sfb.tmem_columns if sfb else 0,
                 stage_bytes=stage_bytes, tmem_columns_used=tmem_used,
                 tmem_columns=max(arch.tmem.alloc_min_columns, _next_pow2(tmem_used)))
+    if knobs:   # name the knob the user set that the budget rules out (the most specific first)
+        knob = next(k for k in ("stages", "acc_buffers", "tile_n") if k in knobs)
+        raise kr.fail(name, knob, knobs[knob], f"does not fit: {why_not}")
     raise PorterError(f"arch {arch.name}: no tcgen05 {kind} tile fits {arch.smem_per_block_bytes} B shared memory "
                       f"and {arch.tmem.columns} TMEM columns with >= {MIN_STAGES} stages")
+
+
+def budget_overhead() -> int:
+    """Shared memory besides the stages: alignment slack, barriers, epilogue staging."""
+    return ALIGN_SLACK + BARRIER_BYTES + EPILOGUE_STAGING_BYTES
+
+
+# Knobs (``--set``, porter.kernels.knobs): the choices above, overridable and held to the
+# same budgets. tile_m is the MMA's M (the 128 TMEM lanes per CTA): listed, not free.
+KNOBS = ("tile_m", "tile_n", "stages", "acc_buffers", "group_m", "grid_ctas", "persistent")
+MIN_KNOB_STAGES = 2
+
+
+def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
+    from porter.kernels import knob_rules as kr
+
+    cta_group = 2 if pair else 1
+    kind = _pick_kind(arch, variant)
+    scheme = SCALE_SCHEMES[variant.block_scale] if variant.block_scale else None
+    mma_m = _mma_m(arch, kind, cta_group)
+    return {"tile_m": (mma_m,), "tile_n": _legal_n(arch, kind, mma_m, cta_group, scheme),
+            "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)), "acc_buffers": (1, 2),
+            **kr.schedule_space(arch, cta_group, GROUP_M)}
+
+
+def knobs_of(config) -> dict:
+    return {"tile_m": config["tile_m"], "tile_n": config["tile_n"], "stages": config["stages"],
+            "acc_buffers": config["acc_buffers"], "group_m": config["group_m"], "grid_ctas": config["grid_ctas"],
+            "persistent": config.get("persistent", True)}
 
 
 def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = ""):
@@ -187,8 +249,19 @@ def _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme) -> list[str]:
     return lines
 
 
-def make_spec(arch, variant, pair: bool) -> KernelSpec:
+def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
+    """The tcgen05 KernelSpec of ``variant``; ``knobs`` override the choices (``KNOBS``)."""
     from porter.kernels import gemm_variants as gemm
+    from porter.kernels import knob_rules as kr
+
+    name = gemm.spec_name(variant, pair)
+    knobs = kr.expand_tile(name, dict(knobs or {}), "tile_m", "tile_n")
+    if knobs:
+        space = knob_space(arch, variant, pair)
+        kr.check_names(name, knobs, space)
+        if "tile_m" in knobs:
+            kr.check_choice(name, "tile_m", knobs.pop("tile_m"), space["tile_m"],
+                            "the MMA's M: one accumulator row per TMEM lane of each CTA")
 
     if not (arch.has("tcgen05") and arch.has("tmem")):
         raise PorterError(f"arch {arch.name}: the tcgen05 GEMM path needs the tcgen05 and tmem features")
@@ -206,7 +279,10 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not match the "
                           f"{variant.block_scale} scheme (block {variant.scale_block_k}, MMA K {scheme.mma_k})")
     mma_m = _mma_m(arch, kind, cta_group)
-    n, stages, acc_buffers, layout = _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme)
+    n, stages, acc_buffers, layout = _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme,
+                                             {k: v for k, v in knobs.items() if k in ("tile_n", "stages", "acc_buffers")},
+                                             name)
+    group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, cta_group, GROUP_M)
     if not arch.tensor_core.valid_shape(kind, mma_m, n, cta_group):
         raise PorterError(f"arch {arch.name}: chosen {kind} shape M={mma_m} N={n} cta_group {cta_group} is not legal")
 
@@ -236,7 +312,6 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
     smem_bytes = ALIGN_SLACK + stages * layout["stage_bytes"] + EPILOGUE_STAGING_BYTES + BARRIER_BYTES
     tile_m = mma_m                     # rows of C per CTA pair (or CTA)
     tx_bytes = layout["a_stage_bytes"] + layout["b_stage_bytes"] + layout["sfa_stage_bytes"] + layout["sfb_stage_bytes"]
-    grid_ctas = arch.sm_count // cta_group * cta_group
     config = {
         "mainloop": arch.tensor_core.generation,
         "kind": kind,
@@ -257,7 +332,7 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
         "stages": stages,
         "stage_tx_bytes": tx_bytes,
         "acc_buffers": acc_buffers,
-        "group_m": GROUP_M,
+        "group_m": group_m,
         "grid_ctas": grid_ctas,
         "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
                   "epilogue": list(range(FIRST_EPILOGUE_WARP, FIRST_EPILOGUE_WARP + EPILOGUE_WARPS))},
@@ -295,6 +370,10 @@ def make_spec(arch, variant, pair: bool) -> KernelSpec:
     config["sfb_stage_chunks"] = layout["sfb_chunks"]
     config["sf_k_chunks"] = layout["sf_k_chunks"]
     config["tma_maps"] = _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme)
+    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
+        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
+        if not persistent:
+            config["persistent"] = False
     required, forbidden = _sass_rules(arch, kind, pair, scheme.scale_vec if scheme else "")
     features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ())
     return KernelSpec(

@@ -121,12 +121,14 @@ def accumulator_registers(mma_n: int, accumulation: str) -> int:
     return (2 if accumulation == "promoted" else 1) * (mma_n // 2)
 
 
-def register_note(arch, mma_n: int, consumer_regs: int, accumulation: str) -> str:
+def register_note(arch, mma_n: int, consumer_regs: int, accumulation: str, consumers: int = CONSUMERS) -> str:
     """Why the tile is what it is, in registers (recorded in spec.config)."""
     need = accumulator_registers(mma_n, accumulation) + CONSUMER_OVERHEAD_REGS
     copies = "2 x" if accumulation == "promoted" else "1 x"
     note = (f"{copies} {mma_n // 2} fp32 accumulator registers + {CONSUMER_OVERHEAD_REGS} overhead = {need} "
             f"<= {consumer_regs} per consumer thread after setmaxnreg")
+    if consumers != CONSUMERS:
+        return note + f" ({consumers} consumer warpgroups, set by a knob)"
     if accumulation == "promoted":
         if 2 * mma_n <= TMA_BOX_MAX:  # the next power of two up
             wider = accumulator_registers(2 * mma_n, accumulation) + CONSUMER_OVERHEAD_REGS
@@ -158,20 +160,96 @@ def default_accumulation(variant) -> str:
     return "promoted" if set(variant.features) & set(REDUCED_PRECISION_ACCUMULATION) else "tensor-core"
 
 
-def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> KernelSpec:
+# Knobs (``--set``, porter.kernels.knobs): every choice above, overridable. A knob left out
+# is chosen as described; one given is held to the same budgets.
+KNOBS = ("tile_n", "consumers", "stages", "cluster_m", "accumulation", "promote_every_k",
+         "group_m", "grid_ctas", "persistent")
+MIN_KNOB_STAGES = 2        # the ring needs a stage in flight while one is read
+MAX_CONSUMERS = 4          # 1 producer + 4 consumers = 640 threads, 1024 at most per block
+
+
+def _legal_n(arch, kind: str, cluster_m: int = 1) -> tuple[int, ...]:
+    """wgmma N values the kernel can take: one m64 shape's N (``mma_shapes``), a whole number
+    of 64-column epilogue chunks, one TMA box (<= 256 rows), and B slices of whole 1024-byte
+    swizzle atoms across the cluster (8 rows x 128 B)."""
+    ns = {n for s in arch.tensor_core.mma_shapes[kind] if s.cta_group == 1 for n in s.n_values}
+    return tuple(sorted(n for n in ns if n % EPILOGUE_COLS == 0 and n <= TMA_BOX_MAX and (n // cluster_m) % 8 == 0
+                        and n % cluster_m == 0))
+
+
+def _legal_clusters(arch) -> tuple[int, ...]:
+    """CTAs per cluster along M: 1, and powers of two up to ``cluster.max_portable`` where the
+    descriptor has clusters and TMA multicast."""
+    if not (arch.has("clusters") and arch.tma_multicast):
+        return (1,)
+    out, c = [1], 2
+    while c <= arch.cluster.max_portable:
+        out.append(c)
+        c *= 2
+    return tuple(out)
+
+
+def _legal_consumers(arch) -> tuple[int, ...]:
+    return tuple(c for c in range(1, MAX_CONSUMERS + 1) if WARPGROUP * (1 + c) <= arch.max_threads_per_block)
+
+
+def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
+    """Each knob's legal values on ``arch`` (combinations are checked by make_spec)."""
+    fmt = variant.a_format
+    kind = _kind_for(arch, fmt)
+    tile_k = SWIZZLE_ROW_BYTES // ELEMENT_BYTES[fmt]
+    clusters = _legal_clusters(arch)
+    default_cluster = CLUSTER_M if CLUSTER_M in clusters else 1
+    from porter.kernels import knob_rules
+
+    return {
+        "tile_n": _legal_n(arch, kind),
+        "consumers": _legal_consumers(arch),
+        "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)),
+        "cluster_m": clusters,
+        "accumulation": ACCUMULATIONS,
+        # A chain spans whole stages (its wait also frees them): multiples of TILE_K.
+        "promote_every_k": (0, tile_k, 2 * tile_k, 4 * tile_k),
+        **knob_rules.schedule_space(arch, default_cluster, max(1, GROUP_M_TILES // default_cluster)),
+    }
+
+
+def knobs_of(config) -> dict:
+    """The knob values a spec's config holds (what ``default_knobs`` reports)."""
+    return {"tile_n": config["tile_n"], "consumers": config["consumers"], "stages": config["stages"],
+            "cluster_m": config["cluster_m"], "accumulation": config["accumulation"],
+            "promote_every_k": config["promote_every_k"], "group_m": config["group_m"],
+            "grid_ctas": config["grid_ctas"], "persistent": config.get("persistent", True)}
+
+
+def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=None) -> KernelSpec:
     """The wgmma KernelSpec of ``variant`` (a gemm.GemmVariant) on ``arch``.
 
     ``accumulation``: "promoted" (fp32 register accumulator fed every TILE_K by a
     restarted wgmma chain) or "tensor-core" (the whole K in the wgmma accumulator);
-    None takes ``default_accumulation(variant)``.
+    None takes ``default_accumulation(variant)``. ``knobs``: overrides of the choices
+    (``KNOBS``; porter.kernels.knobs), each checked against the budgets.
     """
     from porter.kernels import gemm_variants as gemm  # the variant table and shared naming
+    from porter.kernels import knob_rules as kr
 
     if pair:
         raise PorterError(f"{gemm.spec_name(variant, pair)}: the wgmma path has no CTA-pair MMA "
                           "(needs the cta_pair feature); gemm.variants reports it Unsupported")
     if variant.block_scale:
         raise PorterError(f"{variant.variant}: block-scaled MMA is not a wgmma kind")
+    name = gemm.spec_name(variant, pair)
+    knobs = kr.expand_tile(name, dict(knobs or {}), "tile_m", "tile_n")
+    if "tile_m" in knobs:   # tile_m is a spelling of the consumer count: 64 rows per warpgroup
+        tm = knobs.pop("tile_m")
+        if type(tm) is not int or tm % 64 or (knobs.get("consumers", tm // 64) != tm // 64):
+            raise kr.fail(name, "tile_m", tm, "the wgmma tile has 64 rows per consumer warpgroup "
+                          "(tile_m = 64 x consumers)")
+        knobs["consumers"] = tm // 64
+    if knobs:
+        kr.check_names(name, knobs, knob_space(arch, variant, pair))
+    if "accumulation" in knobs:
+        accumulation = knobs["accumulation"]
     accumulation = accumulation or default_accumulation(variant)
     if accumulation not in ACCUMULATIONS:
         raise PorterError(f"{variant.variant}: accumulation {accumulation!r}; use one of {', '.join(ACCUMULATIONS)}")
@@ -188,46 +266,126 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
     tile_k = SWIZZLE_ROW_BYTES // elem
     if tile_k % mma_k:
         raise PorterError(f"{variant.variant}: TILE_K {tile_k} is not a multiple of the MMA K {mma_k}")
-    tile_m = CONSUMERS * mma_m
-    producer_regs, consumer_regs = _register_split(arch)
+    consumers = knobs.get("consumers", CONSUMERS)
+    if "consumers" in knobs:
+        kr.check_choice(name, "consumers", consumers, _legal_consumers(arch),
+                        f"1 producer + consumers warpgroups of 128 threads within max_threads_per_block "
+                        f"{arch.max_threads_per_block}")
+    tile_m = consumers * mma_m
+    if consumers == CONSUMERS:
+        producer_regs, consumer_regs = _register_split(arch)
+    else:
+        launch, consumer_regs = launch_registers(arch, consumers), _consumer_share(arch, consumers)
+        producer_regs = PRODUCER_REGS
+        if PRODUCER_REGS > launch or consumer_regs < launch:
+            raise kr.fail(name, "consumers", consumers,
+                          f"{arch.regs_per_sm} registers per SM give {launch} per thread at launch; setmaxnreg "
+                          f"needs the producer's {PRODUCER_REGS} <= {launch} <= the consumers' {consumer_regs}")
 
     barrier_bytes_per_stage = 16  # full + empty mbarrier, 8 B each
-    epilogue_bytes = CONSUMERS * mma_m * EPILOGUE_COLS * 2  # bf16 staging per consumer
+    epilogue_bytes = consumers * mma_m * EPILOGUE_COLS * 2  # bf16 staging per consumer
     budget = arch.smem_per_block_bytes - ALIGN_SLACK - epilogue_bytes
-    chosen = None
-    fits_registers = False
-    for n in sorted((v for s in shapes for v in s.n_values), reverse=True):
-        if n > TMA_BOX_MAX or n % EPILOGUE_COLS:
-            continue
-        # Powers of two only: the kernel has no bounds checks, so N must be a multiple of
-        # the tile, and 64 / 128 / 256 divide the N of real workloads (model dims, the
-        # 8192^3 bench); 192 would make most of them pad N.
-        if n & (n - 1):
-            continue
-        # m64nN f32: N/2 accumulator registers per thread, twice when promoted.
-        if accumulator_registers(n, accumulation) + CONSUMER_OVERHEAD_REGS > consumer_regs:
-            continue
-        fits_registers = True
+
+    def smem_need(n: int, stages: int) -> str:
+        return (f"{stages} x ({tile_m} + {n} rows x {tile_k * elem} B + {barrier_bytes_per_stage} B barriers) + "
+                f"{epilogue_bytes} B epilogue staging + {ALIGN_SLACK} B alignment = "
+                f"{ALIGN_SLACK + epilogue_bytes + stages * ((tile_m + n) * tile_k * elem + barrier_bytes_per_stage)} B "
+                f"of smem_per_block_bytes {arch.smem_per_block_bytes}")
+
+    cluster_m = knobs.get("cluster_m")
+    if cluster_m is not None:
+        kr.check_choice(name, "cluster_m", cluster_m, _legal_clusters(arch),
+                        "powers of two up to cluster.max_portable, with clusters and TMA multicast")
+    promote = knobs.get("promote_every_k")
+    if promote is not None:
+        if accumulation != "promoted":
+            if promote:
+                raise kr.fail(name, "promote_every_k", promote, f"{accumulation} accumulation never promotes; "
+                              "set accumulation=promoted (or promote_every_k=0)")
+        elif type(promote) is not int or promote <= 0 or promote % tile_k:
+            raise kr.fail(name, "promote_every_k", promote, f"a promoted chain spans whole stages: a positive "
+                          f"multiple of TILE_K {tile_k}")
+    if "tile_n" in knobs:
+        n = knobs["tile_n"]
+        kr.check_choice(name, "tile_n", n, _legal_n(arch, kind, cluster_m or 1),
+                        f"wgmma m64 N of kind {kind} (mma_shapes), a multiple of the {EPILOGUE_COLS}-column "
+                        f"epilogue chunk, <= the {TMA_BOX_MAX}-row TMA box"
+                        + (f", in {cluster_m} B slices of whole 8-row swizzle atoms" if (cluster_m or 1) > 1 else ""))
+        need = accumulator_registers(n, accumulation) + CONSUMER_OVERHEAD_REGS
+        if need > consumer_regs:
+            why = (f"{'2 x ' if accumulation == 'promoted' else ''}{n // 2} fp32 accumulator registers + "
+                   f"{CONSUMER_OVERHEAD_REGS} overhead = {need} > the {consumer_regs} a consumer thread gets after "
+                   f"setmaxnreg ({consumers} consumer warpgroups, regs_per_sm {arch.regs_per_sm})")
+            raise kr.fail(name, "consumers" if "consumers" in knobs and "tile_n" not in knobs else "tile_n", n, why)
         stage_bytes = (tile_m + n) * tile_k * elem
-        stages = min(MAX_STAGES, budget // (stage_bytes + barrier_bytes_per_stage))
-        if stages >= MIN_STAGES:
-            chosen = (n, stages, stage_bytes)
-            break
-    if chosen is None and not fits_registers:
-        raise PorterError(f"arch {arch.name}: no wgmma N of {variant.variant} fits {consumer_regs} registers per "
-                          f"consumer thread with {accumulation} accumulation ({CONSUMER_OVERHEAD_REGS} besides "
-                          f"the accumulators; regs_per_sm {arch.regs_per_sm}); "
-                          "use accumulation='tensor-core' (one accumulator)")
-    if chosen is None:
-        raise PorterError(f"arch {arch.name}: no wgmma N leaves {MIN_STAGES} stages in "
-                          f"{arch.smem_per_block_bytes} B of shared memory for {variant.variant}")
+        fit = min(MAX_STAGES, budget // (stage_bytes + barrier_bytes_per_stage))
+        if "stages" in knobs:
+            stages = kr.check_int(name, "stages", knobs["stages"], MIN_KNOB_STAGES, MAX_STAGES,
+                                  "the ring depth")
+            if stages > fit:
+                raise kr.fail(name, "stages", stages, f"does not fit shared memory: {smem_need(n, stages)}")
+        elif fit < MIN_KNOB_STAGES:
+            raise kr.fail(name, "tile_n", n, f"not even {MIN_KNOB_STAGES} stages fit: {smem_need(n, MIN_KNOB_STAGES)}")
+        else:
+            stages = fit
+        chosen = (n, stages, stage_bytes)
+    else:
+        chosen = None
+        fits_registers = False
+        want_stages = knobs.get("stages")
+        if want_stages is not None:
+            kr.check_int(name, "stages", want_stages, MIN_KNOB_STAGES, MAX_STAGES, "the ring depth")
+        for n in sorted((v for s in shapes for v in s.n_values), reverse=True):
+            if n > TMA_BOX_MAX or n % EPILOGUE_COLS or n not in _legal_n(arch, kind, cluster_m or 1):
+                continue
+            # Powers of two only: the kernel has no bounds checks, so N must be a multiple of
+            # the tile, and 64 / 128 / 256 divide the N of real workloads (model dims, the
+            # 8192^3 bench); 192 would make most of them pad N.
+            if n & (n - 1):
+                continue
+            # m64nN f32: N/2 accumulator registers per thread, twice when promoted.
+            if accumulator_registers(n, accumulation) + CONSUMER_OVERHEAD_REGS > consumer_regs:
+                continue
+            fits_registers = True
+            stage_bytes = (tile_m + n) * tile_k * elem
+            stages = min(MAX_STAGES, budget // (stage_bytes + barrier_bytes_per_stage))
+            if want_stages is not None:
+                if stages >= want_stages:
+                    chosen = (n, want_stages, stage_bytes)
+                    break
+                continue
+            if stages >= MIN_STAGES:
+                chosen = (n, stages, stage_bytes)
+                break
+        if chosen is None and not fits_registers:
+            if knobs:
+                raise kr.fail(name, "consumers" if "consumers" in knobs else "accumulation",
+                              knobs.get("consumers", accumulation),
+                              f"no wgmma N fits the {consumer_regs} registers a consumer thread gets after "
+                              f"setmaxnreg with {accumulation} accumulation")
+            raise PorterError(f"arch {arch.name}: no wgmma N of {variant.variant} fits {consumer_regs} registers per "
+                              f"consumer thread with {accumulation} accumulation ({CONSUMER_OVERHEAD_REGS} besides "
+                              f"the accumulators; regs_per_sm {arch.regs_per_sm}); "
+                              "use accumulation='tensor-core' (one accumulator)")
+        if chosen is None:
+            if want_stages is not None:
+                raise kr.fail(name, "stages", want_stages, f"no wgmma N leaves room for it: "
+                              f"{smem_need(64, want_stages)} at the narrowest tile")
+            raise PorterError(f"arch {arch.name}: no wgmma N leaves {MIN_STAGES} stages in "
+                              f"{arch.smem_per_block_bytes} B of shared memory for {variant.variant}")
     mma_n, stages, stage_bytes = chosen
-    cluster_m = CLUSTER_M if (arch.has("clusters") and arch.tma_multicast
-                              and arch.cluster.max_portable >= CLUSTER_M) else 1
+    if cluster_m is None:
+        cluster_m = CLUSTER_M if (arch.has("clusters") and arch.tma_multicast
+                                  and arch.cluster.max_portable >= CLUSTER_M
+                                  and (mma_n // CLUSTER_M) % 8 == 0) else 1
+    if promote is None:
+        promote = tile_k if accumulation == "promoted" else 0
+    group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, cluster_m, max(1, GROUP_M_TILES // cluster_m),
+                                                 "rows of cluster units")
     b_box_rows = mma_n // cluster_m
     a_stage, b_stage = tile_m * tile_k * elem, mma_n * tile_k * elem
     smem_bytes = ALIGN_SLACK + epilogue_bytes + stages * (stage_bytes + barrier_bytes_per_stage)
-    threads = THREADS
+    threads = WARPGROUP * (1 + consumers)
     ptx_type = fmt
     desc_template = enc.k_major_swizzled_template(SWIZZLE_ROW_BYTES, SWIZZLE)
     params = gemm.kernel_params(variant)
@@ -252,7 +410,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
         "per_tensor_scales": variant.per_tensor_scales,
         "tile_m": tile_m, "tile_n": mma_n, "tile_k": tile_k,
         "mma_m": mma_m, "mma_n": mma_n, "mma_k": mma_k, "k_steps": tile_k // mma_k,
-        "consumers": CONSUMERS,
+        "consumers": consumers,
         "stages": stages,
         "a_stage_bytes": a_stage, "b_stage_bytes": b_stage,
         "smem_per_stage_bytes": stage_bytes,
@@ -265,18 +423,18 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
         "producer_regs": producer_regs, "consumer_regs": consumer_regs,
         # Registers per thread ptxas may use at launch: the register file split
         # evenly, rounded to the allocation granule; setmaxnreg moves them later.
-        "registers_at_launch": launch_registers(arch),
+        "registers_at_launch": launch_registers(arch, consumers),
         "accumulator_regs": accumulator_registers(mma_n, accumulation),
         "accumulation": accumulation,
         # K elements per wgmma chain before it is added into the fp32 accumulator: one
         # stage (TILE_K), so the chain's wait also frees the stage it read. 0: never.
-        "promote_every_k": tile_k if accumulation == "promoted" else 0,
-        "register_budget": register_note(arch, mma_n, consumer_regs, accumulation),
+        "promote_every_k": promote,
+        "register_budget": register_note(arch, mma_n, consumer_regs, accumulation, consumers),
         # The scheduler walks cluster units (CLUSTER_M tiles along M); group_m counts unit rows.
         "cluster_m": cluster_m,
         "b_slice_rows": b_box_rows,
-        "group_m": max(1, GROUP_M_TILES // cluster_m),
-        "grid_ctas": arch.sm_count // cluster_m * cluster_m,
+        "group_m": group_m,
+        "grid_ctas": grid_ctas,
         "shape_multiple": [tile_m * cluster_m, mma_n, tile_k],
         "params": params,
         "tma_maps": tma_maps,
@@ -286,6 +444,10 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None) -> Ker
         "epilogue_bytes": epilogue_bytes,
         "tmem_columns": 0,
     }
+    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
+        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
+        if not persistent:
+            config["persistent"] = False
     required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
     if accumulation == "promoted":
         required += (SassRule(arch.sass_pattern("op:fp32_add"),
