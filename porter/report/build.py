@@ -140,6 +140,12 @@ def schedule_fields(raw) -> dict | None:
             "memory_floor_us": plan["memory_floor_us"], "floor_ratio": plan["floor_ratio"]}
 
 
+# A kernel's emulation entry in report.json: always these, and what the run recorded of these
+# (results cached before they were recorded lack them; the report then says "not recorded").
+_EMU_FIELDS = ("status", "reason", "seconds", "runs", "note")
+_EMU_RECORDED = ("shapes", "seeds", "checks_on", "sm_count", "warp_order_seed")
+
+
 def build_report(ctx) -> dict:
     from porter import __version__
 
@@ -182,7 +188,8 @@ def build_report(ctx) -> dict:
                  "note": tolerance_note(num["numerics"])},
                 "schedule": schedule_fields(num["numerics"]) if num else None,
                 "emulation": None if emu is None else
-                {k: emu.get(k) for k in ("status", "reason", "seconds", "runs", "note")},
+                # what ran: shapes, input seeds, the checks on, the emulated device (porter.report.emulation)
+                {k: emu.get(k) for k in _EMU_FIELDS} | {k: emu[k] for k in _EMU_RECORDED if k in emu},
                 "device": dev, "bench": bench})
     before = []
     for stage in by_kind.get("baseline", []):

@@ -6,6 +6,7 @@ from html import escape
 
 from porter.report import svg
 from porter.report.build import before_text, why_unsupported
+from porter.report.emulation import HEADING as EMULATION_HEADING, common_checks, emulation_intro, emulation_rows
 from porter.report.markdown import _cold_text, _filter_text, numerics_note
 from porter.report.summary import LEVEL, PLAIN, STRONG, summary_lines
 
@@ -14,8 +15,9 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:12.5px;margin:8px 0} td,th{border:1px solid #ddd;padding:4px 7px;vertical-align:top;text-align:left}
 th{background:#f5f5f5} .muted{color:#777} .lvl{font-weight:bold;border-radius:4px;padding:1px 6px;color:#fff;white-space:nowrap}
-.l-failed{background:#c62828}.l-rendered{background:#8d6e63}.l-compiled{background:#ef6c00}
-.l-sass-checked{background:#558b2f}.l-numerics-model{background:#2e7d32}.l-device-validated{background:#1565c0}.l-benchmarked{background:#6a1b9a}
+.l-failed{background:#c62828}.l-rendered{background:#795548}.l-compiled{background:#bf360c}
+.l-sass-checked{background:#33691e}.l-numerics-model{background:#2e7d32}.l-emulated{background:#00697a}
+.l-device-validated{background:#1565c0}.l-benchmarked{background:#6a1b9a}
 .s-passed{color:#2e7d32}.s-failed{color:#c62828;font-weight:bold}.s-skipped{color:#757575}.s-not-run{color:#1565c0}
 .cards{display:flex;flex-wrap:wrap;gap:14px}.card{border:1px solid #ddd;border-radius:6px;padding:8px 10px}
 .card h3{font-size:13px;margin:0 0 6px 0} code{font-size:12px}
@@ -67,6 +69,7 @@ def render_html(r: dict) -> str:
                      f"{svg.numerics_bars(k['numerics']['cases'])}"
                      + (f"<div class='muted'>{escape(n)}</div>" if (n := numerics_note(k)) else "") + "</div>")
         p.append("</div>")
+    p += _emulation(r)
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
         p.append("<h2>Schedules <span class='muted'>(predicted from the descriptor, not measured)</span></h2>"
@@ -92,6 +95,25 @@ def render_html(r: dict) -> str:
         p.append("<h2>Porting plan</h2><ul>" + "".join(f"<li>{escape(s)}</li>" for s in r["plan"].get("summary", [])) + "</ul>")
     p.append("</body></html>")
     return "\n".join(p)
+
+
+def _emulation(r: dict) -> list[str]:
+    """What ran in porter's PTX simulator, per kernel (porter.report.emulation)."""
+    rows = emulation_rows(r)
+    out = [f"<h2 id='emulation'>{escape(EMULATION_HEADING)}</h2>", f"<p>{escape(emulation_intro(r, rows))}</p>"]
+    if not rows:
+        return out
+    per_row = common_checks(rows) is None      # the same checks everywhere are said once, above
+    out.append("<table><tr><th>kernel</th><th>result</th><th>shapes</th><th>input seeds</th><th>launches</th>"
+               "<th>warp-instructions</th>" + ("<th>checks on</th>" if per_row else "") + "<th>s</th></tr>")
+    for x in rows:
+        out.append(f"<tr><td>{escape(x['kernel'])}</td><td class='s-{escape(x['result'])}'>{escape(x['result'])}"
+                   + (f"<div class='muted'>{escape(x['reason'])}</div>" if x["reason"] else "") + "</td>"
+                   f"<td>{escape(x['shapes'])}</td><td>{escape(x['seeds'])}</td><td>{x['launches']}</td>"
+                   f"<td>{x['warp_instructions']:,}</td>" + (f"<td>{escape(x['checks_on'])}</td>" if per_row else "")
+                   + f"<td>{x['seconds']:.2f}</td></tr>")
+    out.append("</table>")
+    return out
 
 
 def chart_title(cases: list[dict]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from porter.report.build import before_text, why_unsupported
+from porter.report.emulation import HEADING as EMULATION_HEADING, common_checks, emulation_intro, emulation_rows
 from porter.report.summary import PLAIN, summary_lines
 
 
@@ -44,6 +45,23 @@ def _filter_text(r: dict) -> str:
 def numerics_note(k: dict) -> str:
     """A kernel's numerics note (errors near the tolerance by design), or ""."""
     return (k.get("numerics") or {}).get("note") or ""
+
+
+def emulation_markdown(r: dict) -> list[str]:
+    """## Emulation: what ran in porter's PTX simulator (porter.report.emulation)."""
+    rows = emulation_rows(r)
+    lines = ["", f"## {EMULATION_HEADING}", "", _md(emulation_intro(r, rows))]
+    if not rows:
+        return lines
+    per_row = common_checks(rows) is None      # the same checks everywhere are said once, above
+    lines += ["", "| kernel | result | shapes | input seeds | launches | warp-instructions | "
+              + ("checks on | " if per_row else "") + "seconds |", "|---|---|---|---|---|---|" + "---|" * per_row + "---|"]
+    for x in rows:
+        lines.append(f"| {x['kernel']} | {x['result']} | {_cell(x['shapes'])} | {_cell(x['seeds'])} | "
+                     f"{x['launches']} | {x['warp_instructions']:,} | "
+                     + (f"{_cell(x['checks_on'])} | " if per_row else "") + f"{x['seconds']:.2f} |")
+    lines += [f"- {x['kernel']}: {_md(x['reason'])}" for x in rows if x["reason"]]
+    return lines
 
 
 def render_markdown(r: dict) -> str:
@@ -95,6 +113,7 @@ def render_markdown(r: dict) -> str:
         notes = [f"- {k['name']}: {_md(numerics_note(k))}" for k in num if numerics_note(k)]
         if notes:
             lines += [""] + notes
+    lines += emulation_markdown(r)
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
         lines += ["", "## Schedules (predicted from the descriptor, not measured)", "",

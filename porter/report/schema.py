@@ -81,6 +81,14 @@ REPORT_SCHEMA = {
                 "schedule": {"type": ["object", "null"],
                              "required": ["model", "queues", "instructions", "per_sm",
                                           "predicted_latency_us", "memory_floor_us", "floor_ratio"]},
+                # emulation (optional): the kernel's runs in porter's PTX simulator (executed there,
+                # not on a GPU): status, reason, seconds, runs (one summary per launch), note, and
+                # where recorded shapes, seeds (input sets), checks_on, sm_count, warp_order_seed
+                "emulation": {"type": ["object", "null"], "required": ["status", "runs"],
+                              "properties": {"status": _STR, "seconds": _NUM,
+                                             "runs": {"type": "array", "items": {"type": "object"}},
+                                             "shapes": {"type": "array"}, "seeds": {"type": "array"},
+                                             "checks_on": {"type": "array", "items": _STR}}},
                 "device": {"type": ["object", "null"]},
                 "bench": {"type": ["object", "null"]}}}},
         "before": {"type": "array", "items": {

@@ -11,6 +11,8 @@ def stage_dag(stages: list[dict]) -> str:
     """Layered drawing: one row per topological generation, arrows from each need."""
     import networkx as nx
 
+    if not stages:
+        return '<span class="muted">no stages</span>'
     g = nx.DiGraph()
     for s in stages:
         g.add_node(s["id"])
@@ -70,7 +72,8 @@ def resource_bars(bars: list[dict], width: int = 420) -> str:
         color = "#c62828" if frac > 1 else ("#ef6c00" if frac > 0.85 else "#2e7d32")
         span = width - label_w - 130
         w = min(frac, 1.0) * span
-        rows.append(f'<text x="0" y="{y + 12}" font-size="11">{escape(b["name"])}</text>'
+        # x=2: a glyph at x=0 is clipped by the SVG edge (the browser test measures it)
+        rows.append(f'<text x="2" y="{y + 12}" font-size="11">{escape(b["name"])}</text>'
                     f'<rect x="{label_w}" y="{y}" width="{span}" height="{bh}" fill="#eee"/>'
                     f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bh}" fill="{color}"/>'
                     f'<text x="{label_w + span + 4}" y="{y + 12}" font-size="11">{b["used"]}/{b["limit"]} {escape(b["unit"])}</text>')
