@@ -709,7 +709,9 @@ class Scheduler:
             return w.park is not None and w.park.describe().startswith(("barrier.cluster", "bar.sync"))
         for w in sorted((w for w in self.warps if not w.done), key=consequence):
             what = w.park.describe() if w.park is not None else "runnable"
-            lines.append(f"  {w.name} at {w.where()}: {what}")
+            # a park that completed its instruction (bar.sync, nanosleep) has moved the pc past it
+            done_at = w.park is not None and w.park.advance and w.converged and w.pc > 0
+            lines.append(f"  {w.name} at {w.prog.where(w.pc - 1) if done_at else w.where()}: {what}")
             shown += 1
             if shown >= 24:
                 rest = sum(1 for x in self.warps if not x.done) - shown
