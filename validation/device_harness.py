@@ -52,13 +52,82 @@ def written_check(out: np.ndarray, what: str = "output") -> dict:
 
 # ---- judging -------------------------------------------------------------------------------
 
+GEMM_AXES = ("row", "col")
+ATTENTION_AXES = ("batch", "head", "position", "dim")
+LSE_AXES = ("batch", "head", "position")
+
+
+def first_mismatch(got, want, bound, axes, what: str = "output") -> dict | None:
+    """The elements of ``got`` outside ``|got - want| <= bound`` (a scalar or per-element
+    bound; NaN is outside, equal infinities are inside): how many, and the first in C order
+    with its indices in the output's own terms (``axes``: row/col; batch/head/position/dim),
+    expected and got. None when every element is inside."""
+    g = np.asarray(got, dtype=np.float64)
+    w = np.asarray(want, dtype=np.float64)
+    if g.shape != w.shape:
+        return {"what": what, "count": int(g.size), "elements": int(g.size), "index": None,
+                "expected": None, "got": None, "shape": [list(g.shape), list(w.shape)]}
+    with np.errstate(invalid="ignore"):
+        inside = (np.abs(g - w) <= bound) | ((g == w) & np.isinf(w))
+    bad = ~inside
+    count = int(bad.sum())
+    if not count:
+        return None
+    idx = np.unravel_index(int(np.argmax(bad.reshape(-1))), g.shape)
+    names = list(axes) + [f"axis{i}" for i in range(len(axes), len(idx))]
+    return {"what": what, "count": count, "elements": int(g.size),
+            "index": {names[i]: int(v) for i, v in enumerate(idx)},
+            "expected": float(w[idx]), "got": float(g[idx])}
+
+
+def describe_mismatch(m: dict) -> str:
+    """One line for a person: ``C[row 3, col 17]: expected 1.25, got 0 (37 of 4096 elements
+    outside tolerance)``."""
+    if m["what"] == "token":
+        return f"next token {int(m['got'])}, the reference picks {int(m['expected'])}"
+    if m["what"] == "KV cache row":
+        return "a KV cache row written this step is outside tolerance"
+    if m.get("index") is None:
+        got, want = m.get("shape", [[], []])
+        return f"{m['what']}: shape {tuple(got)} but the reference is {tuple(want)}"
+    where = ", ".join(f"{k} {v}" for k, v in m["index"].items())
+    return (f"{m['what']}[{where}]: expected {m['expected']:.6g}, got {m['got']:.6g} "
+            f"({m['count']} of {m['elements']} elements outside tolerance)")
+
+
+def describe_unwritten(w: dict, axes) -> str:
+    """One line for the written check: where the first unwritten element is, and how many."""
+    idx = w.get("first_unwritten") or []
+    names = list(axes) + [f"axis{i}" for i in range(len(axes), len(idx))]
+    where = ", ".join(f"{names[i]} {v}" for i, v in enumerate(idx))
+    return f"{w['what']}[{where}]: never written ({w['unwritten']} of {w['elements']} elements unwritten)"
+
+
+def mismatch_text(check: dict) -> str:
+    """The first failing element of a failed check, in words ('' when none is recorded)."""
+    written = check.get("written")
+    written = written if isinstance(written, list) else [written] if written else []
+    for w in written:
+        if w and not w.get("passed", True):
+            return describe_unwritten(w, LSE_AXES if w.get("what") == "lse" else
+                                      ATTENTION_AXES if w.get("what") == "O" else GEMM_AXES)
+    for m in check.get("mismatches") or []:
+        return describe_mismatch(m)
+    return ""
+
 def compare_gemm(variant: str, out, ref_same, ref_unquantized) -> dict:
     """A device GEMM output (bf16 values) against both references, plus the written check."""
     from porter.validation import gemm_numerics
 
     written = written_check(np.asarray(out), "C")
-    res = gemm_numerics.check_outputs(variant, np.asarray(out).astype(np.float64), ref_same, ref_unquantized)
+    got = np.asarray(out).astype(np.float64)
+    res = gemm_numerics.check_outputs(variant, got, ref_same, ref_unquantized)
     res["written"] = written
+    if not res["passed_same_operands"]:
+        from porter.validation import tolerance
+
+        bad = first_mismatch(got, ref_same, tolerance.gemm_policy(variant).bound(ref_same), GEMM_AXES, "C")
+        res["mismatches"] = [bad] if bad else []
     res["passed"] = bool(res["passed"] and written["passed"])
     return res
 
@@ -68,9 +137,16 @@ def compare_attention(out, lse, ref, lse_ref, same) -> dict:
     from porter.validation.attention_numerics import check_attention_outputs
 
     w_o, w_lse = written_check(np.asarray(out), "O"), written_check(np.asarray(lse), "lse")
-    res = check_attention_outputs(np.asarray(out).astype(np.float64), np.asarray(lse, dtype=np.float64),
-                                  ref, lse_ref, same)
+    o64, lse64 = np.asarray(out).astype(np.float64), np.asarray(lse, dtype=np.float64)
+    res = check_attention_outputs(o64, lse64, ref, lse_ref, same)
     res["written"] = [w_o, w_lse]
+    bad = []
+    if not res["passed_output"]:
+        bad.append(first_mismatch(o64, ref, res["allowed_err"], ATTENTION_AXES, "O"))
+    if not res["passed_lse"]:
+        bad.append(first_mismatch(lse64, lse_ref, res["tolerance"]["lse_atol"], LSE_AXES, "lse"))
+    if bad:
+        res["mismatches"] = [m for m in bad if m]
     res["passed"] = bool(res["passed"] and w_o["passed"] and w_lse["passed"])
     return res
 
@@ -97,7 +173,17 @@ def compare_decode_step(logits, token: int, cache_rows: dict, ref_logits, ref_ro
     ref_token = int(np.argmax(ref))
     token_ok = token == ref_token or (top2[1] - top2[0]) <= 2 * logits_rtol * scale
     passed = bool(written["passed"] and err <= logits_rtol and cache_ok and cache_unwritten == 0 and token_ok)
-    return {"logits_rel_err": err, "logits_rtol": logits_rtol, "token": int(token), "reference_token": ref_token,
+    mismatches = []
+    if err > logits_rtol:
+        bad = first_mismatch(got, ref, logits_rtol * scale, ("vocab",), "logits")
+        mismatches += [bad] if bad else []
+    if not token_ok:
+        mismatches.append({"what": "token", "count": 1, "elements": 1, "index": {"step": 0},
+                           "expected": float(ref_token), "got": float(token)})
+    if not cache_ok:
+        mismatches.append({"what": "KV cache row", "count": 1, "elements": len(cache_rows), "index": None,
+                           "expected": None, "got": None, "shape": [[], []]})
+    return {"mismatches": mismatches,"logits_rel_err": err, "logits_rtol": logits_rtol, "token": int(token), "reference_token": ref_token,
             "token_ok": bool(token_ok), "cache_ok": bool(cache_ok), "cache_unwritten": cache_unwritten,
             "written": written, "passed": passed}
 

@@ -12,6 +12,7 @@ import time
 from porter.emu.errors import Unsupported
 from porter.errors import PorterError
 from porter.runtime.emulated_cases import emulation_shapes
+from porter.validation.device_harness import mismatch_text
 
 EMULATED_NOTE = "executed in porter's PTX simulator, not on a GPU"
 
@@ -59,7 +60,9 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
         result["reason"] = error
     elif not passed:
         bad = next(c for c in checks if not c["passed"])
-        result["reason"] = f"outside tolerance or unwritten at {bad.get('shape')} seed {bad.get('seed')}"
+        detail = mismatch_text(bad)
+        result["reason"] = (f"outside tolerance or unwritten at {check_where(bad)} seed {bad.get('seed')}"
+                            + (f": {detail}" if detail else ""))
     return _done(result, start)
 
 
@@ -85,6 +88,19 @@ def run_conditions(dev, checks: list[dict]) -> dict:
     races = "shared-memory races" if dev.check_races else "race detector off (PORTER_EMU_RACES=0)"
     return {"shapes": shapes, "seeds": seeds, "checks_on": [*ALWAYS_CHECKED, races],
             "sm_count": dev.sm_count, "warp_order_seed": dev.seed}
+
+
+def check_where(check: dict) -> str:
+    """Where a check ran, in the family's own terms: M x N x K; b/hq/hkv/sq/sk; model and
+    decode position."""
+    if "model" in check:
+        return f"model {check['model']} position {check.get('pos')}"
+    shape = check.get("shape")
+    if isinstance(shape, dict):
+        return " ".join(f"{k}={v}" for k, v in shape.items()) + (" causal" if check.get("causal") else "")
+    if isinstance(shape, (list, tuple)):
+        return "x".join(str(v) for v in shape)
+    return str(shape)
 
 
 def _done(result: dict, start: float) -> dict:
