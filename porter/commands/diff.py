@@ -8,6 +8,7 @@ same as one self-contained page.
 
 from __future__ import annotations
 
+from porter.report.diff_summary import summary_row  # noqa: F401  (the terminal summary and the page's)
 from porter.report.opcodes import histogram_rows, opcode_mark  # noqa: F401  (also used by tests)
 
 
@@ -106,31 +107,6 @@ def kernel_diff(a, b, spec_a, spec_b, build: bool = True) -> dict:
         built = [x for x in (spec_a, spec_b) if x is not None and not isinstance(x, Unsupported)]
         out["signature_opcodes"] = sorted(signature_opcodes(full, signature_patterns((a, b), built)))
     return out
-
-
-def summary_row(d: dict) -> dict:
-    """One kernel's diff in a few figures: hunks, lines added and removed, the features
-    that drove them (with hunk counts), signature opcodes that appear or go, resources."""
-    from collections import Counter
-
-    added = sum(1 for h in d["hunks"] for line in h.lines if line.startswith("+"))
-    removed = sum(1 for h in d["hunks"] for line in h.lines if line.startswith("-"))
-    # A label names a feature and the file it comes from ("wgmma (gemm/wgmma.cu.j2)"): count by feature.
-    labels = Counter(f for h in d["hunks"] for f in {label.split(" (", 1)[0] for label in h.labels})
-    ha, hb = d["histogram"].get("a"), d["histogram"].get("b")
-    sig = d["signature_opcodes"]
-    new = [op for op in sig if ha is not None and hb is not None and not ha.get(op) and hb.get(op)]
-    gone = [op for op in sig if ha is not None and hb is not None and ha.get(op) and not hb.get(op)]
-    ra, rb = d["resources"].get("a", {}), d["resources"].get("b", {})
-
-    def pair(key):
-        x, y = ra.get(key), rb.get(key)
-        return None if x is None and y is None else f"{'-' if x is None else x} -> {'-' if y is None else y}"
-
-    return {"hunks": len(d["hunks"]), "added": added, "removed": removed,
-            "features": [f"{label} ({n})" for label, n in sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))],
-            "opcodes_new": new, "opcodes_gone": gone, "registers": pair("registers"),
-            "smem": pair("dynamic_smem_bytes"), "notes": list(d["notes"])}
 
 
 def print_summary(console, a, b, results) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from html import escape
 
+from porter.report.diff_summary import summary_row
 from porter.report.html import _CSS
 
 _EXTRA = """
@@ -15,12 +17,43 @@ max-width:100%;overflow-wrap:anywhere;white-space:normal}
 """
 
 
+def section_ids(keys) -> list[str]:
+    """An HTML id per kernel section, unique and safe in a URL fragment ("k-gemm.bf16-gemm.bf16.pair")."""
+    ids, seen = [], set()
+    for key in keys:
+        base = "k-" + (re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9_.-]+", "-", key)).strip("-") or "kernel")
+        sid, n = base, 2
+        while sid in seen:
+            sid, n = f"{base}-{n}", n + 1
+        seen.add(sid)
+        ids.append(sid)
+    return ids
+
+
+def summary_table(a, b, results: list, ids: list[str]) -> list[str]:
+    """The page opens with one row per kernel, each linking to its section below."""
+    out = [f"<h2 id='summary'>Kernels {escape(a.name)} → {escape(b.name)}</h2>",
+           "<table><tr><th>kernel</th><th>hunks</th><th>+/-</th><th>driven by (hunks)</th>"
+           "<th>SASS new / gone</th><th>registers</th><th>dynamic smem B</th><th>notes</th></tr>"]
+    for (key, d), sid in zip(results, ids):
+        r = summary_row(d)
+        sass = ", ".join([f"+{op}" for op in r["opcodes_new"]] + [f"-{op}" for op in r["opcodes_gone"]]) or "-"
+        out.append(f"<tr><td><a href='#{escape(sid)}'>{escape(key)}</a></td><td>{r['hunks']}</td>"
+                   f"<td>+{r['added']} -{r['removed']}</td><td>{escape(', '.join(r['features']) or '-')}</td>"
+                   f"<td>{escape(sass)}</td><td>{escape(r['registers'] or '-')}</td><td>{escape(r['smem'] or '-')}</td>"
+                   f"<td class='muted'>{escape('; '.join(n.split(':', 1)[0] for n in r['notes']) or '-')}</td></tr>")
+    out.append("</table>")
+    return out
+
+
 def render_diff_html(a, b, archdiff: dict, results: list) -> str:
     from porter.report.opcodes import histogram_rows, opcode_mark
 
     feats = archdiff.get("features", {})
+    ids = section_ids(key for key, _ in results)
     p = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>porter diff {escape(a.name)} {escape(b.name)}</title>"
          f"<style>{_CSS}{_EXTRA}</style></head><body><h1>{escape(a.name)} ({escape(a.target)}) → {escape(b.name)} ({escape(b.target)})</h1>",
+         *summary_table(a, b, results, ids),
          "<h2>Features</h2><table><tr><th>lost</th><th>gained</th><th>kept</th></tr>",
          f"<tr><td>{escape(', '.join(feats.get('lost', [])) or '-')}</td><td>{escape(', '.join(feats.get('gained', [])) or '-')}</td>"
          f"<td>{escape(', '.join(feats.get('kept', [])) or '-')}</td></tr></table>"]
@@ -41,8 +74,8 @@ def render_diff_html(a, b, archdiff: dict, results: list) -> str:
             p.append(f"<tr><td>{escape(r['before'])} → {escape(r['after'])}</td>"
                      f"<td>{escape(kept + gains + loses)}</td></tr>")
         p.append("</table>")
-    for key, d in results:
-        p.append(f"<h2>{escape(key)}</h2>")
+    for (key, d), sid in zip(results, ids):
+        p.append(f"<h2 id='{escape(sid)}'>{escape(key)} <a class='muted' href='#summary'>(summary)</a></h2>")
         p += [f"<p class='muted'>{escape(n)}</p>" for n in d["notes"]]
         if d["hunks"]:
             body = []
