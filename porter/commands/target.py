@@ -34,6 +34,9 @@ def register(sub) -> None:
                         "name all of its kernels; a glob (*, ?, [) matches names, variants and families; "
                         "the report goes to report.kernel-PATTERN.* and the full report.* is left as it is")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress, summary only")
+    from porter.kernels.knobs import add_set_argument
+
+    add_set_argument(p)   # knobs: KEY=VALUE to every kernel that has the knob, KERNEL:KEY=VALUE to KERNEL's
     p.set_defaults(func=run)
 
 
@@ -45,8 +48,9 @@ def run(args) -> int:
     from porter.pipeline import RunOptions, run_target
 
     console = Console(stderr=False, soft_wrap=True)
+    knobs = check_target_knobs(args)
     opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out, product=args.product,
-                      jobs=args.jobs, device=args.device, emulate=args.emulate, kernel=args.kernel)
+                      jobs=args.jobs, device=args.device, emulate=args.emulate, kernel=args.kernel, knobs=knobs)
     try:
         if args.quiet or not console.is_terminal:
             from porter.pipeline.context import NullDisplay
@@ -83,6 +87,28 @@ def run(args) -> int:
         names = ", ".join(f"'{s.id}'" for s in others)
         print(f"porter: stage {names} failed: {others[0].summary}", file=sys.stderr)
     return result.exit_code
+
+
+def check_target_knobs(args) -> dict:
+    """``--set`` parsed and checked against the kernels the run builds, before any stage runs
+    (an illegal knob is one line, exit 2); which kernels an unscoped knob leaves at their
+    defaults is said on stderr."""
+    import sys
+
+    from porter.kernels.knobs import apply_knobs, parse_sets
+
+    knobs = parse_sets(getattr(args, "knobs", None))
+    if not knobs:
+        return {}
+    from porter.commands.kernel import all_variants, match_kernels
+    from porter.descriptor.arch import load_arch
+
+    arch = load_arch(args.arch)
+    every = all_variants(arch)
+    selected = match_kernels(every, args.kernel) if args.kernel else every
+    for note in apply_knobs(arch, selected, knobs, every=every)[1]:
+        print(f"porter: {note}", file=sys.stderr)
+    return knobs
 
 
 def print_summary(console, result) -> None:

@@ -40,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--shapes", "--shape", dest="shapes", nargs="+", metavar="SHAPE", help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--seeds", type=int, default=2, help="fresh random inputs per shape (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    from porter.kernels.knobs import add_set_argument
+
+    add_set_argument(p)   # --set KEY=VALUE: knobs, applied to the kernels that have them
     p.set_defaults(func=run)
 
 
@@ -71,8 +74,10 @@ def run(args) -> int:
             unsupported += [s for s in every if isinstance(s, Unsupported)]
         shapes = None
         family = None
+        specs = _knobbed(arch, specs, args)
     else:
         specs, unsupported = select_kernels(arch, args.kernel)
+        specs = _knobbed(arch, specs, args)
         family = one_family(specs)
         shapes = parse_shapes(family, args.shapes, "validate")
         check_shapes(specs, shapes)
@@ -107,6 +112,13 @@ def run(args) -> int:
     else:
         print(_text(report))
     return 0 if report["passed"] else 1
+
+
+def _knobbed(arch, specs, args):
+    """The specs with ``--set`` applied (porter.kernels.knobs.apply_knobs; notes on stderr)."""
+    from porter.commands.kernel import with_knobs
+
+    return with_knobs(arch, specs, args) if getattr(args, "knobs", None) else specs
 
 
 def _emulate(args, arch, specs, unsupported, shapes) -> int:

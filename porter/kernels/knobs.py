@@ -163,9 +163,12 @@ def split_scoped(knobs: Mapping[str, Any]) -> tuple[dict, dict[str, dict]]:
     return plain, scoped
 
 
-def apply_knobs(arch, specs: list, knobs: Mapping[str, Any], every: list | None = None) -> tuple[list, list[str]]:
+def apply_knobs(arch, specs: list, knobs: Mapping[str, Any], every: list | None = None,
+                strict: bool = True) -> tuple[list, list[str]]:
     """``specs`` with the knobs applied to the kernels they concern, and notes saying which
-    kernels an unscoped knob left at their defaults (they do not have it).
+    kernels an unscoped knob left at their defaults (they do not have it). ``strict=False``
+    (a pipeline applying already-checked knobs one family at a time) skips the errors for a
+    knob or a pattern that concerns none of ``specs``.
 
     ``every``: the listing scoped patterns are matched in (default ``specs``), so an exact
     kernel name selects that kernel only, as ``--kernel`` does. A knob no selected kernel
@@ -182,6 +185,8 @@ def apply_knobs(arch, specs: list, knobs: Mapping[str, Any], every: list | None 
     notes = []
     for name, value in plain.items():
         having = [s.name for s in built if name in spaces[s.name]]
+        if not having and not strict:
+            continue
         if not having:
             raise PorterError(f"--set {name}={knob_rules.show(value)}: none of the selected kernels "
                               f"({', '.join(s.name for s in built) or 'none'}) has a knob {name!r}")
@@ -195,6 +200,8 @@ def apply_knobs(arch, specs: list, knobs: Mapping[str, Any], every: list | None 
     for scope, items in scoped.items():
         hit = {v.name for v in match_kernels(every if every is not None else specs, scope)}
         chosen = [s.name for s in built if s.name in hit]
+        if not chosen and not strict:
+            continue
         if not chosen:
             raise PorterError(f"--set {scope}:...: {scope!r} selects none of the kernels built here "
                               f"({', '.join(s.name for s in built) or 'none'})")

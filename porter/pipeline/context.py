@@ -60,6 +60,7 @@ class Context:
     _variants: dict = field(default_factory=dict)
     _selected: set | None = None
     stage_keys: dict = field(default_factory=dict)   # kernels stage id -> its input key
+    knobs: dict = field(default_factory=dict)        # --set (porter.kernels.knobs), for the target's kernels
 
     # -- kernels ------------------------------------------------------------------
 
@@ -100,7 +101,12 @@ class Context:
             own = list(family_module(family).variants(arch))
             if complete:
                 own = merge_listing(own, offered_elsewhere(arch, own, family))
-            self._variants[key] = [v for v in own if self.wants(v)]
+            own = [v for v in own if self.wants(v)]
+            if self.knobs and arch.digest == self.arch.digest:   # the base's kernels keep their defaults
+                from porter.kernels.knobs import apply_knobs
+
+                own = apply_knobs(arch, own, self.knobs, strict=False)[0]
+            self._variants[key] = own
         return self._variants[key]
 
     def stage_families(self, stage) -> list[str]:
@@ -156,6 +162,10 @@ class Context:
         """The whole stage's result by the hash of all its inputs: on a hit (and with its
         artifacts still on disk) nothing is rendered, imported or compiled."""
         name = f"stage/{stage.id}"
+        if self.knobs:   # a knobbed run never takes a default run's stage result (nor another's)
+            from porter.pipeline import keys
+
+            key = keys.digest([key, "knobs", sorted((k, repr(v)) for k, v in self.knobs.items())])
         hit = self.store.get(name, key)
         if hit is not None and all(Path(p).exists() for p in hit.get("artifacts", [])):
             self.units_cached += 1

@@ -21,6 +21,7 @@ class RunOptions:
     emulate: str = "on"              # on | off: the emulation stage (porter's PTX simulator)
     kernel: str | None = None        # kernel name, variant, family or glob (porter.commands.kernel.match_kernels)
     product: str | None = None       # --product: one product's figures (Arch.for_product)
+    knobs: dict | None = None        # --set, parsed (porter.kernels.knobs.parse_sets)
 
 
 @dataclass
@@ -221,7 +222,7 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
     claim_out_dir(out_dir, arch, explicit=bool(opts.out))
     ctx = Context(arch=arch, base=base, runbook=book, out_dir=out_dir,
                   store=StageStore(out_dir / ".stages"), jobs=jobs, device=opts.device, emulate=opts.emulate,
-                  kernel_pattern=opts.kernel, display=display or NullDisplay())
+                  kernel_pattern=opts.kernel, display=display or NullDisplay(), knobs=dict(opts.knobs or {}))
     run = RunResult(arch.name, base.name if base else None, book.name, out_dir,
                     products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch),
                     base_why=choose_base(arch, opts.base, book)[1], product=getattr(arch, "product", ""))

@@ -213,7 +213,7 @@ def gemm_plan(spec, arch, inp: dh.GemmInputs, a_buf, b_buf, c_buf, max_ctas: int
                      _device_tensor(b_buf, inp.b.shape, inp.b.dtype.name, inp.b.itemsize),
                      arch, variant=variant, pair=pair, scales=inp.scales,
                      scale_a=inp.scale_a, scale_b=inp.scale_b,
-                     out=_device_tensor(c_buf, (inp.m, inp.n), "bfloat16", 2), max_ctas=max_ctas)
+                     out=_device_tensor(c_buf, (inp.m, inp.n), "bfloat16", 2), max_ctas=max_ctas, spec=spec)
     if plan.spec.name != spec.name or plan.spec.entry != spec.entry:
         raise PorterError(f"{spec.name}: the runtime planned {plan.spec.name} ({plan.spec.entry}) instead")
     return plan

@@ -184,14 +184,19 @@ def operand_maps(spec, m: int, n: int, k: int, a_row_bytes: int, b_row_bytes: in
 
 
 def plan_gemm(a, b, arch, variant: str = "bf16", pair: bool = False, scales=None,
-              scale_a: float = 1.0, scale_b: float = 1.0, out=None, max_ctas: int | None = None) -> GemmPlan:
+              scale_a: float = 1.0, scale_b: float = 1.0, out=None, max_ctas: int | None = None,
+              spec=None) -> GemmPlan:
     """Validate a GEMM call and compute its launch (no GPU needed); ``max_ctas``: the
-    device's SM count when it has fewer than the descriptor's."""
+    device's SM count when it has fewer than the descriptor's; ``spec``: the kernel to
+    launch when it is not the variant's default (a spec with --set knobs)."""
     from porter.descriptor.arch import load_arch
     from porter.kernels import gemm as gemm_family
 
     arch = load_arch(arch) if isinstance(arch, (str, os.PathLike)) else arch
-    spec, v = _spec(arch, variant, pair)
+    if spec is None:
+        spec, v = _spec(arch, variant, pair)
+    else:
+        v = gemm_family.VARIANTS[spec.variant.split(".", 1)[1]]
     a_info = _operand(a, "A", spec.name, v.a_format)
     b_info = _operand(b, "B", spec.name, v.b_format)
     if a_info.device != b_info.device:
