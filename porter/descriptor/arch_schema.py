@@ -191,8 +191,8 @@ _SCALE_FIELDS: dict[str, Field] = {
 
 # SECTIONS already holds tensor_core (its scalar keys); its kinds are checked apart.
 TOP_KEYS = ("schema", "name", "summary", "sources", *SECTIONS, "block_scales", "peak",
-            "sass_signatures", "sass_ops", "sass_modifiers", "products", "uncertain")
-_TOP_OPTIONAL = ("summary", "sass_ops", "sass_modifiers", "products", "uncertain")
+            "sass_signatures", "sass_ops", "sass_modifiers", "products", "uncertain", "perf")
+_TOP_OPTIONAL = ("summary", "sass_ops", "sass_modifiers", "products", "uncertain", "perf")
 
 
 def one_line(text: str) -> str:
@@ -605,6 +605,8 @@ def check_descriptor(data: Any, lines: dict[str, int], file: str) -> dict[str, A
     out["sass_modifiers"] = _check_sass_modifiers(c, data.get("sass_modifiers"), sources)
     out["products"] = _check_products(c, data.get("products"), sources, out)
     out["uncertain"] = _check_uncertain(c, data.get("uncertain", []), data)
+    from porter.descriptor.perf_schema import check_perf  # the timing model's figures
+    out["perf"] = check_perf(c, data.get("perf"), sources, out, data.get("products"))
 
     _check_consistency(c, out)
     return out
@@ -864,7 +866,8 @@ def _check_products(c: _Checker, raw: Any, sources: dict, d: dict) -> dict:
         dotted = f"products.{name}"
         c.plain_text(name, dotted)
         c.mapping(spec, dotted, "sm_count, l2_mib, hbm_gb, hbm_bandwidth_tb_s, dense_tflops, source")
-        c.keys(spec, dotted, (*_PRODUCT_FIELDS, "dense_tflops", *_META), ["source"])
+        # perf: the timing-model figures that differ for this product (perf_schema checks them)
+        c.keys(spec, dotted, (*_PRODUCT_FIELDS, "dense_tflops", "perf", *_META), ["source"])
         item = {k: c.value(spec[k], f, f"{dotted}.{k}") for k, f in _PRODUCT_FIELDS.items() if k in spec}
         rates = c.mapping(spec.get("dense_tflops") or {}, f"{dotted}.dense_tflops", "dtype -> TFLOP/s")
         peak_field = _num(0.001, 1e6, "TFLOP/s (dense, 1e12 FLOP/s)")

@@ -47,6 +47,30 @@ class LatencyModel:
     hbm_efficiency: float = 0.92
     per_sm_cap_factor: float = 3.0
     prefetch_weights: bool = True
+    # a waiting SM polls its counter with a backoff (NANOSLEEP): it sees a release this
+    # long after it lands, on top of dep_latency_s (0 in the assumed-constant model)
+    wakeup_s: float = 0.0
+
+    @classmethod
+    def from_arch(cls, arch, **overrides) -> "LatencyModel":
+        """The per-instruction costs from the descriptor's perf figures (porter.timing)
+        instead of the assumed constants: an instruction's fetch is an L2 read of its
+        words plus the named-barrier hand-off to the compute warps and the mbarrier that
+        releases its first page; a remote producer's counter is a release through L2 and
+        an acquire back (two L2 latencies) plus the poller's wake-up delay."""
+        from porter.timing.figures import Figures
+
+        return cls.from_figures(Figures.of(arch), **overrides)
+
+    @classmethod
+    def from_figures(cls, fig, **overrides) -> "LatencyModel":
+        cyc = 1.0 / fig.clock_hz
+        overhead = (fig["l2_latency_ns"] * 1e-9 + 2 * fig["named_barrier_cycles"] * cyc
+                    + fig["mbarrier_cycles"] * cyc + fig["fence_cycles"] * cyc)
+        values = {"overhead_s": overhead, "dep_latency_s": 2 * fig["l2_latency_ns"] * 1e-9,
+                  "wakeup_s": fig["counter_wakeup_ns"] * 1e-9, "hbm_efficiency": fig["hbm_efficiency"]}
+        values.update(overrides)
+        return cls(**values)
 
 
 IDLE, OVERHEAD, PRE, WAIT, ARRIVE, POST = range(6)
@@ -100,7 +124,7 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
             if group_left[k]:
                 return
             remote = group_sms[k] != {sm}
-            ready = max(ready, group_done[k] + (model.dep_latency_s if remote else 0.0))
+            ready = max(ready, group_done[k] + (model.dep_latency_s + model.wakeup_s if remote else 0.0))
         phase[sm], t_end[sm] = ARRIVE, ready
 
     for sm in range(n_sm):

@@ -1,0 +1,122 @@
+"""L0 of porter's timing model for the attention family (flash-attention forward).
+
+Per K/V tile of a Q tile (``block_m`` rows x ``block_n`` keys, head dim d), on one SM, in
+cycles: tensor (S = Q K^T and O += P V: 4 x rows x block_n x d FLOPs / the kind's rate);
+smem (TMA writes of K and V, plus the MMA operand reads by mode: wgmma reads Q and K (SS)
+and V (RS: P from registers) once per consumer warpgroup, tcgen05 reads Q, K (SS) and V
+(TS: P from Tensor Memory), mma.sync warps read K and V fragments each); MUFU (one ex2 per
+score); issue (about 4.5 warp instructions per score: max, scale-subtract, ex2, sum, half a
+conversion, over 32 lanes); and the softmax path: one softmax group's serial time per tile,
+its row-max chain (per thread, half its row's scores long: two accumulators or a 3-input
+max) x the ALU latency plus its MUFU/issue time, exposed unless another softmax group works
+on another tile at the same time (Hopper ping-pong consumers).
+Where the MMA and the softmax of different tiles overlap (tcgen05's MMA warp with two S
+buffers, ping-pong warpgroups) the period is the largest term; where they do not
+(``pingpong: false``) the softmax is added to the tensor time, halved per extra consumer
+warpgroup that the schedulers interleave with it.
+"""
+
+from __future__ import annotations
+
+from porter.errors import PorterError
+
+from .schedule import Schedule
+
+ISSUE_PER_SCORE = 4.5
+
+
+def parse_shape(shape: str) -> tuple[int, int, int, int, int]:
+    try:
+        dims = [int(x) for x in shape.lower().split("x")]
+    except ValueError:
+        dims = []
+    if len(dims) == 3:
+        b, h, s = dims
+        dims = [b, h, h, s, s]
+    if len(dims) != 5 or min(dims) <= 0:
+        raise PorterError(f"shape '{shape}': an attention shape is BxHxS or BxHqxHkvxSqxSk, e.g. 4x16x16x4096x4096")
+    return tuple(dims)  # type: ignore[return-value]
+
+
+def tile_costs(spec, arch, fig) -> dict:
+    c = spec.config
+    d, bm, bn = int(c["head_dim"]), int(c["block_m"]), int(c["block_n"])
+    loop = c["mainloop"]
+    kind = c.get("mma_kind") or arch.tensor_core.kinds_for_format(c.get("dtype", "bf16"))[0]
+    rate = fig.mma_rate(kind)
+    tensor = 4.0 * bm * bn * d / rate
+    kv = 2.0 * bn * d * 2
+    scores = bm * bn
+    mufu = scores / fig["mufu_ex2_per_clk_per_sm"]
+    issue = scores * ISSUE_PER_SCORE / 32 / fig["issue_per_clk_per_sm"]
+    if loop == "wgmma":
+        groups = int(c.get("consumer_warpgroups", 1))
+        reads = bm * d * 2 + groups * kv
+        row_per_thread = bn / 4                     # wgmma m64 layout: a thread holds a quarter row
+        overlap = bool(c.get("pingpong"))
+        issue += bm * d / 32 / fig["issue_per_clk_per_sm"]   # O rescale in registers
+    elif loop == "tcgen05":
+        groups = 1 if isinstance(c.get("warps"), dict) else 1
+        reads = bm * d * 2 + kv
+        row_per_thread = bn                         # one thread per row of S (TMEM lanes)
+        overlap = True                              # the MMA warp runs ahead into the other S buffer
+    elif loop == "mma_sync":
+        warps = int(c.get("warps", 4))
+        groups = max(1, warps // 4)
+        reads = bm * d * 2 + warps * kv             # every warp reads all of K and V (ldmatrix)
+        row_per_thread = bn / 4
+        overlap = False
+        issue += scores / 16 / fig["issue_per_clk_per_sm"]  # HMMA + ldmatrix per 16 scores
+    else:
+        raise PorterError(f"timing model: no attention model for mainloop '{loop}' ({spec.name})")
+    chain = row_per_thread / 2 * fig["alu_latency_cycles"]
+    softmax_path = chain + max(mufu, issue) + 2 * fig["mbarrier_cycles"]
+    if groups >= 2 and overlap:
+        softmax_path = max(mufu, issue) + chain / groups
+    resources = {
+        "tensor": tensor,
+        "smem": (kv + reads) / fig["smem_bytes_per_clk_per_sm"],
+        "mufu": mufu,
+        "issue": issue,
+        "l2": kv / fig.l2_bytes_per_clk_per_sm,
+        "softmax": softmax_path,
+    }
+    if not overlap:
+        resources["mma + softmax"] = tensor + softmax_path / (2 ** (groups - 1))
+    stages = int(c.get("stages", 2))
+    inflight = min(max(1, stages - 1) * kv, fig["tma_inflight_kib"] * 1024)
+    resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
+    per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * bm * d * 2 / fig["smem_bytes_per_clk_per_sm"]
+                  + fig["mma_latency_base_cycles"])
+    return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile}
+
+
+def model(spec, arch, fig, shape: str) -> dict:
+    b, hq, hkv, sq, sk = parse_shape(shape)
+    c = spec.config
+    t = tile_costs(spec, arch, fig)
+    bm, bn, d = t["bm"], t["bn"], t["d"]
+    period = max(t["resources"].values())
+    q_tiles = -(-sq // bm)
+    causal = bool(c.get("causal"))
+    lengths = []
+    for qi in range(q_tiles):
+        if causal:
+            # bottom-right aligned: row r sees keys <= r + (sk - sq)
+            last_row = min(sq, (qi + 1) * bm) - 1 + (sk - sq)
+            n_kv = max(0, min(-(-sk // bn), last_row // bn + 1))
+        else:
+            n_kv = -(-sk // bn)
+        lengths.append(n_kv)
+    tiles = []
+    for _ in range(b * hq):
+        tiles.extend(n * period + t["per_q_tile"] for n in lengths)
+    grid = int(c.get("grid_ctas", c.get("sm_count", fig.sm_count)))
+    units = min(grid, fig.sm_count)
+    sched = Schedule(units, tuple(tiles), fig.ns_to_cycles(fig["tma_latency_ns"]), 0.0)
+    hbm = b * (2 * hq * sq * d * 2 + 2 * hkv * sk * d * 2) + b * hq * sq * 4
+    kv_tiles = sum(lengths) * b * hq
+    res = {r: v * kv_tiles / units for r, v in t["resources"].items()}
+    flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal else 1.0)
+    return {"schedule": sched, "per_tile_resources": res, "hbm_bytes": hbm, "flops": flops,
+            "bytes_moved": hbm, "peak_key": "bf16" if "bf16" in arch.peak_tflops else ""}
