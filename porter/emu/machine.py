@@ -26,7 +26,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, HANDLED, Park
 from porter.emu.decode import STORE, Decoder
-from porter.emu.errors import CheckFailed, Deadlock, Unsupported
+from porter.emu.errors import CheckFailed, Deadlock, EmuError, Unsupported
 
 WARP = 32
 QUANTUM = 64
@@ -678,7 +678,7 @@ class Scheduler:
                     raise TypeError(f"instruction at {w.prog.where(pc)} returned {res!r}")
                 if w.done or self.yield_now:
                     break
-        except (CheckFailed, Unsupported) as exc:
+        except EmuError as exc:         # a checker, an unsupported form or a unit's own error: name where
             if not getattr(exc, "located", False):
                 exc.args = (f"{w.prog.where(pc)}: {w.name}: {exc.args[0]}" if not str(exc.args[0]).startswith(w.prog.file)
                             else exc.args[0],)
