@@ -80,6 +80,37 @@ def variants(arch) -> list[KernelSpec | Unsupported]:
     return out
 
 
+# ---- knobs (porter.kernels.knobs): each mainloop has knob_space, knobs_of and make_spec(knobs=)
+
+def _named(arch, name: str):
+    """(head_dim, causal, pair, mainloop module) of ``name`` (attention.hd128.causal.pair)."""
+    parts = name.split(".")
+    pair = parts[-1] == "pair"
+    causal = "causal" in parts
+    ok = (len(parts) == 2 + causal + pair and parts[0] == FAMILY and parts[1].startswith("hd")
+          and parts[1][2:].isdigit() and int(parts[1][2:]) in HEAD_DIMS)
+    mod = _mainloop_module(arch)
+    if not ok or mod is None or isinstance(mod, str):
+        raise PorterError(f"kernel '{name}': not an attention kernel {arch.name} builds")
+    return int(parts[1][2:]), causal, pair, mod
+
+
+def knob_space(arch, name: str) -> dict[str, tuple]:
+    head_dim, causal, pair, mod = _named(arch, name)
+    return mod.knob_space(arch, head_dim, causal, pair)
+
+
+def spec_with_knobs(arch, name: str, knobs) -> KernelSpec | Unsupported:
+    head_dim, causal, pair, mod = _named(arch, name)
+    if hasattr(mod, "make_one"):
+        return mod.make_one(arch, head_dim, causal, pair, knobs=knobs)
+    return mod.make_spec(arch, head_dim, causal, knobs=knobs)
+
+
+def knobs_of(arch, spec: KernelSpec) -> dict:
+    return _named(arch, spec.name)[3].knobs_of(spec.config)
+
+
 def render(spec: KernelSpec, arch) -> str:
     """Self-contained CUDA source of ``spec`` for ``arch``."""
     return renderlib.render(spec.template or TEMPLATE, spec=spec, cfg=dict(spec.config), arch=arch)

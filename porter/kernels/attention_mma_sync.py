@@ -85,7 +85,29 @@ def _sass_rules(arch, stage_with: str):
     return tuple(required), no_spills(arch)
 
 
-def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
+# Knobs (``--set``, porter.kernels.knobs): m16 row tiles per warp, keys per K/V tile, K/V
+# stages and the persistent grid, each held to the registers and shared memory above.
+KNOBS = ("row_tiles", "block_n", "stages", "grid_ctas", "persistent")
+ROW_TILE_VALUES = (1, 2)
+BLOCK_N_VALUES = (32, 64, 128)
+
+
+def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
+    from porter.kernels import knob_rules as kr
+
+    return {"row_tiles": ROW_TILE_VALUES, "block_n": BLOCK_N_VALUES, "stages": tuple(range(MIN_STAGES, MAX_STAGES + 1)),
+            **{k: v for k, v in kr.schedule_space(arch, 1, 1).items() if k != "group_m"}}
+
+
+def knobs_of(config) -> dict:
+    return {"row_tiles": config["row_tiles"], "block_n": config["block_n"], "stages": config["stages"],
+            "grid_ctas": config.get("grid_ctas", config["sm_count"]), "persistent": config.get("persistent", True)}
+
+
+def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Unsupported:
+    from porter.kernels import knob_rules as kr
+
+    knobs = dict(knobs or {})
     name = family.spec_name(head_dim, causal)
     variant = family.variant_name(head_dim, causal)
     stage_with = staging(arch)
@@ -97,13 +119,46 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         return Unsupported(family.FAMILY, name, variant, ("mma_sync",),
                            f"{arch.name} has no bf16 mma.sync m16n8k16 (tensor_core.kinds.f16)")
     regs = min(arch.max_regs_per_thread, arch.regs_per_sm // THREADS // 8 * 8)
+    tilings = TILINGS
+    if knobs:
+        space = knob_space(arch, head_dim, causal)
+        kr.check_names(name, knobs, space)
+        for knob in ("row_tiles", "block_n"):
+            if knob in knobs:
+                kr.check_choice(name, knob, knobs[knob], space[knob])
+        if "stages" in knobs:
+            kr.check_int(name, "stages", knobs["stages"], MIN_STAGES, MAX_STAGES, "K/V ring depth")
+        tilings = [(rt, bn) for rt in ROW_TILE_VALUES for bn in BLOCK_N_VALUES]
+        tilings = [t for t in TILINGS if t in tilings] + [t for t in tilings if t not in TILINGS]
+        tilings = [(rt, bn) for rt, bn in tilings if knobs.get("row_tiles", rt) == rt and knobs.get("block_n", bn) == bn]
     fits = []
-    for row_tiles, block_n in TILINGS:
+    why_not = ""
+    for row_tiles, block_n in tilings:
         need = registers_needed(head_dim, block_n, row_tiles)
         plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, stage_with, 16 * row_tiles * WARPS)
-        if need <= regs and plan["stages"] is not None:
-            fits = [row_tiles, block_n, need, plan]
-            break
+        if "stages" in knobs and plan["stages"] is not None and plan["stages"] >= knobs["stages"]:
+            want = knobs["stages"]
+            plan = dict(plan, stages=want, smem_bytes=ALIGN_SLACK + plan["q_bytes"] + want * plan["stage_bytes"]
+                        + (8 * (1 + want) if stage_with == "tma" else 0))
+        elif "stages" in knobs and plan["stages"] is not None:
+            why_not = why_not or (f"shared memory: Q {plan['q_bytes']} B + {knobs['stages']} x {plan['stage_bytes']} B "
+                                  f"K/V > smem_per_block_bytes {arch.smem_per_block_bytes} at row_tiles {row_tiles}, "
+                                  f"block_n {block_n} (at most {plan['stages']} stages)")
+            continue
+        if need > regs:
+            why_not = why_not or (f"O, S and Q fragments of {row_tiles} row tile(s) x {block_n} keys need about {need} "
+                                  f"registers per thread; {THREADS} threads at one CTA per SM get {regs}")
+            continue
+        if plan["stages"] is None:
+            why_not = why_not or f"shared memory: Q + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B > {arch.smem_per_block_bytes} B"
+            continue
+        fits = [row_tiles, block_n, need, plan]
+        break
+    if not fits and knobs:
+        knob = next(k for k in ("stages", "block_n", "row_tiles") if k in knobs) if set(knobs) & {"stages", "block_n", "row_tiles"} else None
+        if knob:
+            raise kr.fail(name, knob, knobs[knob], f"does not fit: {why_not}")
+        tilings = TILINGS
     if not fits:
         need = registers_needed(head_dim, TILINGS[-1][1], TILINGS[-1][0])
         if need > regs:
@@ -136,6 +191,12 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         "registers_estimate": need,
         "mma": "mma.sync m16n8k16 bf16 -> fp32 (S = Q K^T, O += P V)",
     })
+    if knobs:   # the grid (absent by default: the launch takes sm_count) and what was overridden
+        _, grid, persistent = kr.schedule(name, knobs, arch, 1, 1)
+        cfg["grid_ctas"] = grid
+        if not persistent:
+            cfg["persistent"] = False
+        cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
     required, forbidden = _sass_rules(arch, stage_with)
     features = ("mma_sync",) + (("tma", "mbarrier") if stage_with == "tma" else ("cp_async",))
     return KernelSpec(

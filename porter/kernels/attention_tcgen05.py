@@ -133,7 +133,30 @@ def make_spec(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupporte
     return out
 
 
-def make_one(arch, head_dim: int, causal: bool, pair: bool) -> KernelSpec | Unsupported:
+# Knobs (``--set``, porter.kernels.knobs): keys per K/V tile (S columns, held to the TMEM
+# budget), K/V stages and the persistent grid.
+KNOBS = ("block_n", "stages", "grid_ctas", "persistent")
+
+
+def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
+    from porter.kernels import knob_rules as kr
+
+    cta_group = 2 if pair else 1
+    ns = tuple(n for n in (64, 128, 192, 256)
+               if arch.tensor_core.valid_shape(MMA_KIND, CTA_ROWS * cta_group, n, cta_group) and (n // cta_group) % 8 == 0)
+    return {"block_n": ns, "stages": tuple(range(MIN_STAGES, MAX_STAGES + 1)),
+            **{k: v for k, v in kr.schedule_space(arch, cta_group, 1).items() if k != "group_m"}}
+
+
+def knobs_of(config) -> dict:
+    return {"block_n": config["block_n"], "stages": config["stages"], "grid_ctas": config["grid_ctas"],
+            "persistent": config.get("persistent", True)}
+
+
+def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> KernelSpec | Unsupported:
+    from porter.kernels import knob_rules as kr
+
+    knobs = dict(knobs or {})
     suffix = ".pair" if pair else ""
     name = family.spec_name(head_dim, causal, suffix)
     variant = family.variant_name(head_dim, causal)
@@ -153,7 +176,15 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool) -> KernelSpec | Unsu
         return Unsupported(family.FAMILY, name, variant, (),
                            f"each CTA of a pair holds {head_dim // cta_group} head-dim columns of V, "
                            f"less than one {SWIZZLE_BYTES}-byte swizzle row ({BOX_COLS} bf16) the V layout uses")
-    block_n = BLOCK_N
+    if knobs:
+        space = knob_space(arch, head_dim, causal, pair)
+        kr.check_names(name, knobs, space)
+        if "block_n" in knobs:
+            kr.check_choice(name, "block_n", knobs["block_n"], space["block_n"],
+                            f"kind::{MMA_KIND} N at M={block_m} cta_group::{cta_group}, whole 8-key atoms per CTA")
+        if "stages" in knobs:
+            kr.check_int(name, "stages", knobs["stages"], MIN_STAGES, MAX_STAGES, "K/V ring depth")
+    block_n = knobs.get("block_n", BLOCK_N)
     for n in (block_n, head_dim):
         if not arch.tensor_core.valid_shape(MMA_KIND, block_m, n, cta_group):
             return Unsupported(family.FAMILY, name, variant, ("tcgen05",),
@@ -166,11 +197,22 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool) -> KernelSpec | Unsu
         return Unsupported(family.FAMILY, name, variant, ("clusters",),
                            f"a CTA pair needs clusters of {cta_group}; portable maximum {arch.cluster.max_portable}")
     tmem = tmem_plan(head_dim, block_n, arch.tmem.columns, arch.tmem.alloc_min_columns)
+    if not tmem["fits"] and "block_n" in knobs:
+        raise kr.fail(name, "block_n", block_n, f"Tensor Memory: S x {S_BUFFERS} + O + P = {tmem['used']} columns "
+                      f"({tmem['allocated']} allocated) > tmem.columns {arch.tmem.columns}")
     if not tmem["fits"]:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"S x {S_BUFFERS} + O + P need {tmem['used']} TMEM columns "
                            f"({tmem['allocated']} allocated); the descriptor has {arch.tmem.columns}")
     plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group)
+    if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
+        want = knobs["stages"]
+        if want > plan["stages"]:
+            raise kr.fail(name, "stages", want, f"does not fit shared memory: Q {plan['q_bytes']} B + {want} x "
+                          f"{plan['stage_bytes']} B K/V + barriers + {ALIGN_SLACK} B alignment > smem_per_block_bytes "
+                          f"{arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
+        plan = dict(plan, stages=want, smem_bytes=ALIGN_SLACK + plan["q_bytes"] + want * plan["stage_bytes"]
+                    + 8 * barrier_count(want) + 8)
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
@@ -201,7 +243,7 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool) -> KernelSpec | Unsu
         "tma_boxes": {"q": [BOX_COLS, CTA_ROWS], "k": [BOX_COLS, block_n // cta_group], "v": [BOX_COLS, block_n]},
         "tma_swizzle": "128B",
         # A pair's grid is 2 x clusters; cluster c serves tiles c, c + clusters, ...
-        "grid_ctas": arch.sm_count // cta_group * cta_group,
+        "grid_ctas": kr.schedule(name, knobs, arch, cta_group, 1)[1],
         "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
                   "softmax": list(range(FIRST_SOFTMAX_WARP, FIRST_SOFTMAX_WARP + SOFTMAX_WARPS))},
         "mma_kind": MMA_KIND,
@@ -221,6 +263,10 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool) -> KernelSpec | Unsu
                         "barriers": 8 * barrier_count(plan["stages"]) + 8, "align_slack": ALIGN_SLACK,
                         "total": plan["smem_bytes"]},
     })
+    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
+        cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
+        if not knobs.get("persistent", True):
+            cfg["persistent"] = False
     required, forbidden = _sass_rules(arch, pair)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,

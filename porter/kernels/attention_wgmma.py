@@ -76,19 +76,68 @@ def smem_plan(head_dim: int, block_n: int, budget: int) -> dict:
             "smem_bytes": total}
 
 
-def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
+# Knobs (``--set``, porter.kernels.knobs): keys per K/V tile, K/V stages, the ping-pong
+# between the two consumer warpgroups, and the persistent grid.
+KNOBS = ("block_n", "stages", "pingpong", "grid_ctas", "persistent")
+# Registers a consumer thread holds besides O, S and P (row statistics, addresses, loop state).
+OVERHEAD_REGS = 40
+
+
+def registers_needed(head_dim: int, block_n: int) -> int:
+    """Per consumer thread: O (64 x D fp32 / 128 = D/2), S (block_n/2), P as bf16 (block_n/4)."""
+    return head_dim // 2 + block_n // 2 + block_n // 4 + OVERHEAD_REGS
+
+
+def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
+    from porter.kernels import knob_rules as kr
+
+    ns = tuple(n for n in (64, 128, 192, 256) if arch.tensor_core.valid_shape("f16", 64, n))
+    return {"block_n": ns, "stages": tuple(range(2, MAX_STAGES + 1)), "pingpong": (True, False),
+            **{k: v for k, v in kr.schedule_space(arch, 1, 1).items() if k != "group_m"}}
+
+
+def knobs_of(config) -> dict:
+    return {"block_n": config["block_n"], "stages": config["stages"], "pingpong": config["pingpong"],
+            "grid_ctas": config.get("grid_ctas", config["sm_count"]), "persistent": config.get("persistent", True)}
+
+
+def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Unsupported:
+    from porter.kernels import knob_rules as kr
+
     name = family.spec_name(head_dim, causal)
     variant = family.variant_name(head_dim, causal)
     missing = tuple(f for f in FEATURES if not arch.has(f))
     if missing:
         return Unsupported(family.FAMILY, name, variant, missing,
                            "the wgmma attention mainloop needs warpgroup MMAs, TMA, mbarriers and setmaxnreg")
-    block_n = kv_tile(head_dim)
+    knobs = dict(knobs or {})
+    if knobs:
+        space = knob_space(arch, head_dim, causal)
+        kr.check_names(name, knobs, space)
+        for knob in ("block_n", "pingpong"):
+            if knob in knobs:
+                kr.check_choice(name, knob, knobs[knob], space[knob], "wgmma m64 N of kind f16" if knob == "block_n" else "")
+        if "block_n" in knobs and registers_needed(head_dim, knobs["block_n"]) > CONSUMER_REGS:
+            raise kr.fail(name, "block_n", knobs["block_n"],
+                          f"O {head_dim // 2} + S {knobs['block_n'] // 2} + P {knobs['block_n'] // 4} + "
+                          f"{OVERHEAD_REGS} overhead = {registers_needed(head_dim, knobs['block_n'])} registers > "
+                          f"the {CONSUMER_REGS} a consumer thread gets after setmaxnreg")
+        if "stages" in knobs:
+            kr.check_int(name, "stages", knobs["stages"], 2, MAX_STAGES, "K/V ring depth")
+    block_n = knobs.get("block_n", kv_tile(head_dim))
     for n in (block_n, head_dim):
         if not arch.tensor_core.valid_shape("f16", 64, n):
             return Unsupported(family.FAMILY, name, variant, ("wgmma",),
                                f"wgmma has no bf16 m64n{n}k16 shape on {arch.name}")
     plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes)
+    if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
+        if knobs["stages"] > plan["stages"]:
+            raise kr.fail(name, "stages", knobs["stages"],
+                          f"does not fit shared memory: Q {plan['q_bytes']} B + {knobs['stages']} x "
+                          f"{plan['stage_bytes']} B K/V + barriers + {ALIGN_SLACK} B alignment > "
+                          f"smem_per_block_bytes {arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
+        plan = dict(plan, stages=knobs["stages"], smem_bytes=plan["smem_bytes"]
+                    - (plan["stages"] - knobs["stages"]) * (plan["stage_bytes"] + 3 * BARRIER_BYTES))
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q + 2 K/V stages need {plan['q_bytes'] + 2 * plan['stage_bytes']} B of shared "
@@ -101,7 +150,7 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         "consumer_warpgroups": CONSUMER_WARPGROUPS,
         # The two consumer warpgroups take turns issuing MMAs (named barriers 1, 2),
         # so one's softmax overlaps the other's tensor-core work.
-        "pingpong": CONSUMER_WARPGROUPS == 2,
+        "pingpong": knobs.get("pingpong", CONSUMER_WARPGROUPS == 2),
         "producer_regs": PRODUCER_REGS,
         "consumer_regs": CONSUMER_REGS,
         "q_bytes": plan["q_bytes"],
@@ -118,6 +167,12 @@ def make_spec(arch, head_dim: int, causal: bool) -> KernelSpec | Unsupported:
         "desc_v_mn_major": enc.c_literal(enc.encode_smem_descriptor(
             0, block_n * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES, 0, "128B")),
     })
+    if knobs:   # the grid (absent by default: the launch takes sm_count) and what was overridden
+        _, grid, persistent = kr.schedule(name, knobs, arch, 1, 1)
+        cfg["grid_ctas"] = grid
+        if not persistent:
+            cfg["persistent"] = False
+        cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
         entry=family.entry_name(head_dim, causal, MAINLOOP),

@@ -100,7 +100,7 @@ def _check_model(cfg, page_bytes: int) -> None:
                           f"(matvec windows hold whole heads for the fused RoPE)")
 
 
-def smem_plan(arch, cfg, compute_warps: int) -> dict[str, Any]:
+def smem_plan(arch, cfg, compute_warps: int, pages: int | None = None, name: str = "") -> dict[str, Any]:
     """Shared-memory layout and page count from the descriptor's per-block budget."""
     max_k = max(cfg.hidden_size, cfg.intermediate_size, cfg.q_dim)
     group, hd = cfg.group_size, cfg.head_dim
@@ -114,7 +114,13 @@ def smem_plan(arch, cfg, compute_warps: int) -> dict[str, Any]:
     layout["ring"] = -(-(layout["x"] + x_bytes) // 1024) * 1024
     limit = arch.smem_per_block_bytes
     budget = limit - SYSTEM_RESERVE_BYTES - SMEM_MARGIN_BYTES
-    pages = min(MAX_PAGES, (budget - layout["ring"]) // PAGE_BYTES)
+    fit = min(MAX_PAGES, (budget - layout["ring"]) // PAGE_BYTES)
+    if pages is not None and pages > fit:   # --set pages: held to the same budget
+        from porter.kernels import knob_rules as kr
+
+        raise kr.fail(name, "pages", pages, f"{layout['ring']} B of scratch + {pages} x {PAGE_BYTES} B pages > the "
+                      f"{budget} B smem_per_block_bytes leaves after the system reserve and margin (at most {fit})")
+    pages = fit if pages is None else pages
     # Every page the budget allows: depth lets the loader run further ahead across
     # counter waits. Each ring slot has one owner warp (page_ring.cuh), so with 12
     # pages over 8 warps, warps 0-3 own two slots; a page takes a warp far less
@@ -170,11 +176,45 @@ def sass_rules(arch) -> tuple[tuple[SassRule, ...], tuple[SassRule, ...]]:
     return tuple(required), tuple(forbidden)
 
 
-def make_spec(arch, variant: str) -> KernelSpec:
+# Knobs (``--set``, porter.kernels.knobs): compute warps and weight pages in the ring. The
+# grid is the plan's queue count (one per SM of the arch the plan is built for): not a knob.
+KNOBS = ("compute_warps", "pages")
+
+
+def knob_space(arch, name: str) -> dict[str, tuple]:
+    cfg = _model(name.split(".", 1)[1])
+    top = compute_warps_for(arch)
+    warps = tuple(w for w in (1, 2, 4, 8) if w <= top)
+    fit = smem_plan(arch, cfg, top)["pages"]
+    return {"compute_warps": warps, "pages": tuple(range(2, fit + 1))}
+
+
+def knobs_of(arch, spec: KernelSpec) -> dict:
+    return {"compute_warps": spec.config["compute_warps"], "pages": spec.config["pages"]}
+
+
+def spec_with_knobs(arch, name: str, knobs) -> KernelSpec:
+    return make_spec(arch, name.split(".", 1)[1], knobs=knobs)
+
+
+def make_spec(arch, variant: str, knobs=None) -> KernelSpec:
+    from porter.kernels import knob_rules as kr
+
     cfg = _model(variant)
     _check_model(cfg, PAGE_BYTES)
+    knobs = dict(knobs or {})
+    name = spec_name(variant)
     warps = compute_warps_for(arch)
-    smem = smem_plan(arch, cfg, warps)
+    if knobs:
+        kr.check_names(name, knobs, {k: () for k in KNOBS})
+        if "compute_warps" in knobs:
+            kr.check_choice(name, "compute_warps", knobs["compute_warps"], tuple(w for w in (1, 2, 4, 8) if w <= warps),
+                            f"powers of two up to {warps}: {REGS_PER_THREAD_BUDGET} registers per thread of "
+                            f"regs_per_sm {arch.regs_per_sm}, with the loader warp")
+            warps = knobs["compute_warps"]
+        if "pages" in knobs:
+            kr.check_int(name, "pages", knobs["pages"], 2, MAX_PAGES, "weight pages in the ring (mbarrier slots)")
+    smem = smem_plan(arch, cfg, warps, knobs.get("pages"), name)
     required, forbidden = sass_rules(arch)
     threads = 32 * (warps + LOADER_WARPS)
     config = {
@@ -196,6 +236,8 @@ def make_spec(arch, variant: str) -> KernelSpec:
         "params": [list(p) for p in PARAMS],
         "isa_words": isa.WORDS,
     }
+    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
+        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
     return KernelSpec(
         family=FAMILY, name=spec_name(variant), variant=spec_name(variant), entry=entry_name(variant),
         config=config, features=NEEDS + (("tma",) if arch.has("tma") else ()),
