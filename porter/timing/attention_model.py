@@ -108,6 +108,8 @@ def model(spec, arch, fig, shape: str) -> dict:
         else:
             n_kv = -(-sk // bn)
         lengths.append(n_kv)
+    if c.get("persistent") is False:
+        t["per_q_tile"] += fig.ns_to_cycles(fig["tma_latency_ns"]) + fig["cluster_barrier_cycles"]
     tiles = []
     for _ in range(b * hq):
         tiles.extend(n * period + t["per_q_tile"] for n in lengths)

@@ -134,6 +134,8 @@ def model(spec, arch, fig, shape: str) -> dict:
     k_steps = -(-k // t["tile_k"])
     res = {r: v * k_steps for r, v in t["resources"].items()}
     per_tile = max(res.values()) + (0.0 if t["epilogue_overlapped"] else t["epilogue"])
+    if c.get("persistent") is False:
+        per_tile += t["prologue"]          # every tile is a fresh CTA: its pipeline fill is exposed
     tiles = (-(-m // t["tile_m"])) * (-(-n // t["tile_n"]))
     grid = int(c.get("grid_ctas", arch.sm_count))
     grid = min(grid, fig.sm_count) if c.get("grid_ctas") else fig.sm_count

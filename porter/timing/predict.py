@@ -78,10 +78,11 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None)
     at ``shape`` (default: the first of ``standard_shapes(spec)``)."""
     from .shapes import standard_shapes
 
+    if product and product not in arch.product_names:
+        raise PorterError(f"{arch.path}: no product {product!r}; known: {', '.join(arch.product_names)}")
     if product and product != arch.product:
-        if product not in arch.product_names:
-            raise PorterError(f"{arch.path}: no product {product!r}; known: {', '.join(arch.product_names)}")
-        arch = arch.for_product(product) if arch.products_figures else arch
+        arch = arch.for_product(product)
+    product = product or arch.product or (arch.products[0] if arch.products else "")
     shape = shape or standard_shapes(spec)[0]
     fig = Figures.of(arch)
     seconds, resources, out = _time(spec, arch, fig, shape)
@@ -107,6 +108,6 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None)
     if "extrapolation" in out:
         extra.update({k: round(v, 4) if isinstance(v, float) else v for k, v in out["extrapolation"].items()
                       if k in ("waves", "tail_fraction")})
-    return Prediction(kernel=spec.name, product=fig.product, shape=shape, time_us=seconds * 1e6,
+    return Prediction(kernel=spec.name, product=product, shape=shape, time_us=seconds * 1e6,
                       tflops=tflops, gb_s=gb_s, bound=bound, low=low * 1e6, high=high * 1e6, pct_peak=pct,
                       resources={r: v * 1e6 for r, v in resources.items()}, arch=arch.name, extra=extra)

@@ -1,0 +1,75 @@
+"""``porter predict ARCH``: each kernel's predicted time on each product, from porter's
+timing model (porter.timing), with the binding resource and the range its uncertain
+figures allow. Every figure printed is predicted, not measured, and says so."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("predict", help="predicted speed of each kernel per product and shape (timing model, not measured)")
+    p.add_argument("arch", help="descriptor name or path")
+    p.add_argument("--kernel", default=None, help="a family (gemm, attention, megakernel) or a kernel name")
+    p.add_argument("--product", action="append", default=None,
+                   help="a product the descriptor names (repeatable; default: every product)")
+    p.add_argument("--shapes", nargs="+", default=None, help="shapes (default: the device check's benchmark shapes)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of predictions")
+    from porter.kernels.knobs import add_set_argument
+
+    add_set_argument(p)
+    p.set_defaults(func=run)
+
+
+def _specs(arch, kernel):
+    from porter import kernels
+    from porter.commands.device_common import select_kernels
+    from porter.kernels.base import KernelSpec
+
+    if kernel:
+        return select_kernels(arch, kernel)[0]
+    out = []
+    for fam in kernels.FAMILIES:
+        out.extend(s for s in kernels.family_module(fam).variants(arch) if isinstance(s, KernelSpec))
+    return out
+
+
+def predictions(arch, specs, products, shapes) -> list:
+    from porter.timing import predict, standard_shapes
+
+    out = []
+    for spec in specs:
+        for product in products:
+            for shape in (shapes or standard_shapes(spec)):
+                out.append(predict(arch, spec, product=product, shape=shape))
+    return out
+
+
+def run(args) -> int:
+    import json
+
+    from porter.descriptor.arch import load_arch
+    from porter.errors import PorterError
+    from porter.kernels.knobs import apply_knobs, parse_sets
+    from porter.timing import LABEL
+
+    arch = load_arch(args.arch)
+    specs = _specs(arch, args.kernel)
+    knobs = parse_sets(args.knobs)
+    if knobs:
+        specs, notes = apply_knobs(arch, specs, knobs)
+    products = args.product or list(arch.product_names)
+    for p in products:
+        if p not in arch.product_names:
+            raise PorterError(f"--product {p}: {arch.name} names {', '.join(arch.product_names)}")
+    if args.shapes and len({s.family for s in specs}) > 1:
+        raise PorterError("--shapes: the selected kernels are of several families; name one with --kernel")
+    preds = predictions(arch, specs, products, args.shapes)
+    if args.json:
+        print(json.dumps([p.to_dict() for p in preds], indent=1))
+        return 0
+    print(f"{arch.name}: {LABEL}")
+    print(f"{'kernel':28} {'product':14} {'shape':22} {'time us':>10} {'range us':>21} {'TFLOP/s':>8} {'GB/s':>8} {'% peak':>6}  bound")
+    for p in preds:
+        tf = f"{p.tflops:8.0f}" if p.tflops is not None else f"{'-':>8}"
+        print(f"{p.kernel:28} {p.product:14} {p.shape:22} {p.time_us:10.1f} {p.low:10.1f}-{p.high:<10.1f} {tf} "
+              f"{p.gb_s:8.0f} {p.pct_peak:6.1f}  {p.bound}")
+    return 0

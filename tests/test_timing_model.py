@@ -1,0 +1,114 @@
+"""porter's timing model (issue 16): perf sections, L0 resource balance, knob directions,
+calibration targets that are met. Every figure here is predicted, not measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from porter.descriptor.arch import arch_from_text, load_arch
+from porter.descriptor.arch_schema import check_descriptor, parse_yaml
+from porter.descriptor.perf_schema import peak_mismatches
+from porter.errors import PorterError
+from porter.kernels import family_module
+from porter.kernels.base import KernelSpec
+from porter.kernels.knobs import spec_with_knobs
+from porter.timing import LABEL, predict, standard_shapes
+
+ARCHS = ("ampere", "hopper", "blackwell", "rtx-blackwell")
+
+
+def _specs(arch, families=("gemm", "attention")):
+    return [s for f in families for s in family_module(f).variants(arch) if isinstance(s, KernelSpec)]
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_every_kernel_on_every_product_has_a_prediction_with_a_range(name):
+    arch = load_arch(name)
+    for spec in _specs(arch):
+        for product in arch.product_names:
+            p = predict(arch, spec, product=product, shape=standard_shapes(spec)[0])
+            assert p.product == product and p.label == LABEL
+            assert 0 < p.low <= p.time_us <= p.high
+            assert p.bound in p.resources and p.tflops > 0
+
+
+def test_a_descriptor_made_by_yaml_alone_is_predicted(tmp_path):
+    text = (load_arch("hopper").path).read_text().replace("name: hopper", "name: myhopper", 1)
+    text = text.replace("sm_count: 132", "sm_count: 114", 1)
+    arch = arch_from_text(text, tmp_path / "myhopper.yaml")
+    spec = next(s for s in _specs(arch, ("gemm",)) if s.name == "gemm.bf16")
+    fewer = predict(arch, spec, shape="8192x8192x8192")
+    full = predict(load_arch("hopper"), spec_with_knobs(load_arch("hopper"), "gemm.bf16", {}), shape="8192x8192x8192")
+    assert fewer.time_us > full.time_us            # fewer SMs, the same per-SM figures
+
+
+def test_shipped_descriptors_agree_with_their_peaks():
+    for name in ARCHS:
+        arch = load_arch(name)
+        data, lines = parse_yaml(arch.text, str(arch.path))
+        assert peak_mismatches(check_descriptor(data, lines, str(arch.path))) == []
+
+
+def test_perf_section_errors_are_one_line(tmp_path):
+    text = load_arch("hopper").path.read_text()
+    bad = text.replace("    clock_mhz: [1464, 1830]", "    clock_mhz: [1000, 1200]", 1)
+    with pytest.raises(PorterError, match=r"perf\.uncertain\.clock_mhz: the range .* does not hold"):
+        arch_from_text(bad, "x.yaml")
+    bad = text.replace("  smem_bytes_per_clk_per_sm: 128\n", "", 1)
+    with pytest.raises(PorterError, match=r"perf\.smem_bytes_per_clk_per_sm: missing key"):
+        arch_from_text(bad, "x.yaml")
+    bad = text.replace("{f16: 4096, tf32: 2048, f8: 8192, i8: 8192}", "{f16: 4096, tf32: 2048, f8: 8192}", 1)
+    with pytest.raises(PorterError, match=r"mma_flop_per_clk_per_sm\.i8: missing rate"):
+        arch_from_text(bad, "x.yaml")
+
+
+def test_l0_flags_the_resource_balance_problems():
+    bw, hop = load_arch("blackwell"), load_arch("hopper")
+    by = {s.name: s for s in _specs(bw)}
+    assert predict(bw, by["attention.hd128"]).bound == "softmax"
+    for name in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.mxfp8.pair", "gemm.nvfp4.pair"):
+        assert predict(bw, by[name]).bound == "smem", name      # 1-CTA and block-scaled GEMMs
+    hy = {s.name: s for s in _specs(hop)}
+    assert predict(hop, hy["gemm.fp8"]).bound == "smem"          # the Hopper fp8 tile is too narrow
+    assert predict(hop, hy["gemm.bf16"]).bound == "tensor"
+
+
+def _t(arch, kernel, knobs, shape="8192x8192x8192"):
+    return predict(arch, spec_with_knobs(arch, kernel, knobs), product="H100 SXM" if arch.name == "hopper" else None,
+                   shape=shape).time_us
+
+
+def test_knobs_the_ladder_says_matter_move_the_prediction_the_right_way():
+    hop, bw = load_arch("hopper"), load_arch("blackwell")
+    assert _t(hop, "gemm.bf16", {"consumers": 1}) > _t(hop, "gemm.bf16", {})
+    assert _t(hop, "gemm.bf16", {"stages": 2}) > _t(hop, "gemm.bf16", {"stages": 4})
+    assert _t(hop, "gemm.bf16", {"cluster_m": 1}) >= _t(hop, "gemm.bf16", {})
+    assert _t(hop, "gemm.bf16", {"persistent": False}) > _t(hop, "gemm.bf16", {})
+    assert _t(hop, "attention.hd128", {"pingpong": False}, "2x16x16x8192x8192") > \
+        _t(hop, "attention.hd128", {}, "2x16x16x8192x8192")
+    assert _t(bw, "gemm.bf16.pair", {}) < _t(bw, "gemm.bf16", {})   # 1-CTA vs pair
+
+
+def test_causal_tiles_and_the_last_wave_tail_count():
+    hop = load_arch("hopper")
+    full = _t(hop, "attention.hd128", {}, "4x16x16x4096x4096")
+    causal = _t(hop, "attention.hd128.causal", {}, "4x16x16x4096x4096")
+    assert 0.4 * full < causal < 0.75 * full
+    # 133 tiles on 132 units: a second, nearly empty wave costs a whole tile period
+    spec = spec_with_knobs(hop, "gemm.bf16", {})
+    one = predict(hop, spec, shape=f"{128 * 12}x{256 * 11}x4096").time_us       # 132 tiles
+    two = predict(hop, spec, shape=f"{128 * 133}x256x4096").time_us            # 133 tiles
+    assert two > 1.6 * one
+
+
+def test_calibration_targets_that_are_met():
+    from porter.timing.calibration import calibrate
+
+    cal = calibrate(load_arch("hopper"))
+    assert 0.5 < cal["fitted_factor"] < 1.0
+    s = cal["stats"]
+    assert s["fast.cu GEMM 8192x8192x8192"]["kendall_tau"] >= 0.9
+    assert s["FA3 ablation 2x16x16x8192x8192"]["kendall_tau"] >= 0.9
+    for r in cal["rows"]:
+        if r["step"] in ("cuBLAS", "K7") and "predicted" in r:
+            assert abs(r["abs_error"]) <= 0.15, r
