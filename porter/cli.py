@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "kernel",
     "validate",
     "bench",
+    "emu",
     "predict",
 ]
 
