@@ -35,11 +35,16 @@ def fail(kernel: str, knob: str, value: Any, why: str) -> PorterError:
     return PorterError(f"{kernel}: --set {knob}={show(value)}: {why}")
 
 
+def has_knob(space: Mapping[str, tuple], name: str) -> bool:
+    """``name`` is one of the kernel's knobs, or ``tile`` (MxN) where it has tile_n."""
+    return name in space or (name == "tile" and "tile_n" in space)
+
+
 def check_names(kernel: str, knobs: Mapping[str, Any], space: Mapping[str, tuple]) -> None:
     """Every knob named must be one of this kernel's (``space``); the first one that is not
     is an error listing the kernel's knobs."""
     for name in knobs:
-        if name not in space:
+        if not has_knob(space, name):
             raise PorterError(f"{kernel}: --set {name}: no such knob for this kernel; "
                               f"its knobs: {', '.join(space) or 'none'}")
 

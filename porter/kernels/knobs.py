@@ -184,7 +184,7 @@ def apply_knobs(arch, specs: list, knobs: Mapping[str, Any], every: list | None 
     per_kernel: dict[str, dict] = {s.name: {} for s in built}
     notes = []
     for name, value in plain.items():
-        having = [s.name for s in built if name in spaces[s.name]]
+        having = [s.name for s in built if knob_rules.has_knob(spaces[s.name], name)]
         if not having and not strict:
             continue
         if not having:
@@ -207,7 +207,7 @@ def apply_knobs(arch, specs: list, knobs: Mapping[str, Any], every: list | None 
                               f"({', '.join(s.name for s in built) or 'none'})")
         for k in chosen:
             for name, value in items.items():
-                if name not in spaces[k]:
+                if not knob_rules.has_knob(spaces[k], name):
                     raise PorterError(f"{k}: --set {scope}:{name}: no such knob for this kernel; "
                                       f"its knobs: {', '.join(spaces[k]) or 'none'}")
                 per_kernel[k][name] = value
