@@ -67,11 +67,11 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
     launch = w.cta.launch
     if space == "generic":
         a = addrs.astype(np.uint64)
-        if (a >= mem.GLOBAL_BASE).all():
+        if not np.count_nonzero(a < mem.GLOBAL_BASE):        # (count_nonzero: cheaper than all())
             space = "global"
-        elif ((a >= mem.SHARED_GENERIC) & (a < mem.SHARED_GENERIC + mem.WINDOW)).all():
+        elif not np.count_nonzero((a < mem.SHARED_GENERIC) | (a >= mem.SHARED_GENERIC + mem.WINDOW)):
             space, addrs = "shared", (a - np.uint64(mem.SHARED_GENERIC)).astype(np.int64)
-        elif ((a >= mem.PARAM_GENERIC) & (a < mem.PARAM_GENERIC + mem.WINDOW)).all():
+        elif not np.count_nonzero((a < mem.PARAM_GENERIC) | (a >= mem.PARAM_GENERIC + mem.WINDOW)):
             space, addrs = "param", (a - np.uint64(mem.PARAM_GENERIC)).astype(np.int64)
         else:
             lane = int(np.argmax(a < mem.GLOBAL_BASE))
@@ -158,9 +158,12 @@ def build_st(ins, d):
         for r in readers:
             v = np.asarray(r(w))
             if v.ndim == 0:
-                v = np.full(32, v)
+                x = np.empty(32, dtype=v.dtype)
+                x.fill(v)
+                v = x
             cols.append(v.view(u)[sel])
-        mem.scatter(buf, offs, nbytes, np.stack(cols, axis=1))
+        # (lanes, count); np.array(...).T costs a quarter of np.stack(..., axis=1)
+        mem.scatter(buf, offs, nbytes, cols[0][:, None] if len(cols) == 1 else np.array(cols).T)
     return st
 
 
