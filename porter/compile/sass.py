@@ -76,14 +76,24 @@ def disassemble(cubin: bytes, use_cache: bool = True) -> str:
     from porter import paths
     from porter.fsutil import atomic_write
 
+    from porter.compile import cache_entry
+
     digest = hashlib.sha256(cubin + nvdisasm_version().encode()).hexdigest()
-    path = paths.cache_dir() / "sass" / digest[:2] / f"{digest}.sass"
+    # The first line holds the sha256 of the text after it, checked on read: a torn or
+    # edited entry would otherwise make the descriptor's SASS look wrong (it is rebuilt).
+    path = paths.cache_dir() / "sass" / digest[:2] / f"{digest}.checked.sass"
     try:
-        return path.read_text()
-    except OSError:
-        text = _run_tool("nvdisasm", ["-c"], cubin)
-        atomic_write(path, text)
-        return text
+        head, _, text = path.read_bytes().decode("utf-8").partition("\n")
+        if head == f"porter-sha256 {cache_entry.content_digest(text)}":
+            return text
+        cache_entry.discard(path)
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError):
+        cache_entry.discard(path)
+    text = _run_tool("nvdisasm", ["-c"], cubin)
+    atomic_write(path, f"porter-sha256 {cache_entry.content_digest(text)}\n{text}")
+    return text
 
 
 # "/*0050*/   @!P0 LDG.E R0, desc[UR6][R2.64] ;"

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from porter import paths
+from porter.compile import cache_entry
 from porter.errors import CompileError, PorterError
 from porter.fsutil import atomic_write
 
 # Bump when the cache entry layout or the default options change.
-_CACHE_FORMAT = 2
+# 3: the metadata carries a digest of the PTX, cubin and log (porter.compile.cache_entry).
+_CACHE_FORMAT = 3
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo", "-Xptxas=-v")
 
 
@@ -140,13 +142,28 @@ def _cache_paths(key: str) -> tuple[Path, Path, Path]:
     return folder / f"{key}.json", folder / f"{key}.cubin", folder / f"{key}.ptx"
 
 
+def _entry_digest(entry: dict) -> str:
+    return cache_entry.content_digest(entry["ptx"], entry["cubin"], entry.get("log", ""),
+                                      str(bool(entry.get("failed"))))
+
+
 def _load_cached(key: str) -> dict | None:
+    """The entry under ``key``, or None: on a miss, and on an entry whose content does not
+    match its digest (a torn or flipped file: discarded and counted, so it is rebuilt)."""
     meta_path, cubin_path, ptx_path = _cache_paths(key)
     try:
-        meta = json.loads(meta_path.read_text())
+        raw = meta_path.read_bytes()
+    except OSError:
+        return None                                   # a plain miss
+    try:
+        meta = json.loads(raw)
         meta["cubin"] = cubin_path.read_bytes()
-        meta["ptx"] = ptx_path.read_text()
-    except (OSError, ValueError):
+        meta["ptx"] = ptx_path.read_bytes().decode("utf-8")
+        ok = isinstance(meta, dict) and meta.get("digest") == _entry_digest(meta)
+    except (OSError, ValueError, TypeError, AttributeError):   # unreadable JSON, a payload gone, bad UTF-8
+        ok = False
+    if not ok:
+        cache_entry.discard(meta_path, cubin_path, ptx_path)
         return None
     return meta
 
@@ -157,6 +174,7 @@ def _store_cached(key: str, entry: dict) -> None:
     atomic_write(cubin_path, entry["cubin"])
     atomic_write(ptx_path, entry["ptx"])
     meta = {k: v for k, v in entry.items() if k not in ("cubin", "ptx")}
+    meta["digest"] = _entry_digest(entry)
     atomic_write(meta_path, json.dumps(meta, sort_keys=True))
 
 

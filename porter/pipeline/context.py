@@ -32,6 +32,26 @@ class StageResult:
                 "units_run": self.units_run, "units_cached": self.units_cached, "data": self.data}
 
 
+_CORRUPT = "_cache_corrupt"   # carried back beside a pool unit's result, never stored
+
+
+def _corrupt_here() -> int:
+    from porter.compile import cache_entry
+
+    return cache_entry.stats.corrupt
+
+
+def _counting(fn, payload):
+    """A unit in a pool worker, with the cache entries it found corrupt: the worker's own
+    counter is not the parent's, so the count travels back with the result."""
+    before = _corrupt_here()
+    result = fn(payload)
+    found = _corrupt_here() - before
+    if found and isinstance(result, dict):
+        result = {**result, _CORRUPT: found}
+    return result
+
+
 class NullDisplay:
     """Progress sink used when nobody is watching (tests, --quiet)."""
 
@@ -56,6 +76,8 @@ class Context:
     nvrtc_calls: int = 0
     units_run: int = 0
     units_cached: int = 0
+    worker_corrupt: int = 0   # cache entries pool workers found corrupt (porter.compile.cache_entry)
+    _corrupt0: int = field(default_factory=lambda: _corrupt_here())
     _pool: object = None
     _variants: dict = field(default_factory=dict)
     _selected: set | None = None
@@ -145,7 +167,7 @@ class Context:
 
         try:
             pool = self.pool()
-            futures = {pool.submit(fn, payload): (name, key) for name, key, fn, payload in todo}
+            futures = {pool.submit(_counting, fn, payload): (name, key) for name, key, fn, payload in todo}
             for fut in as_completed(futures):
                 name, key = futures[fut]
                 done[name] = self._finish(stage, name, key, fut.result())
@@ -177,7 +199,16 @@ class Context:
         self.store.put(name, key, {"result": result.to_dict(), "artifacts": artifacts})
         return result
 
+    @property
+    def corrupt_entries(self) -> int:
+        """Cache entries found corrupt, discarded and rebuilt in this run: the stage store's,
+        this process's compile cache reads, and those the pool workers reported."""
+        return self.store.corrupt + (_corrupt_here() - self._corrupt0) + self.worker_corrupt
+
     def _finish(self, stage, name: str, key: str, result: dict) -> dict:
+        if isinstance(result, dict) and _CORRUPT in result:
+            result = dict(result)
+            self.worker_corrupt += int(result.pop(_CORRUPT))
         self.nvrtc_calls += int(result.get("nvrtc_calls", 0))
         self.units_run += 1
         self.store.put(name, key, result)

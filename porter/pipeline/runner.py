@@ -39,6 +39,7 @@ class RunResult:
     arch_arg: str = ""               # the arch as the user named it (name or file)
     base_why: str = ""               # how the base was chosen (porter.pipeline.runner.choose_base)
     product: str = ""                # the product whose figures the run used ("" when none are given)
+    cache_corrupt: int = 0           # cache entries found corrupt, discarded and rebuilt (cache_entry)
 
     @property
     def failed(self) -> list[StageResult]:
@@ -247,9 +248,11 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
                 run.stages.append(result)
                 ctx.display.stage_done(result)
                 run.nvrtc_calls, run.units_run, run.units_cached = ctx.nvrtc_calls, ctx.units_run, ctx.units_cached
+                run.cache_corrupt = ctx.corrupt_entries
                 run.seconds = time.perf_counter() - start
     finally:
         ctx.close()
     run.nvrtc_calls, run.units_run, run.units_cached = ctx.nvrtc_calls, ctx.units_run, ctx.units_cached
+    run.cache_corrupt = ctx.corrupt_entries
     run.seconds = time.perf_counter() - start
     return run

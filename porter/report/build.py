@@ -236,7 +236,9 @@ def build_report(ctx) -> dict:
         "device": device,
         "summary": level_summary(kernels, unsupported, device, arch),
         "run": {"seconds": round(run.seconds, 3), "nvrtc_calls": ctx.nvrtc_calls,
-                "units_run": ctx.units_run, "units_cached": ctx.units_cached},
+                "units_run": ctx.units_run, "units_cached": ctx.units_cached,
+                # cache entries whose content failed its digest: discarded and rebuilt (cache_entry)
+                "cache_corrupt": int(getattr(ctx, "corrupt_entries", 0))},
         "stages": stages,
         "kernels": sorted(kernels, key=lambda k: k["name"]),
         "before": sorted(before, key=lambda b: b["name"]),

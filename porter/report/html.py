@@ -7,7 +7,7 @@ from html import escape
 from porter.report import svg
 from porter.report.build import before_text, why_unsupported
 from porter.report.emulation import HEADING as EMULATION_HEADING, common_checks, emulation_intro, emulation_rows
-from porter.report.markdown import _cold_text, _filter_text, numerics_note
+from porter.report.markdown import _cold_text, _corrupt_text, _filter_text, numerics_note
 from porter.report.summary import LEVEL, PLAIN, STRONG, summary_lines
 
 _CSS = """
@@ -41,7 +41,7 @@ def render_html(r: dict) -> str:
          f" · {r['run']['seconds']:.1f} s · {r['run']['units_run']} units run, "
          f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
          "(compiles found in porter's compile cache are not counted)"
-         f"{escape(_cold_text(r) + _filter_text(r))}</div>",
+         f"{escape(_cold_text(r) + _corrupt_text(r) + _filter_text(r))}</div>",
          *_summary(r),
          "<h2>Stages</h2>", svg.stage_dag(r["stages"]),
          "<table><tr><th>day</th><th>stage</th><th>status</th><th>s</th><th>summary</th></tr>"]

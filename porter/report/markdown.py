@@ -37,6 +37,14 @@ def _cold_text(r: dict) -> str:
             f"{cold['nvrtc_calls']} fresh NVRTC compiles")
 
 
+def _corrupt_text(r: dict) -> str:
+    """'; 2 cache entries were corrupt and rebuilt' when the run found any."""
+    from porter.compile.cache_entry import corrupt_text
+
+    text = corrupt_text(int(r["run"].get("cache_corrupt") or 0))
+    return f"; {text}" if text else ""
+
+
 def _filter_text(r: dict) -> str:
     return (f"; only the kernels matching --kernel {r['kernel_filter']} (the full report is report.md)"
             if r.get("kernel_filter") else "")
@@ -78,7 +86,7 @@ def render_markdown(r: dict) -> str:
               f"- run: {r['run']['seconds']:.1f} s, {r['run']['units_run']} units run, "
               f"{r['run']['units_cached']} reused from an earlier run, {r['run']['nvrtc_calls']} fresh NVRTC compiles "
               "(compiles found in porter's compile cache are not counted)"
-              + _cold_text(r) + _filter_text(r), "",
+              + _cold_text(r) + _corrupt_text(r) + _filter_text(r), "",
               "## Stages", "", "| day | stage | status | seconds | summary |", "|---|---|---|---|---|"]
     for s in sorted(r["stages"], key=lambda s: s["day"]):
         lines.append(f"| {s['day']} | {s['id']} | {s['status']} | {s['seconds']:.2f} | {_cell(s['summary'])} |")

@@ -59,7 +59,9 @@ REPORT_SCHEMA = {
         # kernel_filter (optional): the --kernel pattern of a partial run (report.kernel-<pattern>.*)
         "kernel_filter": _NULLSTR,
         "run": {"type": "object", "required": ["seconds", "nvrtc_calls", "units_run", "units_cached"],
-                "properties": {"seconds": _NUM, "nvrtc_calls": _INT, "units_run": _INT, "units_cached": _INT}},
+                # cache_corrupt (optional): cache entries that failed their digest, discarded and rebuilt
+                "properties": {"seconds": _NUM, "nvrtc_calls": _INT, "units_run": _INT, "units_cached": _INT,
+                               "cache_corrupt": _INT}},
         "stages": {"type": "array", "items": {
             "type": "object", "required": ["id", "kind", "title", "day", "needs", "status", "summary", "seconds"],
             "properties": {"id": _STR, "kind": _STR, "title": _STR, "day": _INT,
