@@ -173,25 +173,44 @@ def _previous_owner(out_dir: Path) -> dict | None:
     return None
 
 
+def _owners(old: dict) -> list[dict]:
+    """Every (resolved path, digest) that built the folder's current content: the file that
+    built it and the byte-identical copies that shared it (a mark from before owners were
+    kept names one)."""
+    listed = old.get("owners")
+    if isinstance(listed, list):
+        return [o for o in listed if isinstance(o, dict) and isinstance(o.get("path"), str)]
+    return [{"path": old["path"], "digest": old.get("digest")}]
+
+
 def claim_out_dir(out_dir: Path, arch, explicit: bool) -> None:
     """Refuse to let one descriptor file overwrite another's build: two files that both
-    say ``name: blackwell`` would share build/blackwell/. The same file edited keeps its
-    folder, a byte-identical copy may share it, and a folder whose descriptor file is gone
-    may be taken over."""
+    say ``name: blackwell`` would share build/blackwell/. Ownership is keyed by resolved path
+    and content digest: the same file edited keeps its folder, a byte-identical copy may
+    share it (and joins its owners, without taking it from them), and a folder may be taken
+    over only when no file that built it is left. (Keeping one owner let an identical copy
+    take the folder, be deleted, and leave it to any file of the same name.)"""
     import json
 
     from porter.fsutil import atomic_write
 
     me = descriptor_identity(arch)
     old = _previous_owner(out_dir)
-    # A byte-identical copy (the installed descriptor and the checkout's) builds the same thing.
-    if (old is not None and old["path"] != me["path"] and old.get("digest") != me["digest"]
-            and Path(old["path"]).is_file()):
-        flag = f"--out {out_dir}" if explicit else f"{out_dir}"
-        raise PorterError(f"{flag}: holds the build of {old['path']}, and {me['path']} (also named "
-                          f"'{arch.name}') would overwrite it; give --out build/<another name>, or change "
-                          "'name:' in the copy")
-    atomic_write(out_dir / DESCRIPTOR_MARK, json.dumps(me, indent=1, sort_keys=True) + "\n")
+    owners = _owners(old) if old is not None else []
+    mine = any(o["path"] == me["path"] for o in owners)
+    same_content = old is not None and old.get("digest") == me["digest"]
+    if old is not None and not mine and not same_content:
+        alive = [o["path"] for o in owners if Path(o["path"]).is_file()]
+        if alive:
+            flag = f"--out {out_dir}" if explicit else f"{out_dir}"
+            raise PorterError(f"{flag}: holds the build of {alive[0]}, and {me['path']} (also named "
+                              f"'{arch.name}') would overwrite it; give --out build/<another name>, or change "
+                              "'name:' in the copy")
+    # The owners of what this run builds: me, and the files whose content is the same as mine.
+    keep = [o for o in owners if o.get("digest") == me["digest"] and o["path"] != me["path"]]
+    atomic_write(out_dir / DESCRIPTOR_MARK,
+                 json.dumps({**me, "owners": [{"path": me["path"], "digest": me["digest"]}, *keep]},
+                            indent=1, sort_keys=True) + "\n")
 
 
 def default_out_name(arch) -> str:
