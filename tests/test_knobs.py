@@ -68,7 +68,8 @@ def test_default_knobs_render_the_default_source_and_are_legal(archs, arch_name)
         assert module.render(again, arch) == module.render(spec, arch), spec.name
         # the same configuration; a knobbed spec also records its knobs and an explicit grid
         assert {k: again.config[k] for k in spec.config} == dict(spec.config)
-        assert set(again.config) - set(spec.config) <= {"knobs", "grid_ctas"}
+        assert set(again.config) - set(spec.config) <= {"knobs", "grid_ctas", "tile_order"}
+        assert again.config.get("tile_order", "m") == "m"
         assert again.config.get("grid_ctas", arch.sm_count) == spec.config.get("grid_ctas", arch.sm_count)
         assert K.spec_with_knobs(arch, spec.name, {}) == spec
 
@@ -84,6 +85,9 @@ CHANGES = [
     ("blackwell", "gemm.nvfp4.pair", {"stages": 3}, "constexpr int STAGES = 3;"),
     ("ampere", "gemm.bf16", {"warp_m": 32, "warp_n": 32, "tile": (64, 64)}, "constexpr int WARP_M = 32;"),
     ("rtx-blackwell", "gemm.fp8", {"epilogue": "direct"}, None),
+    ("rtx-blackwell", "gemm.fp8", {"promote_every_k": 256}, "PROMOTE_STAGES = 2"),
+    ("hopper", "gemm.bf16", {"tile_order": "n"}, "tile_order n"),
+    ("blackwell", "gemm.fp8.pair", {"tile_order": "n"}, "tile_order n"),
     ("hopper", "attention.hd64", {"pingpong": False}, None),
     ("blackwell", "attention.hd128", {"stages": 2}, None),
     ("ampere", "attention.hd128", {"block_n": 32}, None),
@@ -105,6 +109,16 @@ def test_a_knob_changes_the_rendered_kernel(archs, arch_name, kernel, knobs, sho
     for name, value in knobs.items():
         if name != "tile":
             assert now[name] == value
+
+
+def test_tile_order_n_covers_every_tile_once_grouped_by_columns():
+    from porter.kernels import gemm
+
+    num_m, num_n, group, grid = 6, 10, 4, 7
+    tiles = [t for cta in range(grid) for t in gemm.tile_order(num_m, num_n, group, cta, grid, order_by="n")]
+    assert sorted(tiles) == [(m, n) for m in range(num_m) for n in range(num_n)]
+    walk = gemm.tile_order(num_m, num_n, group, order_by="n")
+    assert walk[:5] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]   # along a row inside 4 tile-columns
 
 
 def test_persistent_off_launches_one_cta_per_tile(archs):
@@ -139,6 +153,9 @@ ILLEGAL = [
     ("ampere", "attention.hd128", {"row_tiles": 2}, "row_tiles=2", "registers"),
     ("ampere", "gemm.bf16", {"tile": (256, 256)}, "tile_m=256", "registers"),
     ("hopper", "megakernel.llama-decode", {"pages": 12}, "pages=12", "at most 11"),
+    ("rtx-blackwell", "gemm.bf16", {"promote_every_k": 256}, "promote_every_k=256", "never promotes"),
+    ("rtx-blackwell", "gemm.fp8", {"promote_every_k": 100}, "promote_every_k=100", "multiple of TILE_K 128"),
+    ("hopper", "gemm.bf16", {"tile_order": "diagonal"}, "tile_order=diagonal", "legal values: m, n"),
 ]
 
 
@@ -230,6 +247,7 @@ COMPILED = [
     ("hopper", "gemm.bf16", {"consumers": 1, "cluster_m": 1, "stages": 2}),
     ("blackwell", "gemm.bf16", {"tile": (128, 128), "acc_buffers": 1, "stages": 2}),
     ("ampere", "gemm.bf16", {"warp_m": 32, "warp_n": 32, "tile": (64, 64)}),
+    ("rtx-blackwell", "gemm.fp8", {"promote_every_k": 256, "tile_order": "n"}),
     ("hopper", "attention.hd64", {"pingpong": False, "block_n": 64, "stages": 2}),
     ("blackwell", "attention.hd128", {"stages": 2}),
     ("hopper", "megakernel.llama-decode", {"compute_warps": 4, "pages": 4}),
@@ -251,6 +269,8 @@ def test_knobbed_kernels_compile_and_pass_their_sass_checks(archs, arch_name, ke
 EMULATED = [
     ("blackwell", "gemm.bf16", {"tile": (128, 128), "acc_buffers": 1, "stages": 2}),
     ("hopper", "gemm.bf16", {"consumers": 1, "cluster_m": 1, "stages": 2}),
+    ("hopper", "gemm.fp8", {"promote_every_k": 256, "tile_order": "n"}),
+    ("rtx-blackwell", "gemm.fp8", {"promote_every_k": 256, "tile_order": "n"}),
     ("hopper", "attention.hd64", {"pingpong": False, "block_n": 64, "stages": 2}),
     ("hopper", "megakernel.llama-decode", {"compute_warps": 4, "pages": 4}),
 ]

@@ -154,10 +154,14 @@ def render(spec: KernelSpec, arch) -> str:
     return render_template(spec.template or TEMPLATE, arch=arch, cfg=spec.config, spec=spec)
 
 
-def tile_order(num_m: int, num_n: int, group_m: int, first: int = 0, stride: int = 1) -> list[tuple[int, int]]:
+def tile_order(num_m: int, num_n: int, group_m: int, first: int = 0, stride: int = 1,
+               order_by: str = "m") -> list[tuple[int, int]]:
     """The (tile_m, tile_n) sequence gemm::TileScheduler gives the CTA starting at
     ``first`` with ``stride`` CTAs (or clusters) in the grid: a Python model of the
-    template's grouped raster, so its coverage can be checked without a GPU."""
+    template's grouped raster, so its coverage can be checked without a GPU.
+    ``order_by`` "n" (config ``tile_order``) groups tile-columns instead of tile-rows."""
+    if order_by == "n":
+        return [(m, n) for n, m in tile_order(num_n, num_m, group_m, first, stride)]
     order = []
     for unit in range(first, num_m * num_n, stride):
         per_group = group_m * num_n

@@ -210,14 +210,18 @@ def _matches(layout, knobs) -> bool:
 def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
     from porter.kernels import knob_rules as kr
 
+    tile_k = ROW_BYTES * 8 // ELEMENT_BITS[variant.a_format]
+
     return {"tile_m": TILE_VALUES, "tile_n": TILE_VALUES, "warp_m": WARP_TILE_VALUES, "warp_n": WARP_TILE_VALUES,
             "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)), "accumulation": ACCUMULATIONS,
-            "epilogue": EPILOGUES, **kr.schedule_space(arch, 1, GROUP_M_TILES)}
+            "epilogue": EPILOGUES, "promote_every_k": (0, tile_k, 2 * tile_k, 4 * tile_k), "tile_order": kr.TILE_ORDERS,
+            **kr.schedule_space(arch, 1, GROUP_M_TILES)}
 
 
 def knobs_of(config) -> dict:
     return {k: config[k] for k in ("tile_m", "tile_n", "warp_m", "warp_n", "stages", "accumulation", "epilogue",
-                                   "group_m", "grid_ctas")} | {"persistent": config.get("persistent", True)}
+                                   "promote_every_k", "group_m", "grid_ctas")} | {
+        "persistent": config.get("persistent", True), "tile_order": config.get("tile_order", "m")}
 
 
 def optional_rule(arch, ref: str, why: str) -> tuple[SassRule, ...]:
@@ -309,6 +313,16 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
     (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with, accumulation,
                                                                               layout_knobs, name)
     group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, 1, GROUP_M_TILES)
+    promote = tile_k if accumulation == "promoted" else 0
+    if "promote_every_k" in knobs:
+        promote = knobs["promote_every_k"]
+        if accumulation != "promoted":
+            if promote:
+                raise kr.fail(name, "promote_every_k", promote, f"{accumulation} accumulation never promotes; "
+                              "set accumulation=promoted (or promote_every_k=0)")
+        elif type(promote) is not int or promote <= 0 or promote % tile_k:
+            raise kr.fail(name, "promote_every_k", promote, f"a promoted chain spans whole stages: a positive "
+                          f"multiple of TILE_K {tile_k}")
     tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
     stage_bytes = (tile_m + tile_n) * ROW_BYTES
     smem_bytes = ALIGN_SLACK + stages * stage_bytes + (stages * BARRIER_BYTES if stage_with == "tma" else 0)
@@ -377,7 +391,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         # operand); "promoted": each k-block's MMAs run into a zeroed partial accumulator
         # that FADDs add into the fp32 one every promote_every_k = TILE_K elements.
         "accumulation": accumulation,
-        "promote_every_k": tile_k if accumulation == "promoted" else 0,
+        "promote_every_k": promote,
         # "staged": the C tile goes through the stage its last k-block read (swizzled bf16
         # rows) and out in 16-byte pieces of whole rows (full 128-byte lines), where it fits
         # in one stage; "direct": bf16x2 stores straight from the fragments.
@@ -392,6 +406,8 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
         if not persistent:
             config["persistent"] = False
+        if kr.tile_order(name, knobs):
+            config["tile_order"] = knobs["tile_order"]
     required, forbidden = _sass_rules(arch, kind, variant, stage_with)
     if accumulation == "promoted":
         required += optional_rule(arch, "op:fp32_add", "fp32 promotion of each k-block's MMAs into the accumulator")

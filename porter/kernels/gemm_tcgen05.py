@@ -184,13 +184,13 @@ def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
     mma_m = _mma_m(arch, kind, cta_group)
     return {"tile_m": (mma_m,), "tile_n": _legal_n(arch, kind, mma_m, cta_group, scheme),
             "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)), "acc_buffers": (1, 2),
-            **kr.schedule_space(arch, cta_group, GROUP_M)}
+            "tile_order": kr.TILE_ORDERS, **kr.schedule_space(arch, cta_group, GROUP_M)}
 
 
 def knobs_of(config) -> dict:
     return {"tile_m": config["tile_m"], "tile_n": config["tile_n"], "stages": config["stages"],
             "acc_buffers": config["acc_buffers"], "group_m": config["group_m"], "grid_ctas": config["grid_ctas"],
-            "persistent": config.get("persistent", True)}
+            "persistent": config.get("persistent", True), "tile_order": config.get("tile_order", "m")}
 
 
 def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = ""):
@@ -374,6 +374,8 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
         config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
         if not persistent:
             config["persistent"] = False
+        if kr.tile_order(name, knobs):
+            config["tile_order"] = knobs["tile_order"]
     required, forbidden = _sass_rules(arch, kind, pair, scheme.scale_vec if scheme else "")
     features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ())
     return KernelSpec(

@@ -210,6 +210,7 @@ def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
         "accumulation": ACCUMULATIONS,
         # A chain spans whole stages (its wait also frees them): multiples of TILE_K.
         "promote_every_k": (0, tile_k, 2 * tile_k, 4 * tile_k),
+        "tile_order": knob_rules.TILE_ORDERS,
         **knob_rules.schedule_space(arch, default_cluster, max(1, GROUP_M_TILES // default_cluster)),
     }
 
@@ -219,7 +220,8 @@ def knobs_of(config) -> dict:
     return {"tile_n": config["tile_n"], "consumers": config["consumers"], "stages": config["stages"],
             "cluster_m": config["cluster_m"], "accumulation": config["accumulation"],
             "promote_every_k": config["promote_every_k"], "group_m": config["group_m"],
-            "grid_ctas": config["grid_ctas"], "persistent": config.get("persistent", True)}
+            "grid_ctas": config["grid_ctas"], "persistent": config.get("persistent", True),
+            "tile_order": config.get("tile_order", "m")}
 
 
 def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=None) -> KernelSpec:
@@ -448,6 +450,8 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
         if not persistent:
             config["persistent"] = False
+        if kr.tile_order(name, knobs):
+            config["tile_order"] = knobs["tile_order"]
     required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
     if accumulation == "promoted":
         required += (SassRule(arch.sass_pattern("op:fp32_add"),

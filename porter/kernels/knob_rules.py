@@ -127,3 +127,17 @@ def schedule_space(arch, cluster_size: int, group_default: int) -> dict[str, tup
     grids = tuple(g for g in ladder(cluster_size, full, full, full // 2 // cluster_size * cluster_size)
                   if g % cluster_size == 0)
     return {"group_m": ladder(1, 16, group_default), "grid_ctas": grids, "persistent": (True, False)}
+
+
+TILE_ORDERS = ("m", "n")
+
+
+def tile_order(kernel: str, knobs: Mapping[str, Any]) -> str | None:
+    """The GEMM tile walk's raster (``tile_order``): "m" (the default: groups of group_m
+    tile-rows, consecutive units down a column) or "n" (groups of tile-columns, along a
+    row); None when not set, so default configs keep no such key."""
+    if "tile_order" not in knobs:
+        return None
+    check_choice(kernel, "tile_order", knobs["tile_order"], TILE_ORDERS,
+                 "m: group tile-rows (walk down columns), n: group tile-columns (walk along rows)")
+    return knobs["tile_order"]
