@@ -13,6 +13,8 @@ def register(sub) -> None:
                    help="a product the descriptor names (repeatable; default: every product)")
     p.add_argument("--shapes", nargs="+", default=None, help="shapes (default: the device check's benchmark shapes)")
     p.add_argument("--json", action="store_true", help="print a JSON list of predictions")
+    p.add_argument("--no-cache", action="store_true",
+                   help="predict afresh instead of reading porter's prediction cache (content-keyed; see porter.timing.cache)")
     from porter.kernels.knobs import add_set_argument
 
     add_set_argument(p)
@@ -32,14 +34,20 @@ def _specs(arch, kernel):
     return out
 
 
-def predictions(arch, specs, products, shapes) -> list:
+def predictions(arch, specs, products, shapes, *, cache: bool = True, stats: dict | None = None) -> list[dict]:
+    """``Prediction.to_dict()`` per kernel, product and shape; read from porter's content-keyed
+    prediction cache where an earlier run made it (``cache=False`` recomputes, and stores)."""
     from porter.timing import predict, standard_shapes
+    from porter.timing.cache import cached_predict
 
     out = []
     for spec in specs:
         for product in products:
             for shape in (shapes or standard_shapes(spec)):
-                out.append(predict(arch, spec, product=product, shape=shape))
+                if cache:
+                    out.append(cached_predict(arch, spec, product=product, shape=shape, stats=stats))
+                else:
+                    out.append(predict(arch, spec, product=product, shape=shape).to_dict())
     return out
 
 
@@ -62,14 +70,14 @@ def run(args) -> int:
             raise PorterError(f"--product {p}: {arch.name} names {', '.join(arch.product_names)}")
     if args.shapes and len({s.family for s in specs}) > 1:
         raise PorterError("--shapes: the selected kernels are of several families; name one with --kernel")
-    preds = predictions(arch, specs, products, args.shapes)
+    preds = predictions(arch, specs, products, args.shapes, cache=not args.no_cache)
     if args.json:
-        print(json.dumps([p.to_dict() for p in preds], indent=1))
+        print(json.dumps(preds, indent=1))
         return 0
     print(f"{arch.name}: {LABEL}")
     print(f"{'kernel':28} {'product':14} {'shape':22} {'time us':>10} {'range us':>21} {'TFLOP/s':>8} {'GB/s':>8} {'% peak':>6}  bound")
     for p in preds:
-        tf = f"{p.tflops:8.0f}" if p.tflops is not None else f"{'-':>8}"
-        print(f"{p.kernel:28} {p.product:14} {p.shape:22} {p.time_us:10.1f} {p.low:10.1f}-{p.high:<10.1f} {tf} "
-              f"{p.gb_s:8.0f} {p.pct_peak:6.1f}  {p.bound}")
+        tf = f"{p['tflops']:8.0f}" if p["tflops"] is not None else f"{'-':>8}"
+        print(f"{p['kernel']:28} {p['product']:14} {p['shape']:22} {p['time_us']:10.1f} "
+              f"{p['low']:10.1f}-{p['high']:<10.1f} {tf} {p['gb_s']:8.0f} {p['pct_peak']:6.1f}  {p['bound']}")
     return 0

@@ -99,7 +99,8 @@ class _Builder:
             if not prods:
                 raise PorterError(f"megakernel dag: {label} waits on counter {key!r} that nothing signals")
             self.closed.add(key)
-            self.edges.extend((p, nid) for p in prods)
+            if self.with_edges:      # only read by build() when edges are wanted (~4M for Llama-1B)
+                self.edges.extend((p, nid) for p in prods)
         if signal is not None:
             if signal in self.closed:
                 raise PorterError(f"megakernel dag: {label} signals {signal!r} after someone waited on it")

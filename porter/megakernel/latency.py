@@ -134,7 +134,12 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
         moved = True
         while moved:
             moved = False
-            for sm in range(n_sm):
+            # only SMs whose phase can end now do anything in a pass (a timed phase that is
+            # due, a stream that is drained, a wait): the others are skipped in numpy, not
+            # visited one by one; the order within a pass is the SM order as before
+            due = ((((phase == OVERHEAD) | (phase == ARRIVE)) & (t_end <= now))
+                   | (((phase == PRE) | (phase == POST)) & (remaining <= 1e-6)) | (phase == WAIT))
+            for sm in np.flatnonzero(due).tolist():
                 ph = phase[sm]
                 if ph in (OVERHEAD, ARRIVE) and t_end[sm] <= now:
                     if ph == OVERHEAD:

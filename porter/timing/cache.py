@@ -1,0 +1,71 @@
+"""Predictions cached on disk, content-keyed: `porter predict` and the `prediction` stage of
+`porter target` pay for the model once per input, then read it back.
+
+A key covers everything a prediction depends on: the descriptor's bytes (its perf: section
+and the product's figures), the selected product, the kernel spec (its configuration with
+any --set knobs), the shape, and the source of the timing model itself (porter/timing, the
+megakernel queue simulation it runs, the descriptor loader that checks perf:, and the
+model configs the megakernel plans from). An edit to any of them is a miss, never a stale hit.
+An entry that does not parse is treated as a miss and rewritten.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from porter.fsutil import atomic_write
+
+_MODEL_CODE = ("timing/*.py", "megakernel/*.py", "descriptor/perf_schema.py", "descriptor/arch_schema.py",
+               "descriptor/arch.py", "kernels/knobs.py")
+
+
+@functools.lru_cache(maxsize=1)
+def model_digest() -> str:
+    """Digest of the code and data a prediction is computed from."""
+    from porter.pipeline import keys
+
+    files = [p for pattern in _MODEL_CODE for p in keys._PKG.glob(pattern) if p.is_file()]
+    return keys.digest([keys.file_digest(files), keys.data_digest("validation")])
+
+
+def _spec_dict(spec) -> dict:
+    from porter.pipeline.work import jsonable
+
+    return jsonable(spec.to_dict() if hasattr(spec, "to_dict") else vars(spec))
+
+
+def key(arch, spec, product: str, shape: str) -> str:
+    from porter.pipeline import keys
+
+    return keys.digest({"arch": arch.digest, "arch_product": arch.product or "", "product": product,
+                        "shape": shape, "spec": _spec_dict(spec), "model": model_digest()})
+
+
+def _folder():
+    from porter import paths
+
+    return paths.cache_dir() / "predict"
+
+
+def cached_predict(arch, spec, *, product: str, shape: str, stats: dict | None = None) -> dict:
+    """``Prediction.to_dict()`` for (spec, product, shape), from the cache when present.
+    ``stats`` (optional) counts {"hits", "misses"}."""
+    from .predict import predict
+
+    k = key(arch, spec, product, shape)
+    path = _folder() / k[:2] / f"{k}.json"
+    try:
+        out = json.loads(path.read_text())
+        if isinstance(out, dict) and out.get("kernel") == spec.name and out.get("shape") == shape:
+            if stats is not None:
+                stats["hits"] = stats.get("hits", 0) + 1
+            return out
+    except (OSError, ValueError):
+        pass
+    out = predict(arch, spec, product=product, shape=shape).to_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(out, sort_keys=True))
+    if stats is not None:
+        stats["misses"] = stats.get("misses", 0) + 1
+    return out
