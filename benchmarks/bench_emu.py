@@ -1,11 +1,26 @@
-"""Simulator throughput: each kernel's emulation cases in porter's PTX simulator.
+"""Simulator throughput: porter's emulation cases and public-style kernels in porter's PTX simulator.
 
-    python benchmarks/bench_emu.py [ARCH ...] [--kernel PATTERN] [--seeds N]
+    python benchmarks/bench_emu.py [ARCH ...] [--kernel PATTERN] [--seeds N] [--quick]
+                                   [--porter-only | --public-only]
 
-Prints, per kernel and case, the warp-instructions executed, the seconds the simulator
-spent (launch to finish, host-side input generation and references excluded) and the
-rate in warp-instructions per second; then the totals. The kernels are built first
-(NVRTC; cached), so the figures are the simulator's alone.
+Per kernel: the warp-instructions executed, the seconds the simulator spent (launch to
+finish; host-side input generation and references excluded), the CPU seconds of this
+process over the same runs, and the rate in warp-instructions per second of each; then
+the totals per family of kernels and overall. Every run has the shared-memory race
+detector on (unless PORTER_EMU_RACES=0 for porter's cases).
+
+* porter's kernels: each kernel of each ARCH at its emulation cases (2 shapes x ``--seeds``
+  input sets), as ``porter target``'s emulation stage runs them;
+* public-style kernels (``benchmarks/emu_kernels``): one per tensor-core generation, written
+  here the way hand-written public kernels are (TMA + wgmma with token waits, generic
+  loads and a divergent epilogue; cp.async + ldmatrix + mma.sync; tcgen05 with TMEM), run
+  for the ARCHs of their generation.
+
+``--quick``: porter's kernels at their smallest shape with one seed and the public kernels
+at a quarter of their size, for iterating (about a fifth of the full run). The kernels are
+built first (NVRTC, cached), so the figures are the simulator's alone. Wall time follows the
+machine's load; the CPU-time rate is the steadier figure on a shared machine, but it too
+moves with load (caches, frequency): compare runs made back to back.
 """
 
 from __future__ import annotations
@@ -14,43 +29,124 @@ import argparse
 import fnmatch
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "emu_kernels"))
+
+# Public-style kernels by the descriptor they run for.
+PUBLIC_FOR = {"hopper": "hopper.*", "blackwell": "blackwell.*", "ampere": "ampere.*"}
+
+
+def _emulate():
+    try:
+        from porter.runtime.emulated_runs import emulate
+    except ImportError:              # checkouts before 2026-12-01 kept it in the simulator's package
+        from porter.emu.validate import emulate
+    return emulate
+
+
+class Totals:
+    def __init__(self):
+        self.rows: dict[str, list[float]] = {}
+
+    def add(self, family: str, wi: float, secs: float, cpu: float) -> None:
+        row = self.rows.setdefault(family, [0.0, 0.0, 0.0])
+        row[0] += wi
+        row[1] += secs
+        row[2] += cpu
+
+    def print(self) -> None:
+        every = [0.0, 0.0, 0.0]
+        for family, (wi, secs, cpu) in self.rows.items():
+            print(_total_line(family, wi, secs, cpu))
+            every = [every[0] + wi, every[1] + secs, every[2] + cpu]
+        if len(self.rows) > 1:
+            print(_total_line("all", *every))
+
+
+def _rate(wi: float, secs: float) -> str:
+    return f"{wi / secs:>11,.0f}" if secs else f"{'-':>11}"
+
+
+def _total_line(family: str, wi: float, secs: float, cpu: float) -> str:
+    cpu_part = f", {cpu:.1f} s CPU: {wi / cpu:,.0f}/s" if cpu else ""
+    return (f"total {family}: {wi:,.0f} warp-instructions in {secs:.1f} s of simulation: "
+            f"{wi / secs:,.0f} warp-instructions/s{cpu_part}") if secs else f"total {family}: nothing ran"
+
+
+def _row(arch: str, name: str, status: str, cases: int, wi: float, secs: float, cpu: float, wall: float) -> str:
+    return (f"{arch:<14} {name:<28} {status:<13} {cases:>5} {wi:>11,.0f} {secs:>7.2f} {cpu:>7.2f} {wall:>7.2f} "
+            f"{_rate(wi, secs)} {_rate(wi, cpu)}")
+
+
+def bench_porter(archs, pattern: str, seeds: int, quick: bool, totals: Totals) -> None:
+    from porter.descriptor.arch import load_arch
+    from porter.kernels import FAMILIES, family_module
+    from porter.kernels.base import KernelSpec
+
+    emulate = _emulate()
+    for name in archs:
+        arch = load_arch(name)
+        for fam in FAMILIES:
+            for spec in family_module(fam).variants(arch):
+                if not isinstance(spec, KernelSpec) or not fnmatch.fnmatch(spec.name, pattern):
+                    continue
+                t0 = time.perf_counter()
+                r = emulate(spec, arch, seeds=1 if quick else seeds, smallest=quick)
+                wall = time.perf_counter() - t0
+                wi = sum(x["warp_instructions"] for x in r["runs"])
+                secs = sum(x["seconds"] for x in r["runs"])
+                cpu = sum(x.get("cpu_seconds", 0.0) for x in r["runs"])
+                totals.add(f"porter {spec.family}", wi, secs, cpu)
+                print(_row(arch.name, spec.name, r["status"], len(r["runs"]), wi, secs, cpu, wall))
+                sys.stdout.flush()
+
+
+def bench_public(archs, pattern: str, seeds: int, quick: bool, totals: Totals) -> None:
+    import cases
+
+    for arch in archs:
+        for case in cases.CASES:
+            if not fnmatch.fnmatch(case.name, PUBLIC_FOR.get(arch, "-")) or not fnmatch.fnmatch(case.name, pattern):
+                continue
+            wi = secs = cpu = 0.0
+            t0 = time.perf_counter()
+            status = "passed"
+            for seed in range(seeds):
+                try:
+                    s = cases.run_case(case, seed=seed, quick=quick)
+                except Exception as exc:          # a wrong result or a simulator error: say so, go on
+                    status = "failed"
+                    print(f"  {case.name} seed {seed}: {str(exc).splitlines()[0]}")
+                    break
+                wi += s.warp_instructions
+                secs += s.seconds
+                cpu += getattr(s, "cpu_seconds", 0.0)
+            wall = time.perf_counter() - t0
+            totals.add(f"public {case.name.split('.')[0]}", wi, secs, cpu)
+            print(_row(arch, case.name + " (public)", status, seeds, wi, secs, cpu, wall))
+            sys.stdout.flush()
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("archs", nargs="*", default=["hopper"])
     p.add_argument("--kernel", default="*", help="glob over kernel names (default: all)")
-    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--seeds", type=int, default=1, help="input sets per case (default 1)")
+    p.add_argument("--quick", action="store_true", help="smallest shapes, one seed: for iterating")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--porter-only", action="store_true", help="porter's kernels only")
+    which.add_argument("--public-only", action="store_true", help="the public-style kernels only")
     args = p.parse_args(argv)
 
-    from porter.descriptor.arch import load_arch
-    from porter.runtime.emulated_runs import emulate
-    from porter.kernels import FAMILIES, family_module
-    from porter.kernels.base import KernelSpec
-
-    total_wi = total_s = 0.0
-    print(f"{'arch':<14} {'kernel':<28} {'status':<13} {'cases':>5} {'warp-instr':>11} {'sim s':>7} "
-          f"{'wall s':>7} {'warp-instr/s':>13}")
-    for name in args.archs:
-        arch = load_arch(name)
-        for fam in FAMILIES:
-            for spec in family_module(fam).variants(arch):
-                if not isinstance(spec, KernelSpec) or not fnmatch.fnmatch(spec.name, args.kernel):
-                    continue
-                t0 = time.perf_counter()
-                r = emulate(spec, arch, seeds=args.seeds)
-                wall = time.perf_counter() - t0
-                wi = sum(x["warp_instructions"] for x in r["runs"])
-                secs = sum(x["seconds"] for x in r["runs"])
-                total_wi += wi
-                total_s += secs
-                rate = f"{wi / secs:>13,.0f}" if secs else f"{'-':>13}"
-                print(f"{arch.name:<14} {spec.name:<28} {r['status']:<13} {len(r['runs']):>5} {wi:>11,} "
-                      f"{secs:>7.2f} {wall:>7.2f} {rate}")
-                sys.stdout.flush()
-    if total_s:
-        print(f"total: {total_wi:,.0f} warp-instructions in {total_s:.1f} s of simulation: "
-              f"{total_wi / total_s:,.0f} warp-instructions/s")
+    totals = Totals()
+    print(f"{'arch':<14} {'kernel':<28} {'status':<13} {'cases':>5} {'warp-instr':>11} {'sim s':>7} {'cpu s':>7} "
+          f"{'wall s':>7} {'w-instr/s':>11} {'per cpu s':>11}")
+    if not args.public_only:
+        bench_porter(args.archs, args.kernel, args.seeds, args.quick, totals)
+    if not args.porter_only:
+        bench_public(args.archs, args.kernel, max(args.seeds, 1), args.quick, totals)
+    totals.print()
     return 0
 
 

@@ -427,6 +427,7 @@ class RunSummary:
     virtual_ns: int
     wgmma: int = 0
     tma: int = 0
+    cpu_seconds: float = 0.0     # this process's CPU time over the run (steadier than wall time under load)
 
     @property
     def warp_instr_per_s(self) -> float:
@@ -436,7 +437,7 @@ class RunSummary:
         return {"warp_instructions": self.warp_instructions, "thread_instructions": self.thread_instructions,
                 "warps": self.warps, "ctas": self.ctas, "seconds": round(self.seconds, 4), "rounds": self.rounds,
                 "virtual_ns": self.virtual_ns, "warp_instr_per_s": round(self.warp_instr_per_s),
-                "wgmma": self.wgmma, "tma": self.tma}
+                "wgmma": self.wgmma, "tma": self.tma, "cpu_seconds": round(self.cpu_seconds, 4)}
 
 
 class LaunchState:
@@ -545,7 +546,7 @@ class Scheduler:
             return self._run()
 
     def _run(self) -> RunSummary:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self._start_clusters()
         while True:
             progressed = False
@@ -592,7 +593,7 @@ class Scheduler:
                 raise Deadlock(self.report("deadlock: every live warp is parked and nothing asynchronous is pending"))
         return RunSummary(self.executed, self.thread_executed, sum(len(c.warps) for c in self.all_ctas),
                           len(self.all_ctas), time.perf_counter() - t0, self.round, self.time_ns,
-                          self.counters["wgmma"], self.counters["tma"])
+                          self.counters["wgmma"], self.counters["tma"], time.process_time() - c0)
 
     def _advance_time(self, wake: int) -> None:
         """Every warp sleeps: jump to the first wake-up. If nothing that another warp could
