@@ -461,10 +461,14 @@ class LaunchState:
 
 class Scheduler:
     def __init__(self, launch: LaunchState, seed: int | None = None, budget: int = DEFAULT_BUDGET,
-                 max_resident_clusters: int = 16, max_async_delay: int = 3, check_races: bool = False):
+                 max_resident_clusters: int = 16, max_async_delay: int = 3, check_races: bool = False,
+                 wall_limit_s: float | None = None):
         from porter.emu.race import RaceDetector
 
         self.launch = launch
+        # Seconds of wall-clock time a launch may take (None: no limit): an endless loop is
+        # stopped in that time, naming where the warps were, not only by the budget.
+        self.wall_limit_s = wall_limit_s
         self.race = RaceDetector(self) if check_races else None
         self.rng = np.random.default_rng(seed) if seed is not None else None
         self.budget = budget
@@ -582,6 +586,11 @@ class Scheduler:
             if self.executed > self.budget:
                 raise Deadlock(self.report(f"instruction budget of {self.budget:,} warp-instructions exhausted "
                                            "(a runaway loop?)"))
+            if self.wall_limit_s is not None and time.perf_counter() - t0 > self.wall_limit_s:
+                at = sorted({w.where() for w in self.warps if not w.done})
+                raise Deadlock(self.report(f"wall-clock limit of {self.wall_limit_s:g} s reached with the warps at "
+                                           f"{'; '.join(at[:3])}{' and more' if len(at) > 3 else ''} "
+                                           "(an endless loop?)"))
             if not progressed:
                 if self.engine.pending:
                     self.engine.complete_next()
