@@ -268,7 +268,6 @@ def test_knobbed_kernels_compile_and_pass_their_sass_checks(archs, arch_name, ke
 
 EMULATED = [
     ("blackwell", "gemm.bf16", {"tile": (128, 128), "acc_buffers": 1, "stages": 2}),
-    ("hopper", "gemm.bf16", {"consumers": 1, "cluster_m": 1, "stages": 2}),
     ("hopper", "gemm.fp8", {"promote_every_k": 256, "tile_order": "n"}),
     ("rtx-blackwell", "gemm.fp8", {"promote_every_k": 256, "tile_order": "n"}),
     ("hopper", "attention.hd64", {"pingpong": False, "block_n": 64, "stages": 2}),
@@ -284,3 +283,28 @@ def test_knobbed_kernels_pass_in_the_simulator(archs, arch_name, kernel, knobs):
     arch = archs[arch_name]
     result = emulate(K.spec_with_knobs(arch, kernel, knobs), arch, seeds=1, smallest=True)
     assert result["status"] == "passed", result.get("reason")
+
+
+def test_cli_validate_emulates_a_knobbed_kernel(capsys):
+    """`porter validate ARCH --kernel K --device emu --set ...` runs the knobbed kernel (one
+    consumer warpgroup, no cluster: a 64-row tile) in porter's PTX simulator, not the default."""
+    import json
+
+    from porter.cli import main
+
+    code = main(["validate", "hopper", "--kernel", "gemm.bf16", "--device", "emu", "--seeds", "1", "--json",
+                 "--set", "consumers=1", "--set", "cluster_m=1", "--set", "stages=2"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["passed"], report
+    assert [r["name"] for r in report["results"]] == ["gemm.bf16"]
+
+
+def test_cli_target_refuses_bad_knobs_before_any_stage(tmp_path, capsys):
+    from porter.cli import main
+
+    out = tmp_path / "t"
+    assert main(["target", "hopper", "--kernel", "gemm.bf16", "--out", str(out), "--set", "bogus=1"]) == 2
+    assert "has a knob 'bogus'" in capsys.readouterr().err
+    assert main(["target", "hopper", "--kernel", "gemm", "--out", str(out), "--set", "gemm.fp8:stages=99"]) == 2
+    assert "gemm.fp8: --set stages=99" in capsys.readouterr().err
+    assert not out.exists()
