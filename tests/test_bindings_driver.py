@@ -25,7 +25,7 @@ def _driver_missing() -> bool:
     try:
         real.cuInit(0)
     except Exception as exc:  # noqa: BLE001
-        return type(exc).__name__ == "DynamicLibNotFoundError"
+        return driver.missing_driver(exc)         # 13.0: RuntimeError; 13.1+: DynamicLibNotFoundError
     return False
 
 
@@ -42,7 +42,7 @@ def converted(fn, *args):
     """Call the real binding; True when it got past argument conversion (a TypeError propagates)."""
     with pytest.raises(RuntimeError) as info:
         fn(*args)
-    assert type(info.value).__name__ == "DynamicLibNotFoundError", info.value
+    assert driver.missing_driver(info.value), info.value
     return True
 
 
@@ -104,7 +104,8 @@ def test_plain_ints_are_refused_by_the_real_binding():
     params = TensorMapParams("t", "BFLOAT16", (64, 128), (128,), (64, 128), "128B")
     args = list(params.encode_args(1 << 20))
     args[3:7] = [list(params.dims), list(params.strides), list(params.box), [1, 1]]
-    with pytest.raises(TypeError, match="Cannot convert int to cuda.bindings.driver.cuuint"):
+    # 13.1+: "Cannot convert int to ...cuuint32_t"; 13.0: "Argument 'elementStrides' is not instance of type"
+    with pytest.raises(TypeError, match="Cannot convert int to cuda.bindings.driver.cuuint|is not instance of type"):
         d.cuTensorMapEncodeTiled(*args)
 
 
@@ -171,7 +172,8 @@ RUN_PATH = {"cuInit", "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtx
             "cuMemAlloc", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemsetD8", "cuTensorMapEncodeTiled",
             "cuModuleLoadData", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
             "cuLaunchKernelEx", "cuStreamQuery", "cuEventCreate", "cuEventRecord", "cuEventQuery",
-            "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async", "cuMemcpyDtoDAsync"}
+            "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async", "cuMemcpyDtoDAsync",
+            "cuMemFree"}
 
 
 def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
@@ -198,12 +200,8 @@ def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):
         assert all(c["passed"] for c in dr.validate_attention(att, hopper, shapes=[(1, 1, 1, 64, 64)], seeds=1))
         mk = megakernel.variants(hopper)[0]
         dr.validate_megakernel(mk, hopper, shapes=["tiny"], seeds=1)
-        from porter.validation import model_config
-
-        tiny = model_config.load_model_config("tiny")              # the bench path on a small model
-        monkeypatch.setattr(model_config, "load_model_config", lambda name: tiny)
-        rows = dr.bench_megakernel(mk, hopper, shapes=[8])
-        assert rows[0]["spot_check"]["counters_ok"] is False        # the rehearsal's megakernel does nothing
+        rows = dr.bench_megakernel(mk, hopper, shapes=[{"model": "tiny", "pos": 8}])   # the bench path, small model
+        assert rows[0]["spot_check"]["passed"] is True              # the rehearsal runs the step in porter's VM
         assert rows[0]["baseline"]["bytes_per_s"] > 0
         fn = device.get_device().load(gemm, hopper)
         attrs = driver.function_attributes(fn.handle)
@@ -228,3 +226,49 @@ def test_the_checked_driver_lets_a_type_error_through():
                                        checked.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
                                        checked.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                        checked.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
+# ---- the GPU machine's cuda-bindings ------------------------------------------------------------
+
+def test_a_missing_driver_is_recognised_in_every_bindings_version():
+    """cuda-bindings 13.0 (the GPU machine's) says a missing libcuda with a plain RuntimeError,
+    13.1 and later with cuda.pathfinder's DynamicLibNotFoundError: both are "no driver here",
+    any other RuntimeError is not."""
+    class DynamicLibNotFoundError(RuntimeError):
+        pass
+
+    assert driver.missing_driver(RuntimeError("Failed to dlopen libcuda.so.1"))
+    assert driver.missing_driver(DynamicLibNotFoundError('"cuda" is an NVIDIA driver library'))
+    assert not driver.missing_driver(RuntimeError("CUDA error: an illegal memory access"))
+    assert not driver.missing_driver(TypeError("Failed to dlopen libcuda.so.1"))
+    with pytest.raises(PorterError, match="no CUDA device: cuMemAlloc needs the NVIDIA driver"):
+        driver.call(lambda n: (_ for _ in ()).throw(RuntimeError("Failed to dlopen libcuda.so.1")), 64,
+                    what="cuMemAlloc")
+
+
+GPU_BINDINGS_ENV = "PORTER_GPU_BINDINGS"
+
+
+@pytest.mark.slow
+def test_this_file_passes_on_the_gpu_machines_cuda_bindings():
+    """Every conversion test above, again on the cuda-bindings the GPU machine has (13.0):
+    a folder holding it (``pip install --target DIR cuda-bindings==13.0.3``) named by
+    PORTER_GPU_BINDINGS, first on the path."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = os.environ.get(GPU_BINDINGS_ENV)
+    if not folder or not (Path(folder) / "cuda" / "bindings").is_dir():
+        pytest.skip(f"{GPU_BINDINGS_ENV} names no folder with cuda-bindings 13.0 "
+                    "(pip install --target DIR cuda-bindings==13.0.3)")
+    env = dict(os.environ, PYTHONPATH=folder)
+    env.pop(GPU_BINDINGS_ENV)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                           "not gpu_machines"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert " skipped" not in done.stdout.splitlines()[-1], done.stdout[-2000:]
+    version = subprocess.run([sys.executable, "-c", "import cuda.bindings; print(cuda.bindings.__version__)"],
+                             capture_output=True, text=True, env=env).stdout.strip()
+    assert version.startswith("13.0"), version

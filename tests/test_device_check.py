@@ -44,15 +44,16 @@ def _checkout_copy(tmp_path) -> Path:
     return dest
 
 
-def _prepare_then_run(tmp_path, behaviours: str):
+def _prepare_then_run(tmp_path, behaviours: str, refuse: str = "", prepare_args=(), run_args=()):
     """prepare here, then run as on the GPU machine: no jinja2 there (so nothing can be
     rendered or compiled), the rehearsal GPU behind the real binding's conversion."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("PORTER_DEVICE", None)
     env.pop(cubins.CUBIN_DIR_ENV, None)
+    env.pop("CUDA_MODULE_LOADING", None)                # the run sets it for its children
     checkout = _checkout_copy(tmp_path)
     script = checkout / "benchmarks" / "device_check.py"
-    prep = subprocess.run([sys.executable, str(script), "prepare", "--profile", "rehearsal", "--no-fallback",
+    prep = subprocess.run([sys.executable, str(script), "prepare", "--profile", "rehearsal", *prepare_args,
                            "--out", str(tmp_path / "prepared")], capture_output=True, text=True, timeout=600,
                           env=env, cwd=checkout)
     assert prep.returncode == 0, prep.stdout[-2000:] + prep.stderr[-2000:]
@@ -60,60 +61,84 @@ def _prepare_then_run(tmp_path, behaviours: str):
     block.mkdir()
     (block / "jinja2.py").write_text('raise ImportError("no jinja2 on the GPU machine")\n')
     env.update(PYTHONPATH=str(block), PORTER_DEVICE="porter.runtime.fakedriver:rehearsal_device",
-               PORTER_REHEARSAL=behaviours, PORTER_LAUNCH_TIMEOUT_S="1", PORTER_WARMUP_MS="20")
+               PORTER_REHEARSAL=behaviours, PORTER_LAUNCH_TIMEOUT_S="1", PORTER_WARMUP_MS="20",
+               PORTER_REHEARSAL_REFUSE=refuse)
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, str(script), "run", "--prepared", str(tmp_path / "prepared"),
-                           "--out", str(tmp_path / "results")], capture_output=True, text=True, timeout=400,
-                          env=env, cwd=checkout)
+                           "--out", str(tmp_path / "results"), *run_args], capture_output=True, text=True,
+                          timeout=400, env=env, cwd=checkout)
     return done, time.monotonic() - t0
 
 
 def test_rehearsal_reports_each_kernel_alone(tmp_path):
-    done, took = _prepare_then_run(tmp_path, "gemm.fp8=fail,attention.hd64=fault@2,attention.hd64.causal=hang")
+    """Validation of every kernel first, then benchmarks; kernels that pass (GEMM bf16 from
+    its fallback cubin where an nvcc <= 13.0 is here, fp8 and the megakernel benchmarked),
+    fail, fault and hang (cuMemFree blocks on the hung kernel, as the driver's may: the child
+    reports and exits without freeing, so the hang is a hang, not a timeout)."""
+    from porter.runtime.device_check import _nvcc_fallback, _status
+    from porter.runtime.device_plan import PREDICTED_LABEL
+
+    nvcc, _ = _nvcc_fallback()
+    done, took = _prepare_then_run(tmp_path, "attention.hd64=fault@2,attention.hd64.causal=hang,"
+                                   "attention.hd128.causal=fail", refuse="gemm.bf16" if nvcc else "",
+                                   prepare_args=("--fallback-kernels", "gemm.bf16") if nvcc else ("--no-fallback",))
     assert done.returncode == 1, done.stderr[-2000:]
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     k = _by_name(results)
-    from porter.runtime.device_check import _status
-
     status = {name: _status(r) for name, r in k.items()}
-    assert status == {"gemm.bf16": "passed", "gemm.fp8": "FAILED", "attention.hd64": "FAULT",
+    assert status == {"gemm.bf16": "passed", "gemm.fp8": "passed", "attention.hd64": "FAULT",
                       "attention.hd64.causal": "HANG", "attention.hd128": "passed",
-                      "attention.hd128.causal": "passed", "megakernel.llama-decode": "FAILED"}, status
+                      "attention.hd128.causal": "FAILED", "megakernel.llama-decode": "passed"}, status
     # pass: validated at every shape (smoke first, the smallest), then benchmarked
     bf16 = k["gemm.bf16"]
     assert bf16["checks"][0]["shape"] == [256, 256, 64] and all(c["passed"] for c in bf16["checks"])
-    assert bf16["bench"] and bf16["bench"][0]["spot_check"]["passed"] and bf16["loaded_from"].startswith("prepared")
+    assert bf16["bench"] and bf16["bench"][0]["spot_check"]["passed"]
+    if nvcc:       # the primary cubin refused at load (EAGER module loading in the child), the fallback used
+        assert bf16["loaded_from"] == "fallback cubin (nvcc 13.0)", bf16["loaded_from"]
+        assert "prepared cubin (NVRTC" in bf16["notes"][0] and "CUDA_ERROR_INVALID_IMAGE" in bf16["notes"][0]
+    else:
+        assert bf16["loaded_from"].startswith("prepared cubin")
     assert bf16["attributes"]["max_dynamic_smem_bytes"] > 48 * 1024
     assert bf16["sass_checks"] and all(c["passed"] for c in bf16["sass_checks"]) and bf16["resources"]
+    # the fp8 and megakernel benchmarks ran and were right; each row carries the model's prediction
+    for name in ("gemm.fp8", "megakernel.llama-decode"):
+        rows = k[name]["bench"]
+        assert rows and all(r["spot_check"]["passed"] for r in rows), name
+        pred = rows[0]["predicted"]
+        assert pred.get("label") == PREDICTED_LABEL or pred.get("unavailable"), pred
+    assert k["megakernel.llama-decode"]["checks"][0]["counters_ok"] is True
     # numerical failure: the smoke launch failed, nothing else ran, no benchmark
-    assert k["gemm.fp8"]["smoke_failed"] and len(k["gemm.fp8"]["checks"]) == 1 and not k["gemm.fp8"]["bench"]
+    bad = k["attention.hd128.causal"]
+    assert bad["smoke_failed"] and len(bad["checks"]) == 1 and not bad["bench"]
     # fault on the second launch: the first check kept, the error named
     fault = k["attention.hd64"]
     assert len(fault["checks"]) == 1 and "CUDA_ERROR_ILLEGAL_ADDRESS" in fault["error"]["message"]
-    # hang: the watchdog names kernel, shape and seed, and the kernels after it still ran
+    # hang: the watchdog names kernel, shape and seed; the child ends at once (nothing freed)
     hang = k["attention.hd64.causal"]["error"]["message"]
     assert "attention.hd64.causal execution: still running after 1 s (watchdog)" in hang
-    assert "1x1x1x64x64 seed" in hang and k["attention.hd64.causal"]["seconds"] < 30
-    assert k["megakernel.llama-decode"]["checks"][0]["counters_ok"] is False
+    assert "1x1x1x64x64 seed" in hang and k["attention.hd64.causal"]["seconds"] < 15
     # a rehearsal claims no level
     assert {r["level"] for r in results["kernels"]} == {"sass-checked"} and results["rehearsal"] is True
     env = results["environment"]
     for key in ("gpu", "driver_cuda", "cuda_bindings", "torch", "clocks_before", "clocks_after", "sdpa_backend",
-                "manifest"):
+                "manifest", "module_loading"):
         assert key in env, key
     assert env["manifest"]["nvrtc"] and env["manifest"]["porter_commit"] == "unknown"     # a copy has no .git
-    # bounded, self-describing output
+    # bounded, self-describing output: validation lines before every benchmark line
     files = sorted(p.name for p in (tmp_path / "results").iterdir())
     assert files == ["results.json", "run.log"]
     lines = done.stdout.rstrip("\n").splitlines()
     rehearsed = lines[lines.index(next(x for x in lines if x.startswith("porter device check:"))):]
     assert len(rehearsed) <= 100
+    phases = [x.split()[0] for x in rehearsed if x.startswith("  validate ") or x.startswith("  bench ")]
+    assert phases == ["validate"] * 7 + ["bench"] * 4, phases
     table = rehearsed[rehearsed.index(next(x for x in rehearsed if x.startswith("==== porter device check"))):]
-    assert table[-1].startswith("3 of 7 kernels passed") and len(table) < 25
+    assert table[-1].startswith("4 of 7 kernels passed") and len(table) < 25
     assert any(x.startswith("attention.hd64.causal     HANG") for x in table)
+    assert table[-2] == f"* predicted: {PREDICTED_LABEL}"
     log = (tmp_path / "results" / "run.log").read_text()
     assert log.count('"event": "launch"') >= sum(len(r["checks"]) for r in results["kernels"])
-    assert results["seconds"] < 120 and took < 200
+    assert results["seconds"] < 150 and took < 200
 
 
 @pytest.mark.slow
@@ -254,6 +279,50 @@ def test_a_refused_cubin_falls_back_and_says_why(prepared_on_rehearsal_gpu, hopp
         CudaDevice().load(spec, hopper)
 
 
+def test_lazy_module_loading_would_refuse_the_cubin_outside_the_fallback(prepared_on_rehearsal_gpu, hopper,
+                                                                           monkeypatch):
+    """Why the children load eagerly: with the driver's default (lazy) loading the refused
+    primary cubin "loads", and the refusal comes at the first launch, past the fallback."""
+    from porter.runtime import device, driver, fakedriver
+    from porter.runtime.device import CudaDevice
+
+    spec, _ = prepared_on_rehearsal_gpu
+    monkeypatch.setenv(driver.MODULE_LOADING_ENV, "LAZY")
+    driver._init.cache_clear()
+    driver.context.cache_clear()
+    fakedriver.install(fakedriver.FakeGPU("hopper"))
+    dev = CudaDevice()
+    fn = dev.load(spec, hopper)
+    assert fn.source.startswith("prepared cubin") and not dev.load_notes
+    from porter.runtime import device_runs as dr
+
+    with pytest.raises(PorterError, match="CUDA_ERROR_INVALID_IMAGE"):
+        dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1, device=dev)
+    monkeypatch.setenv(driver.MODULE_LOADING_ENV, "EAGER")
+    driver._init.cache_clear()
+    driver.context.cache_clear()
+    fakedriver.install(fakedriver.FakeGPU("hopper"))
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    dev = CudaDevice()
+    assert dev.load(spec, hopper).source == "fallback cubin (nvcc 13.0)"
+    assert dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1, device=dev)[0]["passed"]
+
+
+def test_porter_initialises_the_driver_with_eager_module_loading(monkeypatch):
+    from porter.runtime import driver, fakedriver
+
+    monkeypatch.delenv(driver.MODULE_LOADING_ENV, raising=False)
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    gpu = fakedriver.FakeGPU("hopper")
+    fakedriver.install(gpu)
+    try:
+        driver.device()
+    finally:
+        driver._init.cache_clear()
+        driver.context.cache_clear()
+    assert gpu.eager and os.environ[driver.MODULE_LOADING_ENV] == "EAGER"
+
+
 def test_levels_come_from_the_manifest_on_the_device(prepared_on_rehearsal_gpu, hopper):
     spec, _ = prepared_on_rehearsal_gpu
     ev = cubins.level_evidence(spec, hopper)
@@ -283,42 +352,83 @@ def test_prepare_builds_a_fallback_set_with_an_older_nvcc(tmp_path):
     cubins.check_manifest(m, "hopper", tmp_path)
 
 
-def test_the_budget_bounds_every_child_and_stops_starting_kernels(tmp_path, monkeypatch, capsys):
-    """Each child's limit is what is left of the budget; under 10 s left, no kernel starts."""
+def _fake_run(tmp_path, monkeypatch, kernels: dict, budget_s: float, took: dict, estimate=None):
+    """dc.run over a manifest of ``kernels`` ({run name: entry}) with children that take
+    ``took[phase]`` seconds of a fake clock (or are killed at their limit)."""
     import types
 
-    from porter.runtime import device, device_check as dc, driver
+    from porter.runtime import device, device_check as dc, device_plan, driver
 
     m = _manifest(tmp_path)
     m["arch"], m["target"] = "hopper", "sm_90a"
-    m["kernels"] = {f"hopper/k{i}": {"cubin": "cubins/k.cubin", "level": "sass-checked",
-                                      "shapes": {"limit_s": 60.0}} for i in range(4)}
+    m["kernels"] = {f"hopper/{name}": {"cubin": "cubins/k.cubin", "level": "sass-checked", **e}
+                    for name, e in kernels.items()}
     (tmp_path / "cubins" / "k.cubin").write_bytes(b"\x7fELF primary")
     (tmp_path / cubins.MANIFEST).write_text(json.dumps(m))
     clock = [1000.0]
     monkeypatch.setattr(dc, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
-    limits = []
+    calls = []
 
-    def child(script, kernel, limit, env, printer, record):
-        limits.append(limit)
-        took = min(25.0, limit)                        # every kernel takes 25 s, or is killed at its limit
-        clock[0] += took
-        record.update(validated=True, seconds=took)
+    def child(script, kernel, limit, env, printer, record, phase="validate"):
+        calls.append((phase, kernel, limit))
+        spent = min(took[phase], limit)
+        clock[0] += spent
+        record.update(seconds=spent)
+        if phase == "validate":
+            record.update(validated=True)
+        else:
+            record["bench"].append({"family": "gemm", "shape": [8, 8, 8], "tflops": 1.0, "spot_check": {"passed": True},
+                                    "time": {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0}})
+        assert env["CUDA_MODULE_LOADING"] == "EAGER"
 
     monkeypatch.setattr(dc, "_run_child", child)
     monkeypatch.setattr(dc, "clocks", lambda: None)
+    if estimate is not None:
+        monkeypatch.setattr(device_plan, "estimate_s", estimate)
     monkeypatch.setattr(driver, "bindings", driver.bindings)
     monkeypatch.setattr(device, "_DEFAULT", {})
     monkeypatch.setenv(device.DEVICE_ENV, "porter.runtime.fakedriver:rehearsal_device")
     try:
-        rc = dc.run(tmp_path / "out", SCRIPT, budget_s=60, prepared=tmp_path)
+        rc = dc.run(tmp_path / "out", SCRIPT, budget_s=budget_s, prepared=tmp_path)
     finally:
         driver._init.cache_clear()
         driver.context.cache_clear()
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert limits == [60.0, 35.0, 10.0] and rc == 1 and results["seconds"] <= 60
+    return rc, calls, json.loads((tmp_path / "out" / "results.json").read_text())
+
+
+def test_the_budget_bounds_every_child_and_stops_starting_kernels(tmp_path, monkeypatch, capsys):
+    """Each child's limit is what is left of the budget; under 10 s left, no kernel starts."""
+    kernels = {f"k{i}": {"shapes": {"limit_s": 60.0, "validate": [], "bench": []}} for i in range(4)}
+    rc, calls, results = _fake_run(tmp_path, monkeypatch, kernels, 60, {"validate": 25.0})
+    assert [c[2] for c in calls] == [60.0, 35.0, 10.0] and rc == 1 and results["seconds"] <= 60
     assert [k.get("not_run") for k in results["kernels"]] == [None, None, None, "the run's 60 s budget is spent"]
-    assert "NOT RUN" in capsys.readouterr().out.splitlines()[-3]
+    assert "NOT RUN" in capsys.readouterr().out.splitlines()[-4]
+
+
+def test_every_kernel_validates_before_any_benchmark_and_ab_pairs_go_first(tmp_path, monkeypatch, capsys):
+    """Validation of every form first; then the A/B pair (old form, then new), then the other
+    benchmarks; a benchmark whose estimate no longer fits the budget is skipped, saying so."""
+    from porter.runtime.device_plan import PREDICTED_LABEL
+
+    shapes = {"limit_s": 60.0, "validate": [[8, 8, 8]], "bench": [[8, 8, 8]]}
+    kernels = {"a": {"shapes": shapes}, "b": {"shapes": shapes},
+               "c": {"shapes": shapes, "predicted": {"8x8x8": {"time_us": 800.0, "label": PREDICTED_LABEL}}},
+               "c[stages=2]": {"shapes": shapes, "form": {"kernel": "c", "role": "ab-old", "sets": ["stages=2"]},
+                               "predicted": {"8x8x8": {"time_us": 1000.0, "label": PREDICTED_LABEL}}}}
+    rc, calls, results = _fake_run(tmp_path, monkeypatch, kernels, 130, {"validate": 10.0, "bench": 30.0},
+                                   estimate=lambda entry, phase, arch=None: 30.0)
+    assert [(p, k) for p, k, _ in calls] == [("validate", "a"), ("validate", "b"), ("validate", "c"),
+                                             ("validate", "c[stages=2]"), ("bench", "c[stages=2]"), ("bench", "c"),
+                                             ("bench", "a")]
+    k = _by_name(results)
+    assert "budget leaves 30 s, this benchmark needs ~30 s" not in (k["a"].get("bench_skipped") or "")
+    assert k["b"]["bench_skipped"].startswith("the run's 130 s budget leaves 0 s")
+    assert k["c"]["decides"] == "A/B: c new form vs old (stages=2)"
+    (ab,) = results["comparisons"]
+    assert ab["kernel"] == "c" and ab["old"] == "c[stages=2]" and ab["predicted_speedup"] == pytest.approx(1.25)
+    assert ab["predicted_label"] == PREDICTED_LABEL and ab["measured_speedup"] == pytest.approx(1.0)
+    out = capsys.readouterr().out
+    assert f"A/B c vs c[stages=2]: 1.00x measured (within noise), 1.25x {PREDICTED_LABEL}" in out
 
 
 def test_run_without_a_gpu_says_so_and_keeps_every_kernel_open(tmp_path, monkeypatch, capsys):
@@ -343,4 +453,56 @@ def test_table_lines_are_compact():
     rows = [{"name": f"k{i}", "checks": [{"passed": True}] * 3, "bench": [], "level": "sass-checked",
              "validated": True, "seconds": 1.0} for i in range(7)]
     lines = table_lines({"arch": "hopper", "environment": {"gpu": "G"}, "kernels": rows, "seconds": 9.0, "out": "o"})
-    assert len(lines) == 10 and lines[-1].startswith("7 of 7 kernels passed") and all(len(x) < 200 for x in lines)
+    assert len(lines) == 11 and lines[-1].startswith("7 of 7 kernels passed") and all(len(x) < 200 for x in lines)
+    assert lines[-2].startswith("* predicted: predicted by porter's timing model, not measured")
+
+
+def _bench_row(baseline):
+    return {"family": "gemm", "shape": [8, 8, 8], "tflops": 700.0, "spot_check": {"passed": True},
+            "time": {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0}, "baseline": baseline}
+
+
+def test_a_validated_kernel_keeps_its_level_whatever_the_benchmark_or_its_baseline_did():
+    """A baseline that raised is the baseline skipped (porter's timing kept: benchmarked); a
+    benchmark child that failed after validation leaves the kernel device-validated."""
+    from porter.runtime.device_check import _level, _status, table_lines
+
+    raised = {"name": "gemm_baseline", "skipped": "the baseline raised RuntimeError: cuBLAS refused", "raised": "x"}
+    ok = {"name": "g", "validated": True, "checks": [{"passed": True}], "bench": [_bench_row(raised)]}
+    assert _level(ok, "sass-checked", False, "cuda") == "benchmarked" and _status(ok) == "passed"
+    broke = {"name": "h", "validated": True, "checks": [{"passed": True}], "bench": [],
+             "bench_error": {"kind": "bug", "message": "RuntimeError: torch"}}
+    assert _level(broke, "sass-checked", False, "cuda") == "device-validated" and _status(broke) == "BENCH ERROR"
+    assert _level(broke, "sass-checked", True, "cuda") == "sass-checked"            # a rehearsal claims nothing
+    failed = {"name": "f", "validated": False, "checks": [{"passed": False}], "bench": []}
+    assert _level(failed, "sass-checked", False, "cuda") == "sass-checked"
+    for r in (ok, broke):
+        r.update(level=_level(r, "sass-checked", False, "cuda"), seconds=1.0)
+    lines = table_lines({"arch": "hopper", "environment": {"gpu": "G"}, "kernels": [ok, broke], "seconds": 2.0,
+                         "out": "o"})
+    assert any("baseline skipped: the baseline raised RuntimeError: cuBLAS refused" in x for x in lines)
+    assert any("bench: RuntimeError: torch" in x for x in lines)
+
+
+def test_one_failing_optional_query_is_not_no_gpu(monkeypatch):
+    """The driver version and the clock rate are asked for on their own: one that fails (an
+    attribute a newer driver dropped, an old driver) is recorded as unavailable, the GPU stays."""
+    from porter.runtime import device, device_check as dc, driver, fakedriver
+
+    gpu = fakedriver.FakeGPU("hopper")
+    a = gpu.d.CUdevice_attribute
+    real_attr = gpu.cuDeviceGetAttribute
+    monkeypatch.setattr(gpu, "cuDriverGetVersion", lambda: gpu._err("CUDA_ERROR_NOT_SUPPORTED", 0))
+    monkeypatch.setattr(gpu, "cuDeviceGetAttribute", lambda attr, dev: gpu._err("CUDA_ERROR_INVALID_VALUE", 0)
+                        if attr == a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE else real_attr(attr, dev))
+    monkeypatch.setattr(driver, "bindings", driver.bindings)
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    fakedriver.install(gpu)
+    try:
+        env = dc._environment(device.CudaDevice())
+    finally:
+        driver._init.cache_clear()
+        driver.context.cache_clear()
+    assert env["gpu"] == fakedriver.DEVICE_NAME and env["compute_capability"] == [9, 0] and "why_no_gpu" not in env
+    assert env["driver_cuda"] is None and "CUDA_ERROR_NOT_SUPPORTED" in env["unavailable"]["driver_cuda"]
+    assert env["max_sm_clock_mhz"] is None and "CLOCK_RATE" in env["unavailable"]["max_sm_clock_mhz"]

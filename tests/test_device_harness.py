@@ -436,10 +436,25 @@ def test_validate_attention_on_the_rehearsal_gpu(rehearsal_gpu, hopper):
     assert [c["passed"] for c in checks] == [True, True, True], checks
 
 
+def test_the_megakernel_passes_on_the_rehearsal_gpu(rehearsal_gpu, hopper):
+    """The rehearsal GPU runs the step with porter's megakernel VM on the arena the launch
+    points at (instructions, tensor table, counters): a correct step passes, one lost
+    signal fails on the counters."""
+    from porter.kernels import megakernel
+
+    spec = megakernel.variants(hopper)[0]
+    c = dr.validate_megakernel(spec, hopper, shapes=["tiny"], seeds=1)[0]
+    assert c["passed"] and c["counters_ok"], c
+    rehearsal_gpu.behaviours[spec.name] = "fail"
+    c = dr.validate_megakernel(spec, hopper, shapes=["tiny"], seeds=1)[0]
+    assert not c["passed"] and not c["counters_ok"]
+
+
 def test_validate_megakernel_on_the_rehearsal_gpu_catches_an_idle_kernel(rehearsal_gpu, hopper):
     from porter.kernels import megakernel
 
     spec = megakernel.variants(hopper)[0]
+    rehearsal_gpu.behaviours[spec.name] = "skip"
     checks = dr.validate_megakernel(spec, hopper, shapes=["tiny"], seeds=1)
     c = checks[0]
     assert not c["passed"] and not c["counters_ok"]
@@ -462,6 +477,51 @@ def test_a_fault_is_sticky_and_a_hang_is_named(rehearsal_gpu, hopper):
         dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1)
     with pytest.raises(KernelFault, match="cuMemAlloc"):               # the context is lost
         device.get_device().alloc(16)
+
+
+def test_after_a_hang_nothing_is_freed(rehearsal_gpu, hopper):
+    """cuMemFree may synchronise on a hung kernel and never return (the rehearsal GPU's blocks
+    forever): once a kernel hung or faulted, buffers are dropped without it."""
+    import threading
+
+    from porter.commands.kernel import find_kernel
+    from porter.runtime import device, driver
+    from porter.runtime.device import KernelHang
+
+    spec = find_kernel("gemm.bf16", hopper)[0]
+    buf = device.get_device().alloc(64)
+    rehearsal_gpu.behaviours[spec.name] = "hang"
+    device.get_device().launch_timeout_s = 0.2
+    with pytest.raises(KernelHang):
+        dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1)
+    assert "still running" in driver.context_lost()
+    freed = threading.Thread(target=buf.free, daemon=True)
+    freed.start()
+    freed.join(5)
+    assert not freed.is_alive() and buf.ptr == 0
+    blocked = threading.Thread(target=rehearsal_gpu.cuMemFree, args=(1 << 20,), daemon=True)
+    blocked.start()                                 # the model: the driver's own free would block
+    blocked.join(0.5)
+    assert blocked.is_alive()
+
+
+def test_a_baseline_that_raises_keeps_porters_timing(rehearsal_gpu, monkeypatch, hopper):
+    from porter.commands.kernel import find_kernel
+    from porter.runtime import baselines
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED")
+
+    monkeypatch.setattr(baselines, "gemm_baseline", broken)
+    monkeypatch.setattr(baselines, "attention_baseline", broken)
+    monkeypatch.setenv(timing.WARMUP_ENV, "5")
+    monkeypatch.setattr(timing, "MAX_ROTATION_SETS", 2)
+    row = dr.bench_gemm(find_kernel("gemm.bf16", hopper)[0], hopper, shapes=[(256, 256, 64)])[0]
+    assert row["tflops"] > 0 and row["spot_check"]["passed"] and row["time"]["n"] == timing.TIMED_LAUNCHES
+    assert row["baseline"]["skipped"] == "the baseline raised RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED"
+    assert "pct_of_baseline" not in row
+    row = dr.bench_attention(find_kernel("attention.hd64", hopper)[0], hopper, shapes=[(1, 2, 2, 128, 128)])[0]
+    assert row["tflops"] > 0 and row["spot_check"]["passed"] and "raised RuntimeError" in row["baseline"]["skipped"]
 
 
 def test_bench_qkv_is_fast_random_and_seeded(monkeypatch):

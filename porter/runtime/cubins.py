@@ -143,15 +143,22 @@ def prepared_entry(spec, arch) -> tuple[dict, Path] | None:
     if not folder:
         return None
     manifest = _checked(str(Path(folder).resolve()), arch.name)
+    from porter.pipeline.work import jsonable
+
+    kernels = manifest.get("kernels") or {}
     key = f"{arch.name}/{spec.name}"
-    entry = (manifest.get("kernels") or {}).get(key)
+    want = jsonable(spec.to_dict())
+    entry = kernels.get(key)
+    if entry is None or entry.get("spec") != want:
+        # a knob form (an A/B pair's previous configuration) is kept under its own run name
+        same = next((e for e in kernels.values() if e.get("spec") == want), None)
+        if same is not None:
+            return same, Path(folder)
     if entry is None:
         why = (manifest.get("failed") or {}).get(key)
         raise PorterError(f"{spec.name}: not in the prepared manifest "
                           + (f"(prepare failed to build it: {why})" if why else "(prepare did not build it)"))
-    from porter.pipeline.work import jsonable
-
-    if jsonable(spec.to_dict()) != entry.get("spec"):
+    if want != entry.get("spec"):
         raise PorterError(f"{spec.name}: the prepared manifest holds another configuration of this kernel; "
                           "prepare again")
     return entry, Path(folder)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from porter.errors import PorterError
 from porter.runtime import cubins
+from porter.runtime import device_plan as plan
 
 EVENT_PREFIX = "@@porter "
 ARCH = "hopper"
@@ -70,7 +71,9 @@ def plan_shapes(spec, profile: str) -> dict:
             validate = validate[:2] + ([list(dr.ATTENTION_CAUSAL_WIDE)] if spec.config.get("causal") else [])
             bench = [[1, 2, 2, 128, 128]]
         else:
-            validate, bench = validate[:1], []
+            # the kernel's own model is Llama-3.2-1B (2.4 GB of weights): the rehearsal GPU,
+            # which computes on the host, times a step of the tiny model on the full grid
+            validate, bench = validate[:1], [{"model": "tiny", "pos": 8}]
         seeds = 1
     elif profile != "full":
         raise PorterError(f"--profile {profile!r}: full or rehearsal")
@@ -123,21 +126,70 @@ def _sass_checks(spec, cubin: bytes) -> list[dict]:
     return [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in sass_checks(spec, hist)]
 
 
+def _build_entry(spec, arch, profile: str, nvcc, fallback_tool: str, manifest: dict, form: dict, echo) -> dict | None:
+    """Build ``spec``; its manifest entry (cubins written under ``out``), or None with the failure recorded."""
+    from porter import kernels as kfam
+    from porter.fsutil import atomic_write
+    from porter.kernels.build import build_kernel
+    from porter.pipeline.work import jsonable
+
+    t0 = time.time()
+    run_name = plan.form_name(form["kernel"], form.get("sets"))
+    key = f"{arch.name}/{run_name}"
+    build = build_kernel(spec, arch)
+    if not build.ok:
+        failed = next((c for c in build.checks if not c.passed), None)
+        manifest["failed"][key] = build.compile_error or (f"{failed.name}: {failed.detail}" if failed else "")
+        echo(f"FAILED {key}: {manifest['failed'][key]}")
+        return None
+    out = manifest["_out"]
+    stem = run_name.replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
+    rel = f"cubins/{stem}.cubin"
+    atomic_write(out / rel, build.compiled.cubin)
+    source = kfam.family_module(spec.family).render(spec, arch)
+    shapes = plan_shapes(spec, profile)
+    if form.get("role") == "ab-old":
+        shapes["validate"] = shapes["validate"][:2]     # the previous form validated before: smoke + one
+    entry = {"spec": jsonable(spec.to_dict()), "form": form, "cubin": rel,
+             "cubin_sha256": cubins.sha256(build.compiled.cubin),
+             "nvrtc": f"NVRTC {manifest['nvrtc']}", "level": build.level.label,
+             "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in build.checks],
+             "resources": jsonable(build.resources) if build.resources else None,
+             "source_sha256": cubins.sha256(source.encode()), "shapes": shapes,
+             "predicted": plan.predictions(arch, spec, shapes["bench"])}
+    if nvcc:
+        try:
+            blob = _nvcc_cubin(nvcc, source, arch.target, stem)
+            frel = f"cubins/{stem}.fallback.cubin"
+            atomic_write(out / frel, blob)
+            entry.update(fallback_cubin=frel, fallback_cubin_sha256=cubins.sha256(blob),
+                         fallback_toolchain=fallback_tool, fallback_checks=_sass_checks(spec, blob))
+        except (PorterError, subprocess.SubprocessError, OSError) as exc:
+            entry["fallback_error"] = str(exc)[:300]
+    manifest["kernels"][key] = entry
+    echo(f"built {key} ({build.level.label}, {time.time() - t0:.1f} s"
+         + (", + fallback" if entry.get("fallback_cubin") else "") + ")")
+    return entry
+
+
 def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: bool = True,
-            kernels: list[str] | None = None, echo=print) -> int:
-    """Build every supported kernel of ``arch_name`` into ``out``; write the manifest. Exit 0, or 1 if a build failed."""
+            kernels: list[str] | None = None, echo=print, ab: list[str] | None = None,
+            fallback_kernels: list[str] | None = None) -> int:
+    """Build every supported kernel of ``arch_name`` into ``out`` (and the previous form of
+    each changed kernel: ``device_plan.AB_FORMS`` and ``ab``, "KERNEL:key=value,..."); write
+    the manifest. ``fallback_kernels``: build fallback cubins for these only (default: all).
+    Exit 0, or 1 if a build failed."""
     from porter import kernels as kfam
     from porter.compile import sass
     from porter.compile import toolchain
     from porter.descriptor.arch import load_arch
     from porter.fsutil import atomic_write
     from porter.kernels.base import Unsupported
-    from porter.kernels.build import build_kernel
-    from porter.pipeline.work import jsonable
 
     arch = load_arch(arch_name)
     out = Path(out)
     (out / "cubins").mkdir(parents=True, exist_ok=True)
+    forms = list(plan.AB_FORMS) + plan.parse_ab(ab)
     nvcc, fallback_tool = _nvcc_fallback() if fallback else (None, "fallback off")
     sources = cubins.source_digests()
     manifest = {"format": cubins.FORMAT, "arch": arch.name, "target": arch.target, "profile": profile,
@@ -145,48 +197,56 @@ def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: b
                 "porter_commit": cubins.porter_commit(), "nvrtc": toolchain.nvrtc_version(),
                 "nvdisasm": sass.nvdisasm_version(), "fallback_toolchain": fallback_tool if nvcc else None,
                 "fallback_note": "" if nvcc else fallback_tool,
-                "sources_sha256": cubins.tree_digest(sources), "sources": sources, "kernels": {}, "failed": {}}
+                "sources_sha256": cubins.tree_digest(sources), "sources": sources, "kernels": {}, "failed": {},
+                "tuned": plan.TUNED_NOTE, "_out": out}
     for family in FAMILIES:
         for spec in kfam.family_module(family).variants(arch):
             if isinstance(spec, Unsupported) or (kernels and spec.name not in kernels):
                 continue
-            t0 = time.time()
-            key = f"{arch.name}/{spec.name}"
-            build = build_kernel(spec, arch)
-            if not build.ok:
-                failed = next((c for c in build.checks if not c.passed), None)
-                manifest["failed"][key] = build.compile_error or (f"{failed.name}: {failed.detail}" if failed else "")
-                echo(f"FAILED {key}: {manifest['failed'][key]}")
-                continue
-            rel = f"cubins/{spec.name}.cubin"
-            atomic_write(out / rel, build.compiled.cubin)
-            source = kfam.family_module(family).render(spec, arch)
-            entry = {"spec": jsonable(spec.to_dict()), "cubin": rel, "cubin_sha256": cubins.sha256(build.compiled.cubin),
-                     "nvrtc": f"NVRTC {manifest['nvrtc']}", "level": build.level.label,
-                     "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in build.checks],
-                     "resources": jsonable(build.resources) if build.resources else None,
-                     "source_sha256": cubins.sha256(source.encode()), "shapes": plan_shapes(spec, profile)}
-            if nvcc:
+            use_nvcc = nvcc if not fallback_kernels or spec.name in fallback_kernels else None
+            built = _build_entry(spec, arch, profile, use_nvcc, fallback_tool, manifest,
+                                 {"kernel": spec.name, "role": "default"}, echo)
+            for kernel, sets, why in forms:
+                if kernel != spec.name or built is None:
+                    continue
+                key = f"{arch.name}/{plan.form_name(kernel, sets)}"
                 try:
-                    blob = _nvcc_cubin(nvcc, source, arch.target, spec.name)
-                    frel = f"cubins/{spec.name}.fallback.cubin"
-                    atomic_write(out / frel, blob)
-                    entry.update(fallback_cubin=frel, fallback_cubin_sha256=cubins.sha256(blob),
-                                 fallback_toolchain=fallback_tool, fallback_checks=_sass_checks(spec, blob))
-                except (PorterError, subprocess.SubprocessError, OSError) as exc:
-                    entry["fallback_error"] = str(exc)[:300]
-            manifest["kernels"][key] = entry
-            echo(f"built {key} ({build.level.label}, {time.time() - t0:.1f} s"
-                 + (", + fallback" if entry.get("fallback_cubin") else "") + ")")
+                    old = plan.knob_spec(arch, kernel, sets)
+                except PorterError as exc:
+                    manifest["failed"][key] = str(exc)
+                    echo(f"not built {key}: {exc}")
+                    continue
+                _build_entry(old, arch, profile, use_nvcc, fallback_tool, manifest,
+                             {"kernel": kernel, "role": "ab-old", "sets": list(sets), "why": why}, echo)
+    del manifest["_out"]
     after = cubins.source_digests()
     changed = sorted(p for p in set(sources) | set(after) if sources.get(p) != after.get(p))
     if changed:
         echo(f"warning: {len(changed)} source file(s) changed while preparing ({', '.join(changed[:3])}): "
              "run will call this manifest stale; prepare again")
+    rows = plan.timeline(manifest)
+    manifest["estimate_s"] = round(rows[-1]["cumulative_s"], 1) if rows else 0.0
     atomic_write(out / cubins.MANIFEST, json.dumps(manifest, indent=1))
-    echo(f"wrote {out / cubins.MANIFEST}: {len(manifest['kernels'])} kernels, {len(manifest['failed'])} failed; "
-         f"fallback cubins: {fallback_tool if nvcc else 'none (' + fallback_tool + ')'}")
-    return 1 if manifest["failed"] else 0
+    echo(f"wrote {out / cubins.MANIFEST}: {len(manifest['kernels'])} kernel forms, {len(manifest['failed'])} failed; "
+         f"fallback cubins: {fallback_tool if nvcc else 'none (' + fallback_tool + ')'}; "
+         f"estimated visit {manifest['estimate_s']:.0f} s of kernel work (benchmarks/device_check.py plan)")
+    return 1 if [k for k in manifest["failed"] if k.split("/", 1)[1] in
+                 {s.name for f in FAMILIES for s in kfam.family_module(f).variants(arch)}] else 0
+
+
+def plan_lines(manifest: dict, budget_s: float = None, kernels=None) -> list[str]:
+    """The visit's timeline: every child in run order, its estimate, the running total, and
+    which benchmarks ``budget_s`` leaves out."""
+    budget_s = BUDGET_S if budget_s is None else budget_s
+    rows = plan.timeline(manifest, kernels)
+    lines = [f"{'phase':<9} {'run':<40} {'est s':>6} {'total':>6}  decides"]
+    for r in rows:
+        over = "  (over the --budget: not run)" if r["cumulative_s"] > budget_s else ""
+        lines.append(f"{r['phase']:<9} {r['run'][:40]:<40} {r['estimate_s']:>6.0f} {r['cumulative_s']:>6.0f}  "
+                     f"{r.get('decides', 'validation')}{over}")
+    lines.append(f"estimated {rows[-1]['cumulative_s'] if rows else 0:.0f} s against a {budget_s:.0f} s budget "
+                 "(host work measured on a 2-core machine: an upper bound); " + manifest.get("tuned", plan.TUNED_NOTE))
+    return lines
 
 
 # ---- the child: one kernel ------------------------------------------------------------------------
@@ -203,27 +263,36 @@ def _shape_of(shape, family):
     return tuple(shape) if family in ("gemm", "attention") else shape
 
 
-def child(kernel: str) -> int:
-    """Validate (smoke first) and, when it passed on a GPU, benchmark one prepared kernel,
-    streaming events to stdout. Ends with os._exit so a lost context is not torn down."""
+def child(kernel: str, phase: str = "validate") -> int:
+    """Validate (smoke first) or benchmark one prepared kernel form, streaming events to
+    stdout. Ends with os._exit. After a failure it reports and exits at once, inside the
+    handler: while the exception is alive its frames keep the device buffers referenced,
+    so nothing is freed (cuMemFree may wait on a hung kernel forever; after a fault it
+    frees nothing); the memory goes with the process."""
+    from porter.runtime import driver
+
+    # before the driver initialises: a refused cubin is refused at load, inside the fallback
+    os.environ[driver.MODULE_LOADING_ENV] = "EAGER"
     code = 1
     try:
-        code = _child(kernel)
+        code = _child(kernel, phase)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, with what finished kept
         from porter.runtime.driver import KernelFault, KernelHang
 
         kind = ("hang" if isinstance(exc, KernelHang) else "fault" if isinstance(exc, KernelFault)
                 else "error" if isinstance(exc, PorterError) else "bug")
-        event = {"event": "error", "kind": kind, "message": f"{type(exc).__name__}: {exc}"
+        event = {"event": "error", "phase": phase, "kind": kind, "message": f"{type(exc).__name__}: {exc}"
                  if kind == "bug" else str(exc)}
         if kind == "bug":
             event["traceback"] = traceback.format_exc()[-3000:]
         _emit(event)
+        sys.stdout.flush()
+        os._exit(1)
     sys.stdout.flush()
     os._exit(code)
 
 
-def _child(kernel: str) -> int:
+def _child(kernel: str, phase: str) -> int:
     from porter.descriptor.arch import load_arch
     from porter.pipeline.work import spec_from_dict
     from porter.runtime.device import get_device
@@ -252,6 +321,16 @@ def _child(kernel: str) -> int:
         driver.set_function_attributes(fn.handle, spec.smem_bytes, spec.cluster)
         loaded["attributes"] = driver.function_attributes(fn.handle)
     _emit(loaded)
+    if phase == "bench":
+        for shape in shapes["bench"]:
+            _emit({"event": "launch", "phase": "bench", "kernel": kernel, "shape": shape, "seed": "bench"})
+            rows = dr.bench_family(spec, arch, [_shape_of(shape, spec.family)], baseline=True)
+            for row in rows:
+                preds = entry.get("predicted") or {}
+                row["predicted"] = preds.get(plan.shape_key(shape)) or {
+                    "unavailable": preds.get("unavailable", "no prediction recorded at prepare")}
+                _emit({"event": "bench", "kernel": kernel, "row": row})
+        return 0
     validate = [_shape_of(s, spec.family) for s in shapes["validate"]]
 
     def log(event):
@@ -266,20 +345,7 @@ def _child(kernel: str) -> int:
     rest = dr.validate_family(spec, arch, validate[1:], shapes["seeds"], device=dev, log=log) if validate[1:] else []
     passed = all(c["passed"] for c in rest)
     _emit({"event": "validated", "kernel": kernel, "passed": passed, "seconds": time.time() - t0})
-    if not passed:
-        return 1
-    if dev.kind != "cuda":
-        _emit({"event": "bench_skipped", "kernel": kernel, "why": f"benchmarks need a GPU (device is {dev.kind})"})
-        return 0
-    if not shapes["bench"]:
-        _emit({"event": "bench_skipped", "kernel": kernel, "why": "no benchmark shapes in this profile"})
-        return 0
-    for shape in shapes["bench"]:
-        _emit({"event": "launch", "phase": "bench", "kernel": kernel, "shape": shape, "seed": "bench"})
-        rows = dr.bench_family(spec, arch, [_shape_of(shape, spec.family)], baseline=True)
-        for row in rows:
-            _emit({"event": "bench", "kernel": kernel, "row": row})
-    return 0
+    return 0 if passed else 1
 
 
 # ---- the parent: every kernel, bounded ---------------------------------------------------------------
@@ -366,14 +432,16 @@ def _record_event(event: dict, record: dict, printer: Printer, state: dict) -> N
         record["bench_skipped"] = event["why"]
     elif kind == "error":
         record["error"] = {k: event[k] for k in ("kind", "message", "traceback") if k in event}
+        printer.token(f"{event.get('kind', 'error').upper()} ")
 
 
-def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Printer, record: dict) -> None:
-    """One child, streamed into ``record``; killed at ``limit_s``."""
+def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Printer, record: dict,
+               phase: str = "validate") -> None:
+    """One child (``phase`` validate or bench), streamed into ``record``; killed at ``limit_s``."""
     import selectors
     import signal
 
-    cmd = [sys.executable, str(script), "child", kernel]
+    cmd = [sys.executable, str(script), "child", kernel, "--phase", phase]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(script.parent.parent),
                             start_new_session=True)
@@ -448,21 +516,30 @@ def _status(record: dict) -> str:
         return "NOT RUN"
     if not record.get("validated"):
         return "FAILED"
+    bench_err = (record.get("bench_error") or {}).get("kind")
+    if bench_err:
+        return "BENCH " + {"timeout": "TIMEOUT", "hang": "HANG", "fault": "FAULT"}.get(bench_err, "ERROR")
     if any(not (r.get("spot_check") or {}).get("passed", True) for r in record["bench"]):
         return "BENCH FAIL"
     return "passed"
 
 
 def _level(record: dict, manifest_level: str, rehearsal: bool, kind: str) -> str:
+    """What this visit established: device-validated once every check passed on a GPU (a
+    benchmark's failure, or its baseline's, takes nothing away from that), benchmarked
+    when its benchmarks also ran clean; a rehearsal or a failed validation claims nothing."""
     from porter.levels import Level
 
-    if rehearsal or _status(record) not in ("passed",):
+    validated = record.get("validated") and not record.get("error") and not record.get("not_run")
+    if rehearsal or not validated:
         return manifest_level
     if kind == "emu":
         return Level.EMULATED.label
     if kind != "cuda":
         return manifest_level
-    return (Level.BENCHMARKED if record["bench"] else Level.DEVICE_VALIDATED).label
+    bench_ok = record["bench"] and not record.get("bench_error") and all(
+        (r.get("spot_check") or {}).get("passed", True) for r in record["bench"])
+    return (Level.BENCHMARKED if bench_ok else Level.DEVICE_VALIDATED).label
 
 
 def _worst_check(checks: list[dict]) -> str:
@@ -486,76 +563,121 @@ def _worst_check(checks: list[dict]) -> str:
     return ", ".join(bits)
 
 
-def _bench_cell(rows: list[dict]) -> tuple[str, str]:
+def _bench_cell(rows: list[dict]) -> tuple[str, str, str]:
+    """(porter measured, predicted by the timing model, baseline) for a record's last row."""
     if not rows:
-        return "-", "-"
+        return "-", "-", "-"
     row = rows[-1]
+    pred = row.get("predicted") or {}
     if row.get("family") == "megakernel":
         base = row.get("copy_floor_us")
-        return f"{row['us_per_step']:.1f} us", (f"floor {base:.1f} us" if base else "-")
+        p_us = pred.get("time_us")
+        return (f"{row['us_per_step']:.1f} us", f"{p_us:.1f} us" if isinstance(p_us, (int, float)) else "-",
+                f"floor {base:.1f} us" if base else "-")
     base = row.get("baseline") or {}
     ours = f"{row['tflops']:.3g} TF/s"
+    p_tf = pred.get("tflops")
+    predicted = f"{p_tf:.3g} TF/s" if isinstance(p_tf, (int, float)) else "-"
     if base.get("tflops"):
-        return ours, f"{base['tflops']:.3g} TF/s ({row['pct_of_baseline']:.0f}%)"
-    return ours, "skipped" if base.get("skipped") else "-"
+        return ours, predicted, f"{base['tflops']:.3g} TF/s ({row['pct_of_baseline']:.0f}%)"
+    return ours, predicted, "skipped" if base.get("skipped") else "-"
 
 
 def table_lines(results: dict) -> list[str]:
     env = results["environment"]
     head = (f"==== porter device check: {results['arch']} on {env.get('gpu', '?')}; "
             f"{len(results['kernels'])} kernels in {results['seconds']:.0f} s; {results['out']} ====")
-    lines = [head, f"{'kernel':<25} {'result':<10} {'checks':>7}  {'level':<17} {'porter':>12}  {'baseline':<20} {'s':>5}"]
+    lines = [head, f"{'kernel':<25} {'result':<11} {'checks':>7}  {'level':<16} {'measured':>11} {'predicted*':>11}  "
+                   f"{'baseline':<18} {'s':>4}"]
+    predicted_any = False
     for r in results["kernels"]:
         checks = r.get("checks", [])
         ok = sum(bool(c.get("passed")) for c in checks)
-        ours, base = _bench_cell(r.get("bench", []))
-        lines.append(f"{r['name']:<25} {_status(r):<10} {ok:>3}/{len(checks):<3}  {r['level']:<17} {ours:>12}  "
-                     f"{base:<20} {r.get('seconds', 0):>5.0f}")
+        ours, pred, base = _bench_cell(r.get("bench", []))
+        predicted_any |= pred != "-"
+        lines.append(f"{r['name'][:25]:<25} {_status(r):<11} {ok:>3}/{len(checks):<3}  {r['level']:<16} {ours:>11} "
+                     f"{pred:>11}  {base:<18} {r.get('seconds', 0):>4.0f}")
         why = (r.get("error") or {}).get("message") or r.get("not_run") or _worst_check(checks) \
-            or ("bench: " + r["bench_skipped"] if r.get("bench_skipped") else "")
+            or ("bench: " + r["bench_error"]["message"] if r.get("bench_error") else "") \
+            or ("bench: " + r["bench_skipped"] if r.get("bench_skipped") else "") \
+            or _baseline_note(r.get("bench", []))
         if r.get("smoke_failed"):
             why = "smoke launch failed (the other shapes and the benchmark not run): " + why
         if why:
             lines.append(f"    {why[:180]}")
+    for c in results.get("comparisons", []):
+        pred = (f", {c['predicted_speedup']:.2f}x {plan.PREDICTED_LABEL}" if c.get("predicted_speedup") else
+                ", no prediction")
+        lines.append(f"A/B {c['kernel']} vs {c['old']}: {c['measured_speedup']:.2f}x measured"
+                     + ("" if c.get("beyond_noise") else " (within noise)") + pred)
+    lines.append(f"* predicted: {plan.PREDICTED_LABEL}" + ("" if predicted_any else
+                                                           " (no prediction recorded: see results.json)"))
     n_ok = sum(_status(r) == "passed" for r in results["kernels"])
     lines.append(f"{n_ok} of {len(results['kernels'])} kernels passed; results.json and run.log in {results['out']}")
     return lines
 
 
+def _baseline_note(rows: list[dict]) -> str:
+    skipped = [r["baseline"]["skipped"] for r in rows if (r.get("baseline") or {}).get("skipped")]
+    return f"baseline skipped: {skipped[-1]}" if skipped and "raised" in skipped[-1] else ""
+
+
+def _optional(env: dict, key: str, query) -> None:
+    """``env[key] = query()``; a failing query is recorded under env["unavailable"][key],
+    never taken for "no GPU" (a deprecated attribute, an old driver: one figure is missing)."""
+    try:
+        env[key] = query()
+    except Exception as exc:  # noqa: BLE001 - an optional figure never decides whether there is a GPU
+        env[key] = None
+        env.setdefault("unavailable", {})[key] = f"{type(exc).__name__}: {exc}"[:200]
+
+
 def _environment(dev) -> dict:
-    """GPU, driver, CUDA, cuda-bindings, torch; clocks read with nvidia-smi where it is."""
+    """GPU, driver, CUDA, cuda-bindings, torch; clocks read with nvidia-smi where it is.
+    Only the device itself (name, compute capability, SMs) decides whether there is a GPU;
+    every other figure is asked for on its own."""
     env = {"python": sys.version.split()[0], "device_kind": dev.kind}
     if dev.kind != "cuda":               # porter's emulator: no GPU to ask
         env["gpu"] = dev.name
         return env
-    try:
+    from porter.runtime import driver
+
+    def bindings_version():
         import cuda.bindings
 
-        env["cuda_bindings"] = getattr(cuda.bindings, "__version__", "?")
-    except ImportError:
-        env["cuda_bindings"] = None
-    try:
-        from porter.runtime import driver
+        return getattr(cuda.bindings, "__version__", "?")
 
+    _optional(env, "cuda_bindings", bindings_version)
+    try:
         info = driver.device()
         env.update(gpu=info.name, compute_capability=list(info.compute_capability), sm_count=info.sm_count)
-        drv = driver.bindings()
-        version = int(driver.check(driver.call(drv.cuDriverGetVersion, what="cuDriverGetVersion"),
-                                   "cuDriverGetVersion"))
-        env["driver_cuda"] = f"{version // 1000}.{version % 1000 // 10}"
-        a = drv.CUdevice_attribute
-        dev0 = driver.check(drv.cuDeviceGet(0), "cuDeviceGet")
-        env["max_sm_clock_mhz"] = int(driver.check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev0),
-                                                   "clock rate")) // 1000
     except PorterError as exc:
         env["gpu"], env["why_no_gpu"] = None, str(exc)
-    try:
+    except Exception as exc:  # noqa: BLE001 - a broken driver install is "no GPU", said in one line
+        env["gpu"], env["why_no_gpu"] = None, f"the driver could not be queried ({type(exc).__name__}: {exc})"
+    if env.get("gpu") is not None:
+        drv = driver.bindings()
+
+        def driver_cuda():
+            v = int(driver.check(driver.call(drv.cuDriverGetVersion, what="cuDriverGetVersion"), "cuDriverGetVersion"))
+            return f"{v // 1000}.{v % 1000 // 10}"
+
+        def sm_clock():
+            a = drv.CUdevice_attribute
+            dev0 = driver.check(drv.cuDeviceGet(0), "cuDeviceGet")
+            return int(driver.check(drv.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev0),
+                                    "cuDeviceGetAttribute(CLOCK_RATE)")) // 1000
+
+        _optional(env, "driver_cuda", driver_cuda)
+        _optional(env, "max_sm_clock_mhz", sm_clock)
+
+    def torch_version():
         import torch
 
-        env["torch"] = torch.__version__
         env["torch_cuda"] = getattr(torch.version, "cuda", None)
-    except ImportError:
-        env["torch"] = None
+        return torch.__version__
+
+    _optional(env, "torch", torch_version)
     return env
 
 
@@ -579,9 +701,14 @@ def clocks() -> dict | None:
 
 def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | None = None,
         kernels: list[str] | None = None, child_limit_s: float | None = None, check_sources: bool = True) -> int:
-    """The whole check; exit 0 all passed, 1 some did not, 2 bad manifest, 3 no GPU of the arch."""
+    """The whole check; exit 0 all passed, 1 some did not, 2 bad manifest, 3 no GPU of the arch.
+
+    Phase 1 validates every selected kernel form, each in its own child; phase 2 benchmarks
+    the forms that validated in the order of ``device_plan.bench_order`` (A/B pairs first),
+    skipping, with the reason, a benchmark whose estimate no longer fits the budget."""
     from porter.fsutil import atomic_write
     from porter.pipeline.work import jsonable
+    from porter.runtime import driver
     from porter.runtime.device import get_device
 
     t_start = time.monotonic()
@@ -591,17 +718,25 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{cubins.CUBIN_DIR_ENV: str(folder.resolve()),
-                              cubins.CHECKED_ENV: manifest.get("sources_sha256") or ""})
+                              cubins.CHECKED_ENV: manifest.get("sources_sha256") or "",
+                              # a refused cubin must show at load, inside the fallback (not at launch)
+                              driver.MODULE_LOADING_ENV: "EAGER"})
     dev = get_device()
     rehearsal = bool(getattr(dev, "rehearsal", False))
     environment = _environment(dev)
     environment["clocks_before"] = clocks()
+    environment["module_loading"] = "EAGER (children)"
     environment["manifest"] = {k: manifest.get(k) for k in ("porter_commit", "nvrtc", "built", "profile",
                                                              "fallback_toolchain", "fallback_note")}
     results = {"arch": manifest["arch"], "out": str(out), "environment": environment, "rehearsal": rehearsal,
-               "kernels": [], "seconds": 0.0}
-    entries = [(key.split("/", 1)[1], e) for key, e in manifest["kernels"].items()
-               if not kernels or key.split("/", 1)[1] in kernels]
+               "kernels": [], "comparisons": [], "seconds": 0.0, "budget_s": budget_s,
+               "tuned_vs_default": manifest.get("tuned", plan.TUNED_NOTE)}
+    entries = plan.selected(manifest, kernels)
+
+    def save():
+        results["seconds"] = time.monotonic() - t_start
+        atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))   # partial results survive
+
     with open(out / "run.log", "w") as log_file:
         printer = Printer(log_file)
         printer.logline(f"environment: {json.dumps(jsonable(environment))}")
@@ -615,67 +750,146 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
             short = why_not
         if why_not:
             printer.say(f"{why_not}; device validation and benchmarks of {manifest['arch']} still open")
-            for name, e in entries:
+            for name, e in entries.items():
                 results["kernels"].append({"name": name, "not_run": short, "checks": [], "bench": [],
                                            "level": e["level"]})
-            results["seconds"] = time.monotonic() - t_start
-            atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))
+            save()
             return 3
-        printer.say(f"porter device check: {len(entries)} {manifest['arch']} kernels on {environment['gpu']}"
-                    + (" (REHEARSAL: no GPU, levels not raised)" if rehearsal else ""))
+        printer.say(f"porter device check: {len(entries)} {manifest['arch']} kernel forms on {environment['gpu']}"
+                    + (" (REHEARSAL: no GPU, levels not raised)" if rehearsal else "")
+                    + f"; validation first, then benchmarks; budget {budget_s:.0f} s")
         deadline = t_start + budget_s
-        for name, entry in entries:
-            record = {"name": name, "checks": [], "bench": [], "level": entry["level"],
+        records = {}
+        for name, entry in entries.items():                     # phase 1: validate every form
+            record = {"name": name, "kernel": (entry.get("form") or {}).get("kernel", name),
+                      "form": entry.get("form"), "checks": [], "bench": [], "level": entry["level"],
                       # what the toolchain established here, carried in the manifest
                       "sass_checks": entry.get("checks"), "resources": entry.get("resources")}
+            records[name] = record
+            results["kernels"].append(record)
             left = deadline - time.monotonic()
-            limit = min(child_limit_s or entry["shapes"]["limit_s"], left)
             if left < 10:
                 record["not_run"] = f"the run's {budget_s:.0f} s budget is spent"
-                results["kernels"].append(record)
                 continue
-            printer.say(f"  {name} (limit {limit:.0f} s):")
+            limit = min(child_limit_s or entry["shapes"]["limit_s"], left)
+            printer.say(f"  validate {name} (limit {limit:.0f} s):")
             _run_child(script, name, limit, env, printer, record)
             printer.flush_partial()
-            record["level"] = _level(record, entry["level"], rehearsal, dev.kind)
-            results["kernels"].append(record)
-            results["seconds"] = time.monotonic() - t_start
-            atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))   # partial results survive
+            record["validate_s"] = record["seconds"]
+            save()
+        try:
+            from porter.descriptor.arch import load_arch
+
+            arch = load_arch(manifest["arch"])
+        except Exception:  # noqa: BLE001 - estimates fall back to the rates without the descriptor
+            arch = None
+        for item in plan.bench_order(entries):                  # phase 2: benchmarks, what decides most first
+            record, entry = records[item["run"]], entries[item["run"]]
+            record["decides"] = item["decides"]
+            if not record.get("validated") or record.get("error") or record.get("not_run"):
+                continue
+            if dev.kind != "cuda":
+                record["bench_skipped"] = f"benchmarks need a GPU (device is {dev.kind})"
+                continue
+            if not entry["shapes"].get("bench"):
+                record["bench_skipped"] = "no benchmark shapes in this profile"
+                continue
+            left, est = deadline - time.monotonic(), plan.estimate_s(entry, "bench", arch)
+            if left < 10 or est > left:
+                record["bench_skipped"] = (f"the run's {budget_s:.0f} s budget leaves {max(left, 0):.0f} s, this "
+                                           f"benchmark needs ~{est:.0f} s (porter's estimate)")
+                continue
+            limit = min(child_limit_s or entry["shapes"]["limit_s"], left)
+            printer.say(f"  bench {item['run']} ({item['decides']}; limit {limit:.0f} s):")
+            sub = {"checks": [], "bench": []}
+            _run_child(script, item["run"], limit, env, printer, sub, phase="bench")
+            printer.flush_partial()
+            record["bench"] += sub["bench"]
+            record["bench_s"] = sub.get("seconds")
+            record["seconds"] = round(record.get("validate_s", 0) + (sub.get("seconds") or 0), 1)
+            if sub.get("error"):
+                record["bench_error"] = sub["error"]
+            for key in ("notes", "load_notes"):
+                if sub.get(key):
+                    record.setdefault(key, []).extend(x for x in sub[key] if x not in record.get(key, []))
+            save()
+        for record in results["kernels"]:
+            record["level"] = _level(record, entries[record["name"]]["level"], rehearsal, dev.kind)
+        results["comparisons"] = plan.comparisons(results["kernels"], entries)
         environment["clocks_after"] = clocks()
         sdpa = {r.get("baseline", {}).get("backend") for k in results["kernels"] for r in k["bench"]
                 if r.get("family") == "attention"} - {None}
         environment["sdpa_backend"] = sorted(sdpa) or None
-        results["seconds"] = time.monotonic() - t_start
-        atomic_write(out / "results.json", json.dumps(jsonable(results), indent=1))
+        save()
         printer.table(table_lines(results))
     return 0 if all(_status(r) == "passed" for r in results["kernels"]) else 1
 
 
 # ---- the rehearsal: prepare + run on the rehearsal GPU ------------------------------------------
 
-REHEARSAL_BEHAVIOURS = "gemm.fp8=fail,attention.hd64.causal=fault,megakernel.llama-decode=hang"
+# Kernels that pass, fail, fault and hang; gemm.bf16's primary cubin refused (its fallback,
+# built with nvcc <= 13.0 where one is here, is loaded), and gemm.fp8 and the megakernel
+# pass and are benchmarked.
+REHEARSAL_BEHAVIOURS = "attention.hd64=fail,attention.hd64.causal=fault,attention.hd128.causal=hang"
+REHEARSAL_REFUSED = "gemm.bf16"
 
 
 def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[str] | None = None,
-             child_limit_s: float | None = None) -> int:
+             child_limit_s: float | None = None, ab: list[str] | None = None, snapshot: bool = False) -> int:
     """``prepare --profile rehearsal`` then ``run`` against porter.runtime.fakedriver (every
     driver call through the real binding's argument conversion), with kernels that pass,
-    fail, fault and hang (PORTER_REHEARSAL, default REHEARSAL_BEHAVIOURS). Exit as ``run``."""
+    fail, fault and hang (PORTER_REHEARSAL, default REHEARSAL_BEHAVIOURS), a refused primary
+    cubin (PORTER_REHEARSAL_REFUSE, default REHEARSAL_REFUSED) that falls back to its nvcc
+    cubin, and the manifest's source check. Exit as ``run``.
+
+    ``snapshot``: first copy the folders a GPU machine receives (SNAPSHOT_FOLDERS) under
+    ``out/checkout`` and rehearse there, as the GPU machine runs on a copy: other people's
+    edits of a shared checkout cannot make the manifest stale halfway through."""
     from porter.runtime import fakedriver
     from porter.runtime.device import DEVICE_ENV
 
     out = Path(out)
+    if snapshot:
+        return _rehearse_snapshot(out, budget_s, kernels, child_limit_s, ab)
     os.environ[DEVICE_ENV] = "porter.runtime.fakedriver:rehearsal_device"
     os.environ.setdefault(fakedriver.REHEARSAL_ENV, REHEARSAL_BEHAVIOURS)
+    os.environ.setdefault(fakedriver.REFUSE_ENV, REHEARSAL_REFUSED)
     os.environ.setdefault(fakedriver.TIMEOUT_ENV, "2")
     os.environ.setdefault("PORTER_WARMUP_MS", "20")       # the rehearsal GPU computes on the host
     # ... with small matrices, where a BLAS thread pool on a busy machine costs 100x
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    rc = prepare(out / "prepared", profile="rehearsal", fallback=False, kernels=kernels)
+    import cuda.bindings
+
+    print(f"rehearsal with cuda-bindings {getattr(cuda.bindings, '__version__', '?')} "
+          f"({Path(cuda.bindings.__file__).parent})", flush=True)
+    refused = [k for k in os.environ[fakedriver.REFUSE_ENV].split(",") if k]
+    rc = prepare(out / "prepared", profile="rehearsal", fallback=bool(refused), kernels=kernels, ab=ab,
+                 fallback_kernels=refused or None)
     if rc:
         return rc
-    # prepare and run back to back from one command: the source check (tested on its own)
-    # could only see other people's edits to a shared checkout in between
+    # prepare and run back to back, the source check on: a file changed in between (another
+    # person's edit of a shared checkout) is named, as it would be on the GPU machine
     return run(out / "results", script, budget_s, prepared=out / "prepared", kernels=kernels,
-               child_limit_s=child_limit_s, check_sources=False)
+               child_limit_s=child_limit_s, check_sources=True)
+
+
+SNAPSHOT_FOLDERS = ("porter", "templates", "kernels_src", "arch", "benchmarks", "validation", "tuning")
+
+
+def _rehearse_snapshot(out: Path, budget_s, kernels, child_limit_s, ab) -> int:
+    import shutil
+
+    root, dest = cubins.checkout_root(), Path(out) / "checkout"
+    shutil.rmtree(dest, ignore_errors=True)
+    for folder in SNAPSHOT_FOLDERS:
+        if (root / folder).is_dir():
+            shutil.copytree(root / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    cmd = [sys.executable, str(dest / "benchmarks" / "device_check.py"), "rehearse", "--out", str(Path(out).resolve()),
+           "--budget", str(budget_s)]
+    cmd += ["--kernels", *kernels] if kernels else []
+    cmd += ["--child-limit", str(child_limit_s)] if child_limit_s else []
+    for item in ab or ():
+        cmd += ["--ab", item]
+    print(f"rehearsing on a copy of the checkout in {dest}", flush=True)
+    return subprocess.run(cmd, cwd=str(dest)).returncode

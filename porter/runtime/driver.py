@@ -17,6 +17,33 @@ NO_DEVICE = "no CUDA device"
 # Dynamic shared memory above this needs cudaFuncAttributeMaxDynamicSharedMemorySize.
 DEFAULT_DYNAMIC_SMEM = 48 * 1024
 PORTABLE_CLUSTER = 8
+MODULE_LOADING_ENV = "CUDA_MODULE_LOADING"
+
+
+# Set once a kernel faulted (sticky error) or hung in this process: the context is lost,
+# and cuMemFree may synchronise on the hung kernel and never return, so buffers are no
+# longer freed (the memory goes with the process; the device check's child os._exits).
+LOST = {"why": ""}
+
+
+def context_lost() -> str:
+    """Why this process's context is lost ("" while it is usable)."""
+    return LOST["why"]
+
+
+def mark_lost(why: str) -> None:
+    if not LOST["why"]:
+        LOST["why"] = why
+
+
+def missing_driver(exc: BaseException) -> bool:
+    """Whether ``exc`` is cuda.bindings saying libcuda is not installed (after it converted
+    the call's arguments). cuda-bindings >= 13.1 raises cuda.pathfinder's
+    DynamicLibNotFoundError; 13.0 (the GPU machine's) a plain RuntimeError
+    "Failed to dlopen libcuda.so.1"."""
+    if type(exc).__name__ == "DynamicLibNotFoundError":
+        return True
+    return type(exc) is RuntimeError and "dlopen libcuda" in str(exc)
 
 
 def bindings():
@@ -36,6 +63,8 @@ def check(result, what: str):
         prefix = f"{NO_DEVICE}: " if err in (drv.CUresult.CUDA_ERROR_NO_DEVICE,
                                              drv.CUresult.CUDA_ERROR_INVALID_DEVICE) else ""
         cls = KernelFault if int(err) in STICKY_ERRORS else PorterError
+        if cls is KernelFault:
+            mark_lost(f"{what}: {error_text(err)}")
         raise cls(f"{prefix}{what} failed: {error_text(err)}")
     if not values:
         return None
@@ -70,8 +99,8 @@ def call(fn, *args, what: str):
     except TypeError as exc:
         raise PorterError(f"{what}: cuda.bindings refused porter's arguments ({exc}); "
                           "this is a porter bug, please report it") from None
-    except RuntimeError as exc:        # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
-        if type(exc).__name__ != "DynamicLibNotFoundError":
+    except RuntimeError as exc:        # a missing libcuda (missing_driver) is a RuntimeError
+        if not missing_driver(exc):
             raise
         raise PorterError(f"{NO_DEVICE}: {what} needs the NVIDIA driver library, which is not installed "
                           "here") from None
@@ -101,6 +130,12 @@ class DeviceInfo:
 
 @functools.lru_cache(maxsize=1)
 def _init() -> None:
+    import os
+
+    # Eager module loading (read by the driver at cuInit): a cubin the driver refuses is
+    # refused in cuModuleLoadData, inside CudaDevice.load's fallback to the older cubin set,
+    # not at the kernel's first launch (lazy loading, the driver's default).
+    os.environ.setdefault(MODULE_LOADING_ENV, "EAGER")
     drv = bindings()
     try:
         result = drv.cuInit(0)
@@ -176,9 +211,11 @@ class DeviceBuffer:
               "cuMemsetD8")
 
     def free(self) -> None:
-        if self.ptr:
+        """cuMemFree, unless the context is lost (context_lost): after a hang, cuMemFree
+        may wait for the hung kernel forever, and after a fault it frees nothing."""
+        if self.ptr and not context_lost():
             bindings().cuMemFree(self.ptr)
-            self.ptr = 0
+        self.ptr = 0
 
     def __del__(self):
         try:
@@ -355,6 +392,7 @@ def _poll(query, name: str, handle, what: str, timeout_s: float, hang: str, max_
             check(result, f"{what} ({name})")
             return
         if time.monotonic() >= deadline:
+            mark_lost(f"{what}: {hang}")
             raise KernelHang(f"{what}: {hang}")
         time.sleep(delay)
         delay = min(delay * 2, max_delay)

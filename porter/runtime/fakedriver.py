@@ -23,6 +23,15 @@ address, ``hang`` never finishes, ``block`` blocks the host inside the launch ca
 driver call that never returns), ``crash`` kills the process (SIGSEGV), ``bug`` raises
 a Python exception (a porter bug, as the child must report it).
 
+Two more things a first visit meets are modelled as the driver does them: ``cuMemFree``
+while a kernel hangs blocks (it synchronises on the hung kernel), and module loading
+follows ``CUDA_MODULE_LOADING`` read at ``cuInit``: EAGER refuses a bad image in
+``cuModuleLoadData``, anything else (the driver's default, lazy) accepts it and refuses
+the first launch of its kernel, outside porter's cubin fallback. Non-ELF images are
+refused; ``PORTER_REHEARSAL_REFUSE`` ("name,name") also refuses the primary cubin of each named
+kernel of the prepared manifest (as a driver older than the NVRTC that built it would),
+so its fallback cubin (nvcc <= 13.0) is the one used.
+
 It refuses to start where a driver is installed: there the real calls would run.
 ``rehearsal_device()`` installs it and returns a CudaDevice on top (the
 ``PORTER_DEVICE=porter.runtime.fakedriver:rehearsal_device`` factory).
@@ -41,6 +50,7 @@ from porter.errors import PorterError
 REHEARSAL_ENV = "PORTER_REHEARSAL"
 TIMEOUT_ENV = "PORTER_LAUNCH_TIMEOUT_S"
 ARCH_ENV = "PORTER_REHEARSAL_ARCH"
+REFUSE_ENV = "PORTER_REHEARSAL_REFUSE"
 DEVICE_NAME = "NVIDIA H200 (rehearsal: porter.runtime.fakedriver)"
 SMEM_OPTIN = 232448
 DEFAULT_SMEM = 48 * 1024
@@ -55,7 +65,9 @@ _ELEM_BYTES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "I
 
 
 def _is_missing_driver(exc: BaseException) -> bool:
-    return type(exc).__name__ == "DynamicLibNotFoundError"
+    from porter.runtime.driver import missing_driver
+
+    return missing_driver(exc)
 
 
 class CheckedDriver:
@@ -134,6 +146,10 @@ class FakeGPU:
         self.launches: list[str] = []
         # PORTER_REHEARSAL_CLUSTER=refuse: refuse the cluster launch attribute (compile-time clusters)
         self.refuse_cluster_attribute = os.environ.get("PORTER_REHEARSAL_CLUSTER") == "refuse"
+        self.eager = False               # CUDA_MODULE_LOADING at cuInit
+        self.refuse = {n.strip() for n in (os.environ.get(REFUSE_ENV) or "").split(",") if n.strip()}
+        self.bad_modules: dict[int, str] = {}   # lazily loaded modules whose image the driver refuses
+        self.module_of: dict[int, int] = {}     # function handle -> module handle
         self._next = 1
         self._specs = None
 
@@ -187,6 +203,8 @@ class FakeGPU:
     # -- init, device, context ------------------------------------------------------
 
     def cuInit(self, flags):
+        # the driver reads CUDA_MODULE_LOADING once, at initialisation (default: lazy)
+        self.eager = (os.environ.get("CUDA_MODULE_LOADING") or "LAZY").upper() == "EAGER"
         return self._ok()
 
     def cuDriverGetVersion(self):
@@ -233,6 +251,10 @@ class FakeGPU:
         return self._ok(self.d.CUdeviceptr(addr))
 
     def cuMemFree(self, ptr):
+        if self.hung:            # cuMemFree synchronises: on a hung kernel, forever
+            self._block()
+        if self._gate():
+            return self._gate()
         self.mem.pop(int(ptr), None)
         return self._ok()
 
@@ -274,9 +296,34 @@ class FakeGPU:
         if self._gate():
             return (self.sticky, self.d.CUmodule(0))
         data = bytes(image) if not isinstance(image, int) else b""
+        why = self._refusal(data)
+        if why and self.eager:
+            return self._err(why, self.d.CUmodule(0))
+        handle = self._id()
+        if why:
+            self.bad_modules[handle] = why      # lazy loading: refused at the first launch
+        return self._ok(self.d.CUmodule(handle))
+
+    def _refusal(self, data: bytes) -> str:
+        """The CUresult name this driver refuses ``data`` with, or ""."""
         if not data.startswith(b"\x7fELF"):
-            return self._err("CUDA_ERROR_INVALID_IMAGE", self.d.CUmodule(0))
-        return self._ok(self.d.CUmodule(self._id()))
+            return "CUDA_ERROR_INVALID_IMAGE"
+        if self.refuse:
+            import hashlib
+
+            from porter.runtime import cubins
+
+            digest = hashlib.sha256(data).hexdigest()
+            folder = os.environ.get(cubins.CUBIN_DIR_ENV)
+            try:
+                kernels = cubins.read_manifest(folder).get("kernels", {}) if folder else {}
+            except PorterError:
+                kernels = {}
+            for key, e in kernels.items():
+                name = key.split("/", 1)[1]
+                if name in self.refuse and e.get("cubin_sha256") == digest:
+                    return "CUDA_ERROR_INVALID_IMAGE"
+        return ""
 
     def cuModuleGetFunction(self, module, name):
         entry = name.decode() if isinstance(name, bytes) else str(name)
@@ -285,6 +332,7 @@ class FakeGPU:
             return self._err("CUDA_ERROR_NOT_FOUND", self.d.CUfunction(0))
         handle = self._id()
         self.functions[handle] = (spec, entry)
+        self.module_of[handle] = int(module)
         return self._ok(self.d.CUfunction(handle))
 
     def cuFuncSetAttribute(self, fn, attr, value):
@@ -326,6 +374,9 @@ class FakeGPU:
         spec, entry = self.functions.get(int(fn), (None, None))
         if spec is None:
             return self._err("CUDA_ERROR_INVALID_HANDLE")
+        refused = self.bad_modules.get(self.module_of.get(int(fn), -1))
+        if refused:
+            return self._err(refused)
         grid = (config.gridDimX, config.gridDimY, config.gridDimZ)
         smem = int(config.sharedMemBytes)
         if smem > self.smem_optin.get(int(fn), DEFAULT_SMEM) or config.blockDimX * config.blockDimY * config.blockDimZ > 1024:
@@ -371,7 +422,12 @@ class FakeGPU:
             self.hung = True
             return self._ok()
         kernel = _idle if mode == "skip" else _KERNELS.get(spec.family, _idle)
-        flops = kernel(spec, values, 1.1 if mode == "fail" else 1.0)
+        values["_grid"] = grid
+        try:
+            flops = kernel(spec, values, 1.1 if mode == "fail" else 1.0)
+        except _Deadlock:
+            self.hung = True                # CTAs waiting on each other forever
+            return self._ok()
         self.clock_ms += max(flops / MODEL_FLOPS_PER_S * 1e3, MODEL_MIN_LAUNCH_MS)
         return self._ok()
 
@@ -493,7 +549,64 @@ def _attention(spec, v, factor) -> float:
     return 4.0 * b * hq * sq * sk * d
 
 
-_KERNELS = {"gemm": _gemm, "attention": _attention}
+class _ArenaProgram:
+    """What the megakernel VM reads of a program, rebuilt from the kernel's arguments alone
+    (the instruction tensor and the tensor table in device memory), as the GPU sees it."""
+
+    def __init__(self, instructions, n_tensors: int):
+        import types
+
+        self.instructions = instructions
+        self.tensors = [types.SimpleNamespace(id=i, name=f"tensor {i}", kind="device") for i in range(n_tensors)]
+        self.counter_names = []
+        self.counter_targets = None     # the GPU knows no targets: set to the counters (no final check)
+
+
+def _megakernel(spec, v, factor) -> float:
+    """One decode step: porter's megakernel VM (validation/megakernel_vm.py) executing the
+    instruction tensor at ``instructions`` on the tensors the ``tensors`` table points at,
+    signalling ``counters``, all in the launch's device memory. A deadlock (a wait that
+    can never be met) is a hang, as it would be on the GPU."""
+    from porter.megakernel import isa
+    from porter.validation.megakernel_vm import MegakernelVM, VMError
+
+    grid, queue_len = v["_grid"][0], v["queue_len"]
+    ins = _view(v["instructions"], (grid, queue_len, isa.WORDS), np.int32)
+    slots = ins[:, :, isa.W.T0:isa.W.T0 + 7]
+    n = int(slots.max()) + 1 if slots.size else 0
+    recs = _view(v["tensors"], (n,), isa.TENSOR_DESC)
+    dtypes = {int(isa.DType.BF16): "bfloat16", int(isa.DType.FP32): np.float32, int(isa.DType.INT32): np.int32}
+    import ml_dtypes
+
+    arrays = []
+    for r in recs:
+        dt = ml_dtypes.bfloat16 if dtypes[int(r["dtype"])] == "bfloat16" else dtypes[int(r["dtype"])]
+        rows, cols = int(r["rows"]), int(r["cols"])
+        arrays.append(_view(int(r["ptr"]), (cols,) if rows == 1 else (rows, cols), dt))
+    sig = ins[:, :, isa.W.SIGNAL]
+    n_counters = max(int(sig.max()) + 1 if sig.size else 0, 1)
+    counters = _view(v["counters"], (n_counters,), np.int32)
+    vm = MegakernelVM.__new__(MegakernelVM)
+    vm.program, vm.cfg, vm.arrays, vm._f32, vm.trace = _ArenaProgram(ins, n), None, arrays, {}, []
+    vm.counters = counters.astype(np.int64)
+    vm.program.counter_targets = vm.counters
+    try:
+        vm.run()
+    except VMError as exc:
+        if "deadlock" in str(exc):
+            raise _Deadlock(str(exc)) from None
+        raise
+    if factor != 1.0:            # "fail": one signal lost (the judged step sees a counter short)
+        vm.counters[0] -= 1
+    counters[:] = vm.counters.astype(np.int32)
+    return 0.0
+
+
+class _Deadlock(Exception):
+    pass
+
+
+_KERNELS = {"gemm": _gemm, "attention": _attention, "megakernel": _megakernel}
 
 
 def install(gpu: FakeGPU | None = None) -> CheckedDriver:
@@ -502,6 +615,7 @@ def install(gpu: FakeGPU | None = None) -> CheckedDriver:
 
     checked = CheckedDriver(gpu or FakeGPU())
     driver.bindings = lambda: checked
+    driver.LOST["why"] = ""
     driver._init.cache_clear()
     driver.context.cache_clear()
     return checked

@@ -1,0 +1,248 @@
+"""What one GPU visit runs, in which order, and how long it should take.
+
+The device check (``porter.runtime.device_check``) runs in two phases: every kernel form
+is validated first (a kernel that is wrong on the GPU is the most important thing a
+visit can learn), then benchmarks in the order of what they decide:
+
+1. **A/B**: each kernel changed by the performance wave against its previous form,
+   built from ``--set`` knob settings (``AB_FORMS`` and ``prepare --ab``), old form then
+   new, so one visit measures the gain the timing model predicted;
+2. **tuned vs default**: not wired yet (``porter tune``'s tuning entries have not landed;
+   ``TUNED_NOTE``);
+3. the standard benchmarks of every other kernel.
+
+Each benchmark carries porter's timing-model prediction for its shape, made at
+``prepare`` time (the GPU machine needs no timing model), labelled ``PREDICTED_LABEL``.
+
+``estimate_s`` is the visit's cost model: seconds a child takes on the GPU machine,
+from the host work (input generation and fp64 references, measured on this project's
+2-core CPU machine, so an upper bound for the GPU machine's 16 cores) plus the device
+work (warm-up and timed launches at the predicted, else roofline, time). ``--budget``
+trims the benchmarks from the end of the order by these estimates.
+"""
+
+from __future__ import annotations
+
+import re
+
+from porter.errors import PorterError
+
+PREDICTED_LABEL = "predicted by porter's timing model, not measured"
+TUNED_NOTE = ("tuned vs default: not benchmarked yet (porter tune's tuning/ARCH[.PRODUCT].yaml entries are not "
+              "in this checkout)")
+
+# The previous form of each kernel the performance wave (issue 17) changed, as --set
+# knob settings: (kernel, (key=value, ...), what the pair decides). The device check
+# benchmarks both forms back to back. Add a row when a kernel's default changes.
+AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+
+# ---- the cost model (seconds on the GPU machine) -----------------------------------------------
+# Host figures measured here (2 cores, load ~6) with the command in the README's device-check
+# section; the GPU machine has 16 cores, so these over-estimate its host work.
+CHILD_START_S = 5.0          # python + numpy + porter imports (~2 s here) + CUDA init / context (lead: ~1-3 s)
+HOST_FP64_FLOPS = 13e9       # numpy float64 matmul, 2048^3
+GEN_S_PER_ELEM = {"bf16": 1.3e-7, "fp8": 4.4e-7, "mxfp8": 4.4e-7, "nvfp4": 4.4e-7}   # gemm_inputs, per operand element
+BENCH_GEN_S_PER_ELEM = {"bf16": 8.3e-8, "fp8": 5.8e-8, "mxfp8": 1.2e-7, "nvfp4": 1.2e-7}   # bench_gemm_inputs
+MEGAKERNEL_VALIDATE_S = 2.0  # step_inputs of a tiny model (0.8 s here) + plan + read-back
+MEGAKERNEL_BENCH_S = 25.0    # bench_weights of Llama-3.2-1B (2.4 GB host) + plan + copy baseline
+ROUNDS_WITH_BASELINE = 3     # porter, baseline, porter
+WARMUP_S = 0.2               # timing.WARMUP_MS per round
+TIMED = 30                   # timing.TIMED_LAUNCHES
+ROOF_SHARE = 0.6             # device time without a prediction: this share of the descriptor's peak
+
+
+def form_name(kernel: str, sets) -> str:
+    """The run name of a knob form: ``kernel[key=value,...]`` (the default form: ``kernel``)."""
+    return f"{kernel}[{','.join(sets)}]" if sets else kernel
+
+
+def parse_ab(items) -> list[tuple[str, tuple[str, ...], str]]:
+    """``--ab KERNEL:key=value[,key=value]`` items as AB_FORMS rows."""
+    out = []
+    for item in items or ():
+        kernel, _, sets = item.partition(":")
+        parts = tuple(p.strip() for p in sets.split(",") if p.strip())
+        if not kernel or not parts or not all(re.fullmatch(r"[A-Za-z_][\w.]*=[^,=\s]+", p) for p in parts):
+            raise PorterError(f"--ab {item!r}: write KERNEL:key=value[,key=value], e.g. gemm.fp8:tile_n=128")
+        out.append((kernel.strip(), parts, f"--ab {item}"))
+    return out
+
+
+def knob_spec(arch, kernel: str, sets):
+    """The KernelSpec of ``kernel`` with ``sets`` (key=value strings) applied, through
+    engineer knobs' ``porter.kernels.knobs`` (the same check of resource budgets as
+    ``--set`` everywhere); PorterError when that module is not in this checkout."""
+    try:
+        from porter.kernels import knobs
+    except ImportError:
+        raise PorterError(f"{form_name(kernel, sets)}: porter.kernels.knobs is not in this checkout, so --set "
+                          "forms cannot be built yet") from None
+    return knobs.spec_with_knobs(arch, kernel, knobs.parse_sets(list(sets)))
+
+
+def shape_key(shape) -> str:
+    """A benchmark shape as the command line writes it (8192x8192x8192, 4x16x16x4096x4096, 1024)."""
+    if isinstance(shape, (list, tuple)):
+        return "x".join(str(int(v)) for v in shape)
+    if isinstance(shape, dict):                     # a megakernel step of another model
+        return f"{shape.get('model')}:{shape.get('pos')}"
+    return str(shape)
+
+
+def predictions(arch, spec, shapes) -> dict:
+    """{shape key: the timing model's prediction (its to_dict, labelled)} for ``spec`` at each
+    benchmark shape, or {"unavailable": why} when porter.timing is not in this checkout."""
+    try:
+        from porter.timing import predict
+    except ImportError:
+        return {"unavailable": "porter.timing (the timing model) is not in this checkout"}
+    out = {}
+    for shape in shapes:
+        key = shape_key(shape)
+        try:
+            pred = predict(arch, spec, shape=key)
+            d = dict(pred.to_dict() if hasattr(pred, "to_dict") else pred)
+        except Exception as exc:  # noqa: BLE001 - a prediction never stops a visit's preparation
+            out[key] = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
+            continue
+        d["label"] = PREDICTED_LABEL
+        out[key] = d
+    return out
+
+
+def predicted_us(entry: dict, shape) -> float | None:
+    p = ((entry.get("predicted") or {}).get(shape_key(shape))) or {}
+    t = p.get("time_us")
+    return float(t) if isinstance(t, (int, float)) and t > 0 else None
+
+
+def _variant(spec: dict) -> str:
+    return spec.get("variant", "").split(".", 1)[-1]
+
+
+def _device_s(entry: dict, shape, flops: float, peak_tflops: float | None) -> float:
+    us = predicted_us(entry, shape)
+    t = us * 1e-6 if us else (flops / (peak_tflops * 1e12 * ROOF_SHARE) if peak_tflops else 0.005)
+    return ROUNDS_WITH_BASELINE * (WARMUP_S + TIMED * t) + 2 * t
+
+
+def estimate_s(entry: dict, phase: str, arch=None) -> float:
+    """Seconds the ``phase`` ("validate" or "bench") child of ``entry`` should take on the GPU machine."""
+    spec, shapes = entry.get("spec") or {}, entry.get("shapes") or {}
+    family, seeds = spec.get("family"), int(shapes.get("seeds", 1))
+    peaks = getattr(arch, "peak_tflops", None) or {}
+    total = CHILD_START_S
+    if phase == "validate":
+        for s in shapes.get("validate", []):
+            if family == "gemm":
+                m, n, k = s
+                gen = GEN_S_PER_ELEM.get(_variant(spec), 4.4e-7)
+                total += seeds * (4.0 * m * n * k / HOST_FP64_FLOPS + (m + n) * k * gen)
+            elif family == "attention":
+                b, hq, _, sq, sk = s
+                d = (spec.get("config") or {}).get("head_dim", 128)
+                total += seeds * 3 * 4.0 * b * hq * sq * sk * d / HOST_FP64_FLOPS + 0.05
+            else:
+                total += seeds * MEGAKERNEL_VALIDATE_S
+        return total
+    for s in shapes.get("bench", []):
+        if family == "gemm":
+            m, n, k = s
+            v = _variant(spec)
+            flops = 2.0 * m * n * k
+            gen = (m + n) * k * BENCH_GEN_S_PER_ELEM.get(v, 1.2e-7)
+            spot = 2 * 2.0 * 64 * n * k / HOST_FP64_FLOPS
+            total += gen + spot + _device_s(entry, s, flops, peaks.get({"bf16": "bf16"}.get(v, "fp8")))
+        elif family == "attention":
+            b, hq, _, sq, sk = s
+            d = (spec.get("config") or {}).get("head_dim", 128)
+            flops = 4.0 * b * hq * sq * sk * d * (0.5 if (spec.get("config") or {}).get("causal") else 1.0)
+            total += 1.0 + _device_s(entry, s, flops, peaks.get("bf16"))
+        else:
+            total += MEGAKERNEL_BENCH_S
+    return total
+
+
+# ---- order --------------------------------------------------------------------------------------
+
+def bench_order(entries: dict) -> list[dict]:
+    """Benchmarks in the order of what they decide: A/B pairs (old form, then new), then every
+    other default form. ``entries``: {run name: manifest entry}. Each item: {run, kernel, role,
+    decides}."""
+    pairs, seen = [], set()
+    for run, e in entries.items():
+        form = e.get("form") or {}
+        if form.get("role") != "ab-old":
+            continue
+        new = form["kernel"]
+        why = f"A/B: {new} new form vs old ({', '.join(form.get('sets', []))})"
+        pairs.append({"run": run, "kernel": new, "role": "ab-old", "decides": why})
+        seen.add(run)
+        if new in entries and new not in seen:
+            pairs.append({"run": new, "kernel": new, "role": "ab-new", "decides": why})
+            seen.add(new)
+    rest = [{"run": run, "kernel": (e.get("form") or {}).get("kernel", run), "role": "standard",
+             "decides": "standard benchmark"} for run, e in entries.items() if run not in seen]
+    return pairs + rest
+
+
+def comparisons(records: list[dict], entries: dict) -> list[dict]:
+    """A/B rows: for each pair both of whose forms were timed, measured new/old speed beside
+    the timing model's predicted ratio (where both forms have a prediction)."""
+    by_run = {r["name"]: r for r in records}
+    out = []
+    for run, e in entries.items():
+        form = e.get("form") or {}
+        if form.get("role") != "ab-old" or form["kernel"] not in by_run or run not in by_run:
+            continue
+        old, new = by_run[run], by_run[form["kernel"]]
+        for o_row in old.get("bench", []):
+            n_row = next((r for r in new.get("bench", []) if r.get("shape") == o_row.get("shape")), None)
+            if n_row is None:
+                continue
+            o_ms, n_ms = o_row["time"]["median_ms"], n_row["time"]["median_ms"]
+            row = {"kernel": form["kernel"], "old": run, "shape": o_row.get("shape"),
+                   "measured_speedup": o_ms / n_ms if n_ms > 0 else None}
+            from porter.runtime import timing
+
+            row["beyond_noise"] = timing.distinguishable(o_row["time"], n_row["time"])
+            po = predicted_us(e, o_row.get("shape"))
+            pn = predicted_us(entries.get(form["kernel"], {}), o_row.get("shape"))
+            if po and pn:
+                row["predicted_speedup"] = po / pn
+                row["predicted_label"] = PREDICTED_LABEL
+            out.append(row)
+    return out
+
+
+def timeline(manifest: dict, kernels=None) -> list[dict]:
+    """Every child of the visit in run order with its estimated seconds and the running total."""
+    from porter.descriptor.arch import load_arch
+
+    try:
+        arch = load_arch(manifest["arch"])
+    except Exception:  # noqa: BLE001 - the GPU machine may lack what a descriptor load needs
+        arch = None
+    entries = selected(manifest, kernels)
+    rows, total = [], 0.0
+    for run, e in entries.items():
+        est = estimate_s(e, "validate", arch)
+        total += est
+        rows.append({"phase": "validate", "run": run, "estimate_s": est, "cumulative_s": total})
+    for item in bench_order(entries):
+        est = estimate_s(entries[item["run"]], "bench", arch)
+        total += est
+        rows.append({"phase": "bench", "run": item["run"], "decides": item["decides"], "estimate_s": est,
+                     "cumulative_s": total})
+    return rows
+
+
+def selected(manifest: dict, kernels=None) -> dict:
+    """{run name: entry} of the manifest, only the kernels named (a kernel brings its A/B forms)."""
+    out = {}
+    for key, e in (manifest.get("kernels") or {}).items():
+        run = key.split("/", 1)[1]
+        kernel = (e.get("form") or {}).get("kernel", run)
+        if not kernels or run in kernels or kernel in kernels:
+            out[run] = e
+    return out
