@@ -487,6 +487,49 @@ def _first_line(text: str) -> str:
     return (text or "").splitlines()[0] if text else ""
 
 
+@timed
+def run_prediction(ctx, stage):
+    """Each kernel's speed on every product the descriptor names, at the device check's
+    benchmark shapes, from porter's timing model (porter.timing): predicted, not measured.
+    Content-keyed: the kernel specs (knobs included), the descriptor, the selected product
+    and the model's source; each prediction is also in porter's prediction cache."""
+    from porter.errors import PorterError
+    from porter.pipeline.work import spec_from_dict
+    from porter.timing import LABEL, standard_shapes
+    from porter.timing.cache import cached_predict, model_digest
+
+    built = [r for res in ctx.results.values() if res.kind == "kernels"
+             for r in res.data.get("kernels", []) if r.get("spec")]
+    if not built:
+        return _result(stage, SKIPPED, "no kernels to predict")
+    arch = ctx.arch
+    products = list(getattr(arch, "product_names", ()) or [arch.product])
+    key = keys.digest([sorted((r["name"], r["spec"]) for r in built), arch.digest, arch.product or "", products,
+                       model_digest(), keys.code_version("stages")])
+    name = f"stage/{stage.id}"
+    data = ctx.store.get(name, key)
+    if data is None:
+        rows, missing = [], []
+        for r in built:
+            try:
+                spec = spec_from_dict(r["spec"])
+                for product in products:
+                    for shape in standard_shapes(spec):
+                        rows.append(cached_predict(arch, spec, product=product, shape=shape))
+            except PorterError as exc:      # a family or descriptor the model has no figures for
+                missing.append({"name": r["name"], "reason": _first_line(str(exc))})
+        data = {"label": LABEL, "products": products, "predictions": rows, "missing": missing}
+        ctx.store.put(name, key, data)
+    rows, missing = data["predictions"], data["missing"]
+    kernels = sorted({p["kernel"] for p in rows})
+    tail = (f"; {len(missing)} without a prediction ({missing[0]['name']}: {missing[0]['reason']})"
+            if missing else "")
+    if not rows:
+        return _result(stage, NOT_RUN, f"no kernel could be predicted{tail}", data)
+    return _result(stage, PASSED, f"{_n(len(kernels), 'kernel')} x {_n(len(products), 'product')}: "
+                   f"{_n(len(rows), 'prediction')} ({LABEL}){tail}", data)
+
+
 # -- day 5: device, bench, report -------------------------------------------------------------
 
 @timed
@@ -570,6 +613,7 @@ STAGE_FUNCTIONS = {
     "primitives": run_primitives,
     "kernels": run_kernels,
     "emulation": run_emulation,
+    "prediction": run_prediction,
     "numerics": run_numerics,
     "device": run_device,
     "bench": run_bench,

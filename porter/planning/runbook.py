@@ -24,6 +24,7 @@ STAGE_KINDS = {
     "kernels": "every variant of a kernel family rendered, compiled and SASS/limit-checked",
     "numerics": "each variant's arithmetic against the fp64 reference on the CPU",
     "emulation": "each kernel's PTX executed in porter's simulator against the fp64 reference (not on a GPU)",
+    "prediction": "each kernel's speed per product from porter's timing model (predicted, not measured)",
     "device": "kernels run on a GPU of the target arch (when one is present)",
     "bench": "kernels timed on a GPU against the roofline (when one is present)",
     "report": "report.md, report.json and report.html from every stage's results",

@@ -244,8 +244,16 @@ def build_report(ctx) -> dict:
         "before": sorted(before, key=lambda b: b["name"]),
         "unsupported": sorted(unsupported, key=lambda u: u["name"]),
         "plan": plan,
+        # the prediction stage's rows (porter.report.prediction): predicted by porter's timing model, not measured
+        "prediction": _prediction_section(by_kind),
         "other_arch_levels": _other_levels(ctx),
     }
+
+
+def _prediction_section(by_kind: dict):
+    from porter.report.prediction import section
+
+    return section(by_kind)
 
 
 def _limits_checked(arch) -> str:

@@ -70,6 +70,7 @@ def render_html(r: dict) -> str:
                      + (f"<div class='muted'>{escape(n)}</div>" if (n := numerics_note(k)) else "") + "</div>")
         p.append("</div>")
     p += _emulation(r)
+    p += _prediction(r)
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
         p.append("<h2>Schedules <span class='muted'>(predicted from the descriptor, not measured)</span></h2>"
@@ -95,6 +96,33 @@ def render_html(r: dict) -> str:
         p.append("<h2>Porting plan</h2><ul>" + "".join(f"<li>{escape(s)}</li>" for s in r["plan"].get("summary", [])) + "</ul>")
     p.append("</body></html>")
     return "\n".join(p)
+
+
+def _prediction(r: dict) -> list[str]:
+    """Predicted speed per product and a bottleneck chart per kernel (porter.report.prediction)."""
+    from porter.report import prediction as pr
+
+    pred = r.get("prediction")
+    if not pred:
+        return []
+    products, rows = pr.table(pred)
+    out = [f"<h2 id='prediction'>{escape(pr.HEADING)}</h2>", f"<p>{escape(pr.intro(pred))}</p>",
+           "<table><tr><th>kernel</th><th>shape</th>" + "".join(f"<th>{escape(p)} (predicted)</th>" for p in products)
+           + "</tr>"]
+    for kernel, shape, cells in rows:
+        out.append(f"<tr><td>{escape(kernel)}</td><td>{escape(shape)}</td>" + "".join(
+            f"<td title='{escape(pr.LABEL)}'>{escape(pr.cell_text(cells[p]))}</td>" if p in cells else "<td>-</td>"
+            for p in products) + "</tr>")
+    out.append("</table>")
+    out += [f"<p class='muted'>{escape(m['name'])}: no prediction: {escape(m['reason'])}</p>"
+            for m in pred.get("missing", [])]
+    out.append("<h3>Bottlenecks: each resource's time against the binding one</h3><div class='cards'>")
+    for p in pr.chart_rows(pred):
+        caption = f"{p['product']}, {p['shape']}: {pr.LABEL}"
+        out.append(f"<div class='card'><h3>{escape(p['kernel'])}</h3>"
+                   f"{svg.bottleneck_bars(p['resources'], p['bound'], caption)}</div>")
+    out.append("</div>")
+    return out
 
 
 def _emulation(r: dict) -> list[str]:

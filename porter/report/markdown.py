@@ -72,6 +72,24 @@ def emulation_markdown(r: dict) -> list[str]:
     return lines
 
 
+def prediction_markdown(r: dict) -> list[str]:
+    """## Predicted speed: one column per product (porter.report.prediction)."""
+    from porter.report import prediction as pr
+
+    pred = r.get("prediction")
+    if not pred:
+        return []
+    products, rows = pr.table(pred)
+    lines = ["", f"## {pr.HEADING}", "", _md(pr.intro(pred)), "",
+             "| kernel | shape | " + " | ".join(_cell(p) for p in products) + " |",
+             "|---|---|" + "---|" * len(products)]
+    for kernel, shape, cells in rows:
+        lines.append(f"| {_cell(kernel)} | {_cell(shape)} | "
+                     + " | ".join(_cell(pr.cell_text(cells[p])) if p in cells else "-" for p in products) + " |")
+    lines += [f"- {_md(m['name'])}: no prediction: {_md(m['reason'])}" for m in pred.get("missing", [])]
+    return lines
+
+
 def render_markdown(r: dict) -> str:
     base = r["base"]["name"] if r["base"] else "none"
     product = f", {r['arch']['product']}" if r["arch"].get("product") else ""
@@ -122,6 +140,7 @@ def render_markdown(r: dict) -> str:
         if notes:
             lines += [""] + notes
     lines += emulation_markdown(r)
+    lines += prediction_markdown(r)
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
         lines += ["", "## Schedules (predicted from the descriptor, not measured)", "",

@@ -103,6 +103,17 @@ REPORT_SCHEMA = {
             "properties": {"name": _STR, "variant": _STR, "family": _STR,
                            "missing": {"type": "array", "items": _STR}}}},
         "plan": {"type": ["object", "null"]},
+        # prediction (optional): the prediction stage's rows, each predicted by porter's timing model,
+        # not measured (label), with its range (low/high us) and the binding resource
+        "prediction": {"type": ["object", "null"], "required": ["label", "products", "rows"],
+                       "properties": {"label": _STR, "products": {"type": "array", "items": _STR},
+                                      "rows": {"type": "array", "items": {
+                                          "type": "object",
+                                          "required": ["kernel", "product", "shape", "time_us", "low", "high",
+                                                       "bound", "label"],
+                                          "properties": {"kernel": _STR, "product": _STR, "shape": _STR,
+                                                         "time_us": _NUM, "low": _NUM, "high": _NUM,
+                                                         "bound": _STR, "label": _STR}}}}},
     },
 }
 

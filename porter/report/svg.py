@@ -145,3 +145,29 @@ def roofline_bars(measured: float, peak: float, label: str, width: int = 360) ->
             f'<rect x="0" y="2" width="{width - 120}" height="16" fill="#eee"/>'
             f'<rect x="0" y="2" width="{w:.1f}" height="16" fill="#6a1b9a"/>'
             f'<text x="{width - 114}" y="14" font-size="11">{escape(label)} {frac:.0%}</text></svg>')
+
+
+def bottleneck_bars(resources: dict, bound: str, caption: str, width: int = 560) -> str:
+    """One kernel's predicted time per resource (whole kernel, us) against the binding one:
+    each bar is that resource's time over the binding resource's, the binding bar red.
+    Every label is drawn inside the SVG (the browser test measures them); the caption
+    names the model ("predicted by porter's timing model, not measured")."""
+    items = sorted(((k, float(v)) for k, v in resources.items()), key=lambda kv: -kv[1])
+    if not items:
+        return '<span class="muted">no resource times</span>'
+    top = max(v for _, v in items) or 1.0
+    bh, gap, label_w, value_w, head = 14, 5, 190, 150, 18
+    span = width - label_w - value_w - 8
+    rows = [f'<text x="2" y="12" font-size="10" fill="#555">{escape(_short(caption, 92))}</text>']
+    for i, (name, v) in enumerate(items):
+        y = head + i * (bh + gap)
+        frac = v / top
+        color = "#c62828" if name == bound else "#1565c0"
+        rows.append(f'<text x="2" y="{y + 11}" font-size="11">{escape(_short(name, 30))}</text>'
+                    f'<rect x="{label_w}" y="{y}" width="{span}" height="{bh}" fill="#eee"/>'
+                    f'<rect x="{label_w}" y="{y}" width="{max(frac * span, 1):.1f}" height="{bh}" fill="{color}">'
+                    f'<title>{escape(name)}: {v:.1f} us ({frac:.0%} of the binding {escape(bound)})</title></rect>'
+                    f'<text x="{label_w + span + 4}" y="{y + 11}" font-size="11">{v:,.1f} us · {frac:.0%}</text>')
+    h = head + len(items) * (bh + gap)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img" '
+            f'aria-label="{escape(caption)}">' + "".join(rows) + "</svg>")
