@@ -89,6 +89,7 @@ CHANGES = [
     ("hopper", "gemm.bf16", {"tile_order": "n"}, "tile_order n"),
     ("blackwell", "gemm.fp8.pair", {"tile_order": "n"}, "tile_order n"),
     ("hopper", "attention.hd64", {"pingpong": False}, None),
+    ("hopper", "attention.hd128", {"consumers": 1}, "kConsumerWarpgroups = 1;"),
     ("blackwell", "attention.hd128", {"stages": 2}, None),
     ("ampere", "attention.hd128", {"block_n": 32}, None),
     ("hopper", "megakernel.llama-decode", {"compute_warps": 4}, None),
@@ -150,6 +151,8 @@ ILLEGAL = [
     ("blackwell", "attention.hd128", {"block_n": 256}, "block_n=256", "tmem.columns"),
     ("hopper", "attention.hd128", {"block_n": 256}, "block_n=256", "setmaxnreg"),
     ("hopper", "attention.hd128", {"stages": 4}, "stages=4", "smem_per_block_bytes"),
+    ("hopper", "attention.hd128", {"consumers": 3}, "consumers=3", "setmaxnreg"),
+    ("hopper", "attention.hd64", {"consumers": 1, "pingpong": True}, "pingpong=true", "consumers=2"),
     ("ampere", "attention.hd128", {"row_tiles": 2}, "row_tiles=2", "registers"),
     ("ampere", "gemm.bf16", {"tile": (256, 256)}, "tile_m=256", "registers"),
     ("hopper", "megakernel.llama-decode", {"pages": 12}, "pages=12", "at most 11"),
@@ -250,6 +253,7 @@ COMPILED = [
     ("rtx-blackwell", "gemm.fp8", {"promote_every_k": 256, "tile_order": "n"}),
     ("hopper", "attention.hd64", {"pingpong": False, "block_n": 64, "stages": 2}),
     ("blackwell", "attention.hd128", {"stages": 2}),
+    ("hopper", "attention.hd128.causal", {"consumers": 3, "block_n": 64}),
     ("hopper", "megakernel.llama-decode", {"compute_warps": 4, "pages": 4}),
 ]
 

@@ -62,9 +62,9 @@ def kv_tile(head_dim: int) -> int:
     return 128
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int) -> dict:
+def smem_plan(head_dim: int, block_n: int, budget: int, block_m: int = BLOCK_M) -> dict:
     """Byte sizes and the number of K/V stages that fit ``budget`` (None if fewer than 2)."""
-    q_bytes = BLOCK_M * head_dim * 2
+    q_bytes = block_m * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2          # K + V
     def barrier_bytes(stages: int) -> int:
         return BARRIER_BYTES * (2 + 3 * stages)       # q_full, q_empty; k_full, v_full, kv_empty per stage
@@ -78,7 +78,8 @@ def smem_plan(head_dim: int, block_n: int, budget: int) -> dict:
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile, K/V stages, the ping-pong
 # between the two consumer warpgroups, and the persistent grid.
-KNOBS = ("block_n", "stages", "pingpong", "grid_ctas", "persistent")
+KNOBS = ("consumers", "block_n", "stages", "pingpong", "grid_ctas", "persistent")
+MAX_CONSUMERS = 3
 # Registers a consumer thread holds besides O, S and P (row statistics, addresses, loop state).
 OVERHEAD_REGS = 40
 
@@ -88,16 +89,29 @@ def registers_needed(head_dim: int, block_n: int) -> int:
     return head_dim // 2 + block_n // 2 + block_n // 4 + OVERHEAD_REGS
 
 
+def register_split(arch, consumers: int) -> tuple[int, int, int]:
+    """(launch, producer, consumer) registers per thread with ``consumers`` warpgroups: the
+    launch count of __launch_bounds__(threads, 1), the producer's setmaxnreg.dec and the
+    consumers' .inc drawn from the launch pool (granule 8, at most CONSUMER_REGS)."""
+    threads = 128 * (1 + consumers)
+    launch = min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8)
+    share = min(256, (launch * threads - PRODUCER_REGS * 128) // (128 * consumers) // 8 * 8)
+    # .inc must not lower a thread's count: at least the launch count, rounded up to the granule.
+    return launch, PRODUCER_REGS, min(share, max(CONSUMER_REGS, -(-launch // 8) * 8))
+
+
 def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
     from porter.kernels import knob_rules as kr
 
     ns = tuple(n for n in (64, 128, 192, 256) if arch.tensor_core.valid_shape("f16", 64, n))
-    return {"block_n": ns, "stages": tuple(range(2, MAX_STAGES + 1)), "pingpong": (True, False),
+    consumers = tuple(c for c in range(1, MAX_CONSUMERS + 1) if 128 * (1 + c) <= arch.max_threads_per_block)
+    return {"consumers": consumers, "block_n": ns, "stages": tuple(range(2, MAX_STAGES + 1)), "pingpong": (True, False),
             **{k: v for k, v in kr.schedule_space(arch, 1, 1).items() if k != "group_m"}}
 
 
 def knobs_of(config) -> dict:
-    return {"block_n": config["block_n"], "stages": config["stages"], "pingpong": config["pingpong"],
+    return {"consumers": config["consumer_warpgroups"], "block_n": config["block_n"], "stages": config["stages"],
+            "pingpong": config["pingpong"],
             "grid_ctas": config.get("grid_ctas", config["sm_count"]), "persistent": config.get("persistent", True)}
 
 
@@ -114,14 +128,28 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
     if knobs:
         space = knob_space(arch, head_dim, causal)
         kr.check_names(name, knobs, space)
-        for knob in ("block_n", "pingpong"):
+        for knob in ("consumers", "block_n", "pingpong"):
             if knob in knobs:
-                kr.check_choice(name, knob, knobs[knob], space[knob], "wgmma m64 N of kind f16" if knob == "block_n" else "")
-        if "block_n" in knobs and registers_needed(head_dim, knobs["block_n"]) > CONSUMER_REGS:
-            raise kr.fail(name, "block_n", knobs["block_n"],
-                          f"O {head_dim // 2} + S {knobs['block_n'] // 2} + P {knobs['block_n'] // 4} + "
-                          f"{OVERHEAD_REGS} overhead = {registers_needed(head_dim, knobs['block_n'])} registers > "
-                          f"the {CONSUMER_REGS} a consumer thread gets after setmaxnreg")
+                kr.check_choice(name, knob, knobs[knob], space[knob], "wgmma m64 N of kind f16" if knob == "block_n"
+                                else "1 producer + consumer warpgroups within max_threads_per_block" if knob == "consumers"
+                                else "")
+        if knobs.get("pingpong") and knobs.get("consumers", CONSUMER_WARPGROUPS) != 2:
+            raise kr.fail(name, "pingpong", True, "ping-pong alternates two consumer warpgroups (consumers=2)")
+    consumers = knobs.get("consumers", CONSUMER_WARPGROUPS)
+    block_m = 64 * consumers
+    threads = 128 * (1 + consumers)
+    launch, producer_regs, consumer_regs = ((None, PRODUCER_REGS, CONSUMER_REGS) if consumers == CONSUMER_WARPGROUPS
+                                            else register_split(arch, consumers))
+    if knobs:
+        if launch is not None and not producer_regs <= launch <= consumer_regs:
+            raise kr.fail(name, "consumers", consumers, f"setmaxnreg needs the producer's {producer_regs} <= the "
+                          f"launch count {launch} <= the consumers' {consumer_regs} (regs_per_sm {arch.regs_per_sm})")
+        bn = knobs.get("block_n", kv_tile(head_dim))
+        if registers_needed(head_dim, bn) > consumer_regs:
+            raise kr.fail(name, "block_n" if "block_n" in knobs else "consumers", knobs.get("block_n", consumers),
+                          f"O {head_dim // 2} + S {bn // 2} + P {bn // 4} + {OVERHEAD_REGS} overhead = "
+                          f"{registers_needed(head_dim, bn)} registers > the {consumer_regs} a consumer thread gets "
+                          f"after setmaxnreg ({consumers} consumer warpgroups)")
         if "stages" in knobs:
             kr.check_int(name, "stages", knobs["stages"], 2, MAX_STAGES, "K/V ring depth")
     block_n = knobs.get("block_n", kv_tile(head_dim))
@@ -129,7 +157,7 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         if not arch.tensor_core.valid_shape("f16", 64, n):
             return Unsupported(family.FAMILY, name, variant, ("wgmma",),
                                f"wgmma has no bf16 m64n{n}k16 shape on {arch.name}")
-    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes)
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, block_m)
     if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
         if knobs["stages"] > plan["stages"]:
             raise kr.fail(name, "stages", knobs["stages"],
@@ -144,20 +172,20 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
                            f"memory; the block budget is {arch.smem_per_block_bytes} B")
     cfg = family.base_config(arch, head_dim, causal, MAINLOOP)
     cfg.update({
-        "block_m": BLOCK_M,
+        "block_m": block_m,
         "block_n": block_n,
         "stages": plan["stages"],
-        "consumer_warpgroups": CONSUMER_WARPGROUPS,
+        "consumer_warpgroups": consumers,
         # The two consumer warpgroups take turns issuing MMAs (named barriers 1, 2),
         # so one's softmax overlaps the other's tensor-core work.
-        "pingpong": knobs.get("pingpong", CONSUMER_WARPGROUPS == 2),
-        "producer_regs": PRODUCER_REGS,
-        "consumer_regs": CONSUMER_REGS,
+        "pingpong": knobs.get("pingpong", consumers == 2),
+        "producer_regs": producer_regs,
+        "consumer_regs": consumer_regs,
         "q_bytes": plan["q_bytes"],
         "stage_bytes": plan["stage_bytes"],
         "box_cols": BOX_COLS,
         # TMA boxes the host encodes (cols, rows), all bf16 with 128-byte swizzle.
-        "tma_boxes": {"q": [BOX_COLS, BLOCK_M], "k": [BOX_COLS, block_n], "v": [BOX_COLS, block_n]},
+        "tma_boxes": {"q": [BOX_COLS, block_m], "k": [BOX_COLS, block_n], "v": [BOX_COLS, block_n]},
         "tma_swizzle": "128B",
         # wgmma descriptor templates (start address filled in on the device):
         # Q and K are K-major (rows of 128 B, 8-row groups 1024 B apart); V is the
@@ -178,5 +206,5 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         entry=family.entry_name(head_dim, causal, MAINLOOP),
         config=cfg, features=FEATURES,
         sass_required=sass_rules(arch)[0], sass_forbidden=sass_rules(arch)[1],
-        threads=THREADS, smem_bytes=plan["smem_bytes"], template=family.TEMPLATE,
+        threads=threads, smem_bytes=plan["smem_bytes"], template=family.TEMPLATE,
     )
