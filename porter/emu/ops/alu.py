@@ -408,19 +408,22 @@ def build_setp(ins, d):
     return setp
 
 
+_F32_TINY = np.finfo(np.float32).tiny
+
+
 def _float_unary(ins, d, f):
     t = type_of(ins.parts)
     ftz = "ftz" in ins.parts
+    out_t = NP[t]
 
-    def g(a):
-        with np.errstate(all="ignore"):
-            a = np.asarray(a)
-            if ftz:
-                a = np.where(np.abs(a) < np.finfo(np.float32).tiny, np.float32(0) * np.sign(a), a)
-            r = f(a).astype(NP[t])
-            if ftz:
-                r = np.where(np.abs(r) < np.finfo(np.float32).tiny, np.float32(0) * np.sign(r), r)
-            return r
+    def g(a):                           # (inf/NaN without warnings: off in the scheduler)
+        a = np.asarray(a)
+        if ftz:
+            a = np.where(np.abs(a) < _F32_TINY, np.float32(0) * np.sign(a), a)
+        r = f(a).astype(out_t)
+        if ftz:
+            r = np.where(np.abs(r) < _F32_TINY, np.float32(0) * np.sign(r), r)
+        return r
     return _unary(ins, d, g, t)
 
 

@@ -99,6 +99,8 @@ def build_shfl(ins, d):
     ra, rb, rc, rmask = d.src(a, "b32"), d.src(b, "b32"), d.src(c, "b32"), d.src(mask, "b32")
     wd = d.dst(dst, "b32")
     wp = d.dst(pdst, "pred") if pdst is not None and pdst is not ptx.SINK else None
+    if all(isinstance(x, ptx.Imm) for x in (b, c, mask)):
+        return _shfl_fixed(mode, ra, int(rb(None)), int(rc(None)), int(rmask(None)), wd, wp)
 
     def shfl(w, m):
         mv = np.asarray(rmask(w))
@@ -130,6 +132,30 @@ def build_shfl(ins, d):
         wd(w, src[np.clip(j, 0, 31)], m)
         if wp is not None:
             wp(w, np.broadcast_to(ok, (32,)), m)
+    return shfl
+
+
+def _shfl_fixed(mode, ra, b, c, membermask, wd, wp):
+    """shfl.sync with immediate lane, clamp and member mask (the usual butterfly and
+    broadcast): source lanes, in-range flags and members are computed once, at decode, by
+    the same rules as the general form."""
+    lane = LANES.astype(np.int64)
+    bval, cval, segmask = b & 0x1F, c & 0x1F, (c >> 8) & 0x1F
+    max_lane = (lane & segmask) | (cval & ~segmask)
+    min_lane = lane & segmask
+    j = {"idx": min_lane | (bval & ~segmask), "up": lane - bval, "down": lane + bval, "bfly": lane ^ bval}[mode]
+    ok = (j >= max_lane) if mode == "up" else (j <= max_lane)
+    src_lane = np.clip(np.where(ok, j, lane), 0, 31)
+    members = ((np.uint64(membermask & 0xFFFFFFFF) >> LANES.astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+    def shfl(w, m):
+        if m is not None and (members & w.live & ~m).tobytes() != _NO_LANE:
+            return DEFER                 # a member lane is not here yet (diverged warp)
+        src = np.asarray(ra(w))
+        src = np.full(32, src) if src.ndim == 0 else src
+        wd(w, src[src_lane], m)
+        if wp is not None:
+            wp(w, ok, m)
     return shfl
 
 
