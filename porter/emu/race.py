@@ -139,7 +139,7 @@ class RaceDetector:
                 break
             e = epochs[offs]
             bad = (e & CLOCK_MASK) > known[e >> AGENT_SHIFT]
-            if bad.any():
+            if np.count_nonzero(bad):          # (a quarter of any()'s cost)
                 j = int(np.argmax(bad))
                 prev = self.agents[int(e[j] >> AGENT_SHIFT) - 1]
                 raise CheckFailed(
