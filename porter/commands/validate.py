@@ -40,10 +40,43 @@ def register(sub) -> None:
     p.add_argument("--shapes", "--shape", dest="shapes", nargs="+", metavar="SHAPE", help="; ".join(f"{k}: {v}" for k, v in SHAPE_FORMS.items()))
     p.add_argument("--seeds", type=int, default=2, help="fresh random inputs per shape (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    # Limits a requested run is checked against before it starts (porter.runtime.run_budget).
+    p.add_argument("--max-host-gb", type=_positive, metavar="GB",
+                   help="refuse shapes whose host arrays (inputs, outputs, fp64 references) would need more "
+                        "(default: half this machine's memory)")
+    p.add_argument("--time-limit", type=_seconds, metavar="SECONDS",
+                   help="with --device emu: wall-clock seconds one simulated run may take; a run estimated "
+                        "beyond it is refused, one that runs past it is stopped naming the PTX line its warps "
+                        "were at (default: PORTER_EMU_TIME_LIMIT, else 120; 0: no limit)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no per-kernel progress on stderr")
     from porter.kernels.knobs import add_set_argument
 
     add_set_argument(p)   # --set KEY=VALUE: knobs, applied to the kernels that have them
     p.set_defaults(func=run)
+
+
+def _positive(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give a positive number")
+    return value
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give 0 (no limit) or a positive number of seconds")
+    return value
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -81,6 +114,9 @@ def run(args) -> int:
         family = one_family(specs)
         shapes = parse_shapes(family, args.shapes, "validate")
         check_shapes(specs, shapes)
+        from porter.runtime.run_budget import check_host_memory
+
+        check_host_memory(specs, shapes, getattr(args, "max_host_gb", None))   # before any array exists
     if args.source and args.device != "emu":
         raise PorterError("--source runs an edited kernel in the simulator: give --device emu with it")
     if args.device == "emu":
@@ -139,10 +175,39 @@ def _emulate(args, arch, specs, unsupported, shapes) -> int:
         path = Path(args.source)
         if not path.is_file():
             raise PorterError(f"--source {args.source}: no such file")
-        source = path.read_text()
+        try:
+            source = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = path.read_bytes()[:exc.start].count(b"\n") + 1
+            raise PorterError(f"--source {args.source}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                              f"at offset {exc.start}); save the file as UTF-8") from None
+    from porter.runtime.emulated import EmuDevice, time_limit_s
+
+    limit = time_limit_s(getattr(args, "time_limit", None))
+    progress = _Progress(len(specs), quiet=getattr(args, "quiet", False) or False)
+    if shapes:   # how long the requested shapes take, before running them (refused beyond the limit)
+        from porter.runtime.run_budget import check_emulation_time, emulation_estimate
+
+        measured: dict = {}
+
+        def calibrate(spec, arch, shape):   # once per kernel: its smallest case, timed here
+            if spec.name not in measured:
+                r = emulate(spec, arch, shapes=[shape], seeds=1, source=source,
+                            device=EmuDevice(time_limit=limit or 0))
+                runs = r.get("runs") or []
+                measured[spec.name] = (sum(x["warp_instructions"] for x in runs), sum(x["seconds"] for x in runs))
+            return measured[spec.name]
+
+        for spec in specs:
+            for shape in shapes:
+                said = check_emulation_time(spec, shape, emulation_estimate(spec, arch, shape, calibrate), limit)
+                progress.say(said)
     results, not_emulated = [], []
     for spec in specs:
-        r = emulate(spec, arch, shapes=shapes, seeds=args.seeds, source=source)
+        progress.start(spec.name)
+        r = emulate(spec, arch, shapes=shapes, seeds=args.seeds, source=source,
+                    device=EmuDevice(time_limit=limit or 0))
+        progress.done(spec.name, r)
         if r["status"] == "not-emulated":
             not_emulated.append(r)
             continue
@@ -166,6 +231,40 @@ def _emulate(args, arch, specs, unsupported, shapes) -> int:
         lines = [f"{r['name']}: not emulated: {r['reason'].splitlines()[0]}" for r in not_emulated]
         print(text if not lines else text.rsplit("\n", 1)[0] + "\n" + "\n".join(lines) + "\n" + text.rsplit("\n", 1)[1])
     return 0 if report["passed"] else 1
+
+
+class _Progress:
+    """Per-kernel progress on stderr while the simulator runs (stdout keeps the report):
+    a live line in a terminal, one line per finished kernel otherwise, as porter target."""
+
+    def __init__(self, total: int, quiet: bool):
+        import sys
+
+        from rich.console import Console
+
+        self.total, self.quiet, self.n = total, quiet, 0
+        self.console = Console(stderr=True, soft_wrap=True, highlight=False)
+        self.live = self.console.is_terminal and not quiet
+        self.status = None
+        self._stderr = sys.stderr
+
+    def say(self, line: str) -> None:
+        if line and not self.quiet:
+            print(line, file=self._stderr, flush=True)
+
+    def start(self, name: str) -> None:
+        self.n += 1
+        if self.live:
+            self.status = self.console.status(f"[{self.n}/{self.total}] {name}: running in porter's PTX simulator")
+            self.status.start()
+
+    def done(self, name: str, r: dict) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        if not self.quiet:
+            why = f": {r['reason'].splitlines()[0]}" if r["status"] != "passed" and r.get("reason") else ""
+            self.say(f"[{self.n}/{self.total}] {name}: {r['status']} ({r['seconds']:.1f} s){why}")
 
 
 def _cpu_model_only(spec, arch) -> dict:

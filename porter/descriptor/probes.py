@@ -405,7 +405,9 @@ def check_arch(arch, probes: list[Probe] | None = None, jobs: int | None = None)
     """Compile every probe for ``arch.target`` and judge it against the descriptor."""
     started = time.perf_counter()
     probes = discover() if probes is None else probes
-    jobs = jobs or min(len(probes), os.cpu_count() or 1)
+    from porter.pipeline.context import cap_jobs
+
+    jobs = cap_jobs(jobs) if jobs else min(len(probes), os.cpu_count() or 1)   # threads that each run nvdisasm
 
     # NVRTC runs under the GIL (threads measured no faster), so compile in order;
     # nvdisasm (~0.7-1 s per cubin, the dominant cold cost) runs in threads, whose

@@ -285,6 +285,19 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def cap_jobs(value: int, flag: str = "--jobs") -> int:
+    """At most one worker per CPU: more only compete for the same cores (and each worker is
+    a process of its own); said once on stderr when a request is cut."""
+    import sys
+
+    cpus = default_jobs()
+    if value > cpus:
+        print(f"porter: warning: {flag} {value}: this machine has {cpus} CPUs; using {cpus} workers",
+              file=sys.stderr, flush=True)
+        return cpus
+    return value
+
+
 def timed(fn):
     """Decorator for stage functions: fill in the seconds a stage took."""
     def wrapper(ctx, stage):

@@ -233,7 +233,9 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
     if opts.jobs is not None and opts.jobs < 0:
         raise PorterError(f"--jobs {opts.jobs}: give 1 or more workers, or 0 for one per CPU")
     arch, base, book = resolve(opts)
-    jobs = opts.jobs if opts.jobs and opts.jobs > 0 else default_jobs()
+    from porter.pipeline.context import cap_jobs
+
+    jobs = cap_jobs(opts.jobs) if opts.jobs and opts.jobs > 0 else default_jobs()
     out_dir = Path(opts.out) if opts.out else Path("build") / default_out_name(arch)
     from porter.compile.toolchain import require_toolchain
 

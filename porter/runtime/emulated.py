@@ -33,6 +33,26 @@ from porter.runtime.driver import KernelFault, KernelHang
 # negative one runs warps in plain round-robin order with every copy landing a round later.
 SEED_ENV = "PORTER_EMU_SEED"
 RACES_ENV = "PORTER_EMU_RACES"      # "0" turns the shared-memory race detector off (it is on by default)
+# Wall-clock seconds one emulated launch may run before it is stopped as a hang, naming the
+# PTX lines its warps were at (an endless loop would otherwise run to the instruction budget:
+# minutes). porter validate --time-limit overrides it; 0 means no limit.
+TIME_LIMIT_ENV = "PORTER_EMU_TIME_LIMIT"
+DEFAULT_TIME_LIMIT_S = 120.0
+
+
+def time_limit_s(given: float | None = None) -> float | None:
+    """The wall-clock limit per launch: ``given`` (a --time-limit), else PORTER_EMU_TIME_LIMIT,
+    else the default; None when it is 0 (no limit)."""
+    if given is None:
+        text = os.environ.get(TIME_LIMIT_ENV, "").strip()
+        try:
+            given = float(text) if text else DEFAULT_TIME_LIMIT_S
+        except ValueError:
+            raise PorterError(f"{TIME_LIMIT_ENV}={text!r}: give the seconds one emulated launch may run "
+                              "(0: no limit)") from None
+    if given < 0 or given != given:
+        raise PorterError(f"time limit {given!r}: give 0 (no limit) or a positive number of seconds")
+    return given or None
 
 
 def _env_seed() -> int:
@@ -57,8 +77,10 @@ class EmuFunction:
 class EmuDevice:
     kind = "emu"
 
-    def __init__(self, sm_count: int = 4, seed: int | None = None, check_races: bool | None = None):
+    def __init__(self, sm_count: int = 4, seed: int | None = None, check_races: bool | None = None,
+                 time_limit: float | None = None):
         self.memory = Memory()
+        self.time_limit_s = time_limit_s(time_limit)   # per launch (TIME_LIMIT_ENV)
         self.sm_count = sm_count
         self.seed = seed if seed is not None else _env_seed()
         self.launches = 0
@@ -157,7 +179,7 @@ class EmuDevice:
                             function.regs, cooperative)
         self.launches += 1
         sched = Scheduler(state, seed=self.seed + self.launches if self.seed >= 0 else None,
-                          check_races=self.check_races)
+                          check_races=self.check_races, wall_limit_s=self.time_limit_s)
         try:
             try:
                 summary = sched.run()
