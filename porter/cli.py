@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "bench",
     "emu",
     "predict",
+    "tune",
 ]
 
 

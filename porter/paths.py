@@ -8,7 +8,7 @@ from pathlib import Path
 import os
 
 _PKG = Path(__file__).resolve().parent
-_DATA_FOLDERS = ("arch", "templates", "kernels_src", "runbooks", "validation")
+_DATA_FOLDERS = ("arch", "templates", "kernels_src", "runbooks", "validation", "tuning")
 
 
 def data_dir(name: str) -> Path:

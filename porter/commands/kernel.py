@@ -122,6 +122,10 @@ def run_show(args) -> int:
             continue
         console.print(f"[bold]{spec.name}[/] ({spec.variant}) on {arch.name} {arch.target}: entry {spec.entry}, "
                       f"template {spec.template or '-'}", highlight=False)
+        from porter.tuning.entries import tuned_note   # which tuning/ entry chose this configuration
+
+        note = tuned_note(arch, spec)
+        console.print(f"tuned: {note}" if note else "tuned: no (the hand-chosen configuration)", highlight=False)
         cfg = Table(title="configuration", title_justify="left")
         cfg.add_column("key")
         cfg.add_column("value")

@@ -77,7 +77,9 @@ def variants(arch) -> list[KernelSpec | Unsupported]:
                 continue
             made = mod.make_spec(arch, head_dim, causal)
             out.extend(made if isinstance(made, (list, tuple)) else [made])
-    return out
+    from porter.tuning.entries import tuned_variants   # a tuning/ entry replaces the hand-chosen knobs
+
+    return tuned_variants(arch, out, render, spec_with_knobs)
 
 
 # ---- knobs (porter.kernels.knobs): each mainloop has knob_space, knobs_of and make_spec(knobs=)

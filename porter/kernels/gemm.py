@@ -136,7 +136,10 @@ def knobs_of(arch, spec: KernelSpec) -> dict:
 
 def variants(arch) -> list[KernelSpec | Unsupported]:
     """Every variant and its CTA-pair form, single-CTA first."""
-    return [make_spec(arch, v, pair) for pair in (False, True) for v in VARIANTS]
+    from porter.tuning.entries import tuned_variants   # a tuning/ entry replaces the hand-chosen knobs
+
+    return tuned_variants(arch, [make_spec(arch, v, pair) for pair in (False, True) for v in VARIANTS],
+                          render, spec_with_knobs)
 
 
 # What gemm.cu.j2 itself reads from spec.config (each path adds its own keys).

@@ -254,7 +254,9 @@ def variants(arch) -> list[KernelSpec | Unsupported]:
                                    reason="the weight page ring needs mbarrier full/empty handshakes"))
         else:
             out.append(make_spec(arch, variant))
-    return out
+    from porter.tuning.entries import tuned_variants   # a tuning/ entry replaces the hand-chosen knobs
+
+    return tuned_variants(arch, out, render, spec_with_knobs)
 
 
 def render(spec: KernelSpec, arch) -> str:

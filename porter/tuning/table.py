@@ -1,0 +1,66 @@
+"""Writing tuning/ARCH[.PRODUCT].yaml from a sweep (``porter.tuning.entries`` reads it
+back for the kernel variants)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from porter.fsutil import atomic_write
+from porter.tuning.entries import LABEL, file_for, product_slug, read, shown, untuned  # noqa: F401 (re-exported)
+
+
+def entry_for(sweep, arch) -> dict | None:
+    """The file entry of one kernel's sweep (None when no bucket has an eligible choice)."""
+    from porter.tuning.buckets import default_bucket
+    from porter.tuning.digests import porter_commit
+    from porter.kernels.knobs import spec_with_knobs
+
+    buckets = {}
+    for b, row in sweep.buckets.items():
+        chosen, dflt = row["chosen"], row["default"]
+        if not chosen:
+            continue
+        buckets[b] = {
+            "shape": row["shape"], "knobs": _plain(chosen["knobs"]), "level": chosen["level"],
+            "predicted": _pred(chosen),
+            "default": ({"knobs": _plain(dflt["knobs"]), "level": dflt["level"], "predicted": _pred(dflt)}
+                        if dflt else None),
+        }
+    if not buckets:
+        return None
+    with untuned():
+        dflt_bucket = default_bucket(spec_with_knobs(arch, sweep.kernel, {}))
+    return {"source_hash": sweep.source_hash, "porter_commit": porter_commit(), "ranking": sweep.ranker_note,
+            "candidates": len(sweep.candidates), "space": sweep.space_size, "legal": sweep.legal,
+            "default_bucket": dflt_bucket if dflt_bucket in buckets else next(iter(buckets)),
+            "buckets": buckets}
+
+
+def _plain(knobs: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in knobs.items()}
+
+
+def _pred(brief: dict) -> dict:
+    return {"time_us": round(brief["time_us"], 3),
+            "tflops": None if brief["tflops"] is None else round(brief["tflops"], 1),
+            "gb_s": round(brief["gb_s"], 1), "low_us": round(brief["low"], 3), "high_us": round(brief["high"], 3),
+            "bound": brief["bound"], "model": brief.get("level_model", "L0"), "label": LABEL}
+
+
+def write(arch, product: str, sweeps: list, path: Path | None = None) -> Path:
+    """Merge ``sweeps`` into the arch and product's file (other kernels' entries kept)."""
+    path = Path(path) if path else file_for(arch, product)
+    old = read(path) or {}
+    kernels = dict(old.get("kernels") or {})
+    for s in sweeps:
+        e = entry_for(s, arch)
+        if e is not None:
+            kernels[s.kernel] = e
+    data = {"arch": arch.name, "product": product, "label": LABEL,
+            "note": "written by porter tune: the chosen knobs per kernel and shape bucket; every time and "
+                    "TFLOP/s here is predicted by porter's timing model, not measured",
+            "kernels": dict(sorted(kernels.items()))}
+    atomic_write(path, yaml.safe_dump(data, sort_keys=False, width=110))
+    return path

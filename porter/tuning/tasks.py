@@ -1,0 +1,111 @@
+"""The tasks of a sweep, as pure functions of their payload (they run on Ray workers).
+
+- ``screen``: a chunk of knob combinations: illegal ones pruned with the knobs' own reason,
+  the rest predicted by L0 at every bucket's shape (no compile: milliseconds each).
+- ``evaluate``: one candidate: render, compile (NVRTC), disassemble and check its SASS and
+  ptxas resource usage (a configuration that spills is discarded), predict per bucket.
+  The rendered source comes back in the result: it is the artifact the emulation task
+  runs, so no file system is shared between workers.
+- ``emulate``: one finalist at the family's emulation shapes in porter's simulator against
+  the fp64 references (level ``emulated``, or the candidate is not eligible).
+
+Payloads carry the Arch object (it pickles as its text and product), so a worker needs
+porter installed and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from porter.errors import PorterError
+
+
+def _predictions(arch, spec, product: str, shapes: dict) -> dict:
+    from porter.timing import predict
+
+    out = {}
+    for bucket, shape in shapes.items():
+        p = predict(arch, spec, product=product or None, shape=shape)
+        out[bucket] = {"shape": shape, "time_us": p.time_us, "tflops": p.tflops, "gb_s": p.gb_s,
+                       "bound": p.bound, "low": p.low, "high": p.high, "level": p.level,
+                       "resources": dict(p.resources)}
+    return out
+
+
+_PREFIX = re.compile(r"^[^:]*: --set [^:]*: ")
+
+
+def prune_reason(message: str) -> str:
+    """The knobs' message without its 'KERNEL: --set k=v ...:' prefix, numbers kept: the
+    reason a combination cannot work, counted across the space."""
+    return _PREFIX.sub("", message.strip().splitlines()[0] if message.strip() else "illegal")
+
+
+def screen(payload: dict) -> dict:
+    from porter.kernels.knobs import spec_with_knobs
+
+    arch, kernel, product, shapes = payload["arch"], payload["kernel"], payload.get("product", ""), payload["shapes"]
+    rows = []
+    for knobs in payload["combos"]:
+        try:
+            spec = spec_with_knobs(arch, kernel, knobs)
+        except PorterError as exc:
+            rows.append({"knobs": knobs, "pruned": prune_reason(str(exc))})
+            continue
+        try:
+            rows.append({"knobs": knobs, "predictions": _predictions(arch, spec, product, shapes)})
+        except PorterError as exc:
+            rows.append({"knobs": knobs, "pruned": f"timing model: {prune_reason(str(exc))}"})
+    return {"rows": rows}
+
+
+def evaluate(payload: dict) -> dict:
+    from porter.compile import toolchain
+    from porter.kernels import family_module
+    from porter.kernels.build import build_kernel
+    from porter.kernels.knobs import spec_with_knobs
+    from porter.levels import Level
+
+    start = time.perf_counter()
+    arch, kernel, knobs = payload["arch"], payload["kernel"], payload["knobs"]
+    out = {"knobs": knobs, "status": "discarded", "reason": "", "level": "failed", "resources": {},
+           "predictions": {}, "source": "", "nvrtc_calls": 0}
+    calls0 = toolchain.stats.nvrtc_calls
+    try:
+        spec = spec_with_knobs(arch, kernel, knobs)
+    except PorterError as exc:
+        out.update(status="pruned", reason=prune_reason(str(exc)))
+        return out
+    source = family_module(spec.family).render(spec, arch)
+    build = build_kernel(spec, arch, source=source)
+    out["nvrtc_calls"] = toolchain.stats.nvrtc_calls - calls0
+    out["level"] = build.level.label
+    out["resources"] = {k: v for k, v in (build.resources or {}).items() if isinstance(v, (int, float, str))}
+    failed = [c for c in build.checks if not c.passed]
+    if build.compile_error:
+        out["reason"] = f"compile: {build.compile_error.strip().splitlines()[0] if build.compile_error.strip() else 'failed'}"
+    elif failed:
+        # spills (ptxas resource usage), registers, shared memory, missing SASS: not a candidate
+        out["reason"] = f"{failed[0].name}: {failed[0].detail}"
+    elif build.level < Level.SASS_CHECKED:
+        out["reason"] = f"reached {build.level.label} only"
+    else:
+        out["status"] = "built"
+        out["source"] = source
+        out["predictions"] = _predictions(arch, spec, payload.get("product", ""), payload["shapes"])
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+def emulate(payload: dict) -> dict:
+    from porter.kernels.knobs import spec_with_knobs
+    from porter.runtime.emulated_runs import emulate as run_emulation
+
+    arch, kernel, knobs = payload["arch"], payload["kernel"], payload["knobs"]
+    spec = spec_with_knobs(arch, kernel, knobs)
+    r = run_emulation(spec, arch, seeds=payload.get("seeds", 1), source=payload.get("source") or None)
+    return {"knobs": knobs, "status": r["status"], "passed": r["passed"], "level": r["level"],
+            "reason": (r.get("reason") or "").splitlines()[0] if r.get("reason") else "",
+            "checks": len(r.get("checks", [])), "seconds": r.get("seconds", 0.0),
+            "warp_instructions": sum(run.get("warp_instructions", 0) for run in r.get("runs", []))}
