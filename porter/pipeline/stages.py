@@ -441,7 +441,9 @@ def _numerics(ctx, stage, built, val_digest):
 @timed
 def run_emulation(ctx, stage):
     """Each sass-checked kernel executed in porter's PTX simulator (porter.emu) at its
-    smallest emulation shape, against the fp64 reference: the level "emulated" (executed
+    emulation shapes (porter.runtime.emulated_cases: the smallest, and a remainder tile with
+    grouped-query heads and ragged lengths) and the smallest again under a second seeded
+    warp order, against the fp64 reference: the level "emulated" (executed
     in porter's PTX simulator, not on a GPU). A kernel whose PTX needs a form the
     simulator lacks is "not emulated", with the form named, and fails nothing."""
     if ctx.emulate == "off":
