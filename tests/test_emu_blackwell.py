@@ -3,10 +3,11 @@
 references and tolerance policies; then planted bugs in them, each of which must fail for
 its planted reason.
 
-Shapes (porter.runtime.emulated_cases.emulation_shapes): a GEMM's single k-block, then a problem of 3
-tiles per persistent CTA (or CTA pair) on the emulated device's 4 SMs (both TMEM
-accumulator buffers, their acc_empty phases and the TMA ring wrap); attention with ragged
-lengths and grouped-query heads, then 3+ tiles per CTA (pair) with seq_q < seq_k.
+Shapes (porter.runtime.emulated_cases.emulation_shapes): a GEMM's single k-block, then a remainder
+problem of 2 x workers + 1 tiles on the emulated device's 4 SMs (one CTA (pair) walks 3
+tiles, the others 2: both TMEM accumulator buffers, their acc_empty phases and the TMA ring
+wrap); attention with ragged lengths and grouped-query heads, then the same remainder of
+tiles with all query heads on one K/V head, a partial last q-tile and seq_q < seq_k.
 The default suite runs two input sets per shape; ``-m slow`` runs three.
 """
 
@@ -42,12 +43,13 @@ def _check_result(result, spec, seeds: int) -> None:
         g = int(spec.config["cta_group"])
         m, n, _ = shapes[1]
         tiles = (m // spec.config["tile_m"]) * (n // spec.config["tile_n"])
-        assert runs[-1]["ctas"] == 4 and tiles == 3 * (4 // g)     # 3 tiles per persistent CTA (pair)
+        assert runs[-1]["ctas"] == 4 and tiles == 2 * (4 // g) + 1     # a remainder: one CTA (pair) walks 3
     else:
         g = int(spec.config["cta_group"])
         batch, heads, _, seq_q, _ = shapes[1]
         tiles = batch * heads * -(-seq_q // int(spec.config["block_m"]))
-        assert runs[-1]["ctas"] == 4 and tiles >= 3 * (4 // g) and shapes[1][3] < shapes[1][4]
+        assert runs[-1]["ctas"] == 4 and tiles == 2 * (4 // g) + 1 and shapes[1][3] < shapes[1][4]
+        assert heads > shapes[1][2] and seq_q % int(spec.config["block_m"])      # grouped-query, ragged
 
 
 @pytest.mark.parametrize("family,name", BLACKWELL_KERNELS, ids=[n for _, n in BLACKWELL_KERNELS])

@@ -25,8 +25,10 @@ def register(sub) -> None:
                    help="device validation: auto = when a GPU of ARCH is present; on = required "
                         "(exit 3 without one, after the other stages ran)")
     p.add_argument("--emulate", choices=("on", "off"), default="on",
-                   help="on (default): run each sass-checked kernel in porter's PTX simulator at its smallest "
-                        "shape (level emulated: executed in the simulator, not on a GPU); off: skip that stage")
+                   help="on (default): run each sass-checked kernel in porter's PTX simulator at its emulation "
+                        "shapes (the smallest; a remainder tile, grouped-query heads, ragged lengths) and the "
+                        "smallest again under a second warp order (level emulated: executed in the simulator, "
+                        "not on a GPU); off: skip that stage")
     p.add_argument("--jobs", "-j", type=jobs_arg, default=0, help="parallel compile workers (default 0: one per CPU)")
     p.add_argument("--out", help="folder the artifacts and report.{md,json,html} are written into, as they are (default build/ARCH)")
     p.add_argument("--kernel", metavar="PATTERN",

@@ -18,9 +18,12 @@ EMULATED_NOTE = "executed in porter's PTX simulator, not on a GPU"
 
 
 def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, smallest: bool = False,
-            device=None) -> dict:
+            device=None, orders: int = 1) -> dict:
     """Run ``spec`` in the simulator at its emulation shapes (or ``shapes``) with ``seeds``
     input sets each. ``source``: an edited .cu to build instead of the rendered template.
+    ``orders`` > 1: the first shape's first input set runs again under that many seeded warp
+    orders in all (each launch of the emulated device draws a new order from its seed), so
+    a bug that needs one particular interleaving gets more chances; the checks say which.
 
     Returns {name, variant, status, passed, level, checks, runs, seconds, reason}; status is
     "passed", "failed" or "not-emulated" (the kernel's PTX needs a form the simulator lacks,
@@ -46,6 +49,9 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
         return _done(result, start)
     try:
         checks = device_runs.validate_family(spec, arch, shapes, seeds, device=dev)
+        for k in range(1, orders if dev.seed >= 0 else 1):     # a negative seed: round-robin, one order
+            again = device_runs.validate_family(spec, arch, shapes[:1], 1, device=dev)
+            checks += [{**c, "warp_order": k + 1} for c in again]
         error = ""
     except PorterError as exc:                     # a checker, a deadlock, a fault: this kernel fails
         checks, error = [], str(exc)
@@ -93,14 +99,15 @@ def run_conditions(dev, checks: list[dict]) -> dict:
 def check_where(check: dict) -> str:
     """Where a check ran, in the family's own terms: M x N x K; b/hq/hkv/sq/sk; model and
     decode position."""
+    order = f" (warp order {check['warp_order']})" if check.get("warp_order") else ""
     if "model" in check:
-        return f"model {check['model']} position {check.get('pos')}"
+        return f"model {check['model']} position {check.get('pos')}{order}"
     shape = check.get("shape")
     if isinstance(shape, dict):
-        return " ".join(f"{k}={v}" for k, v in shape.items()) + (" causal" if check.get("causal") else "")
+        return " ".join(f"{k}={v}" for k, v in shape.items()) + (" causal" if check.get("causal") else "") + order
     if isinstance(shape, (list, tuple)):
-        return "x".join(str(v) for v in shape)
-    return str(shape)
+        return "x".join(str(v) for v in shape) + order
+    return str(shape) + order
 
 
 def _done(result: dict, start: float) -> dict:
@@ -109,10 +116,13 @@ def _done(result: dict, start: float) -> dict:
 
 
 def emulation_unit(payload: dict) -> dict:
-    """A pipeline unit: emulate one kernel at its smallest emulation shape (one seed) and
-    write emulation.json beside its other artifacts."""
+    """A pipeline unit: emulate one kernel at its emulation shapes (the smallest and the
+    reach shape: remainder tile, grouped-query heads, ragged lengths; one input set each),
+    the smallest again under a second seeded warp order, and write emulation.json beside
+    its other artifacts."""
     from porter.pipeline.work import jsonable, spec_from_dict, write_unit_json
 
     spec = spec_from_dict(payload["spec"])
-    result = emulate(spec, payload["arch"], seeds=payload.get("seeds", 1), smallest=payload.get("smallest", True))
+    result = emulate(spec, payload["arch"], seeds=payload.get("seeds", 1), smallest=payload.get("smallest", False),
+                     orders=payload.get("orders", 2))
     return write_unit_json(jsonable(result), payload.get("out_dir"), "emulation.json")
