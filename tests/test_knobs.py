@@ -312,3 +312,13 @@ def test_cli_target_refuses_bad_knobs_before_any_stage(tmp_path, capsys):
     assert main(["target", "hopper", "--kernel", "gemm", "--out", str(out), "--set", "gemm.fp8:stages=99"]) == 2
     assert "gemm.fp8: --set stages=99" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_set_applies_on_top_of_a_tuned_configuration(archs):
+    """A tuned default records its knobs in its config: --set changes that configuration
+    (the tuned knobs stay unless overridden; a tile given as tile=MxN replaces tile_n)."""
+    arch = archs["hopper"]
+    tuned = family_module("gemm").spec_with_knobs(arch, "gemm.bf16", {"stages": 3, "tile_n": 128})
+    assert K.on_top_of(tuned, {"group_m": 2}) == {"stages": 3, "tile_n": 128, "group_m": 2}
+    assert K.on_top_of(tuned, {"tile": (64, 256)}) == {"stages": 3, "tile": (64, 256)}
+    assert K.on_top_of(K.spec_with_knobs(arch, "gemm.bf16", None), {"stages": 2}) == {"stages": 2}

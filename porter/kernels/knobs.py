@@ -125,11 +125,13 @@ def default_knobs(arch, kernel_name: str) -> dict:
 
 def spec_with_knobs(arch, kernel_name: str, knobs: Mapping[str, Any] | None):
     """The KernelSpec of ``kernel_name`` with ``knobs`` applied (the default spec itself when
-    there are none); PorterError naming the knob and the limit when they cannot work."""
+    there are none; over a tuned default's own knobs, see ``on_top_of``); PorterError naming
+    the knob and the limit when they cannot work."""
     spec = _default_spec(arch, kernel_name)
     if not knobs:
         return spec
     knob_rules.check_names(kernel_name, knobs, _space(arch, kernel_name))
+    knobs = on_top_of(spec, knobs)
     made = _family(kernel_name).spec_with_knobs(arch, kernel_name, dict(knobs))
     from porter.kernels.base import Unsupported
 
@@ -137,6 +139,18 @@ def spec_with_knobs(arch, kernel_name: str, knobs: Mapping[str, Any] | None):
         raise PorterError(f"{kernel_name}: --set {' '.join(f'{k}={knob_rules.show(v)}' for k, v in knobs.items())}: "
                           f"{made.reason}")
     return made
+
+
+def on_top_of(spec, knobs: Mapping[str, Any]) -> dict:
+    """``knobs`` over the knobs ``spec`` was made with (a tuned default records them in its
+    config ``knobs``): --set changes the configuration the kernel has, tuned or hand-chosen.
+    A tile given one way (tile=MxN, or its own M / N knobs) replaces the other spelling."""
+    base = {k: parse_value(str(v)) for k, v in (spec.config.get("knobs") or {}).items()}
+    if "tile" in knobs:
+        base = {k: v for k, v in base.items() if k not in ("tile_m", "tile_n", "consumers")}
+    if {"tile_m", "tile_n", "consumers"} & set(knobs):
+        base.pop("tile", None)
+    return {**base, **knobs}
 
 
 def check_knobs(arch, kernel_name: str, knobs: Mapping[str, Any]) -> str | None:
