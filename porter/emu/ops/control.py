@@ -101,6 +101,8 @@ def build_shfl(ins, d):
     wp = d.dst(pdst, "pred") if pdst is not None and pdst is not ptx.SINK else None
     if all(isinstance(x, ptx.Imm) for x in (b, c, mask)):
         return _shfl_fixed(mode, ra, int(rb(None)), int(rc(None)), int(rmask(None)), wd, wp)
+    if isinstance(c, ptx.Imm) and isinstance(mask, ptx.Imm):
+        return _shfl_fixed_clamp(mode, ra, rb, int(rc(None)), int(rmask(None)), wd, wp)
 
     def shfl(w, m):
         mv = np.asarray(rmask(w))
@@ -156,6 +158,37 @@ def _shfl_fixed(mode, ra, b, c, membermask, wd, wp):
         wd(w, src[src_lane], m)
         if wp is not None:
             wp(w, ok, m)
+    return shfl
+
+
+def _shfl_fixed_clamp(mode, ra, rb, c, membermask, wd, wp):
+    """shfl.sync with the lane (or offset) in a register and an immediate clamp and member
+    mask (a reduction loop): the lane-dependent bounds and the members come from decode."""
+    lane = LANES.astype(np.int64)
+    cval, segmask = c & 0x1F, (c >> 8) & 0x1F
+    max_lane = (lane & segmask) | (cval & ~segmask)
+    min_lane = lane & segmask
+    members = ((np.uint64(membermask & 0xFFFFFFFF) >> LANES.astype(np.uint64)) & np.uint64(1)).astype(bool)
+
+    def shfl(w, m):
+        if m is not None and (members & w.live & ~m).tobytes() != _NO_LANE:
+            return DEFER
+        bval = np.asarray(rb(w)).astype(np.int64) & 0x1F
+        if mode == "idx":
+            j = min_lane | (bval & ~segmask)
+        elif mode == "up":
+            j = lane - bval
+        elif mode == "down":
+            j = lane + bval
+        else:
+            j = lane ^ bval
+        ok = (j >= max_lane) if mode == "up" else (j <= max_lane)
+        j = np.where(ok, j, lane)       # in 0..31 in every mode: no clip needed
+        src = np.asarray(ra(w))
+        src = np.full(32, src) if src.ndim == 0 else src
+        wd(w, src[j], m)
+        if wp is not None:
+            wp(w, np.broadcast_to(ok, (32,)), m)
     return shfl
 
 
