@@ -157,6 +157,17 @@ def _guarded(fn, g: int, neg: bool):
     return run
 
 
+def _move_group(w: "Warp", g: list, pc: int) -> None:
+    """Lane group ``g`` of diverged warp ``w`` goes on at ``pc``. Groups never share a pc
+    between steps (``Warp.merge`` keeps it so), so only a group already at ``pc`` can merge
+    with it: the full merge runs only then."""
+    g[0] = pc
+    for h in w.groups:
+        if h[0] == pc and h is not g:
+            w.merge()
+            return
+
+
 # ---- warps, CTAs, clusters ---------------------------------------------------------------------
 
 class Warp:
@@ -660,14 +671,12 @@ class Scheduler:
                     if g is None:
                         w.pc = pc + 1
                     else:
-                        g[0] = pc + 1
-                        w.merge()
+                        _move_group(w, g, pc + 1)
                 elif type(res) is int:
                     if g is None:
                         w.pc = res
                     else:
-                        g[0] = res
-                        w.merge()
+                        _move_group(w, g, res)
                 elif res is HANDLED:
                     pass
                 elif res is DEFER:
@@ -679,8 +688,7 @@ class Scheduler:
                         if g is None:
                             w.pc = pc + 1
                         else:
-                            g[0] = pc + 1
-                            w.merge()
+                            _move_group(w, g, pc + 1)
                     if not res.ready():
                         w.park = res
                         break
