@@ -322,3 +322,15 @@ def test_set_applies_on_top_of_a_tuned_configuration(archs):
     assert K.on_top_of(tuned, {"group_m": 2}) == {"stages": 3, "tile_n": 128, "group_m": 2}
     assert K.on_top_of(tuned, {"tile": (64, 256)}) == {"stages": 3, "tile": (64, 256)}
     assert K.on_top_of(K.spec_with_knobs(arch, "gemm.bf16", None), {"stages": 2}) == {"stages": 2}
+
+
+@pytest.mark.parametrize("arch_name", ARCHS)
+def test_every_listed_value_is_legal_alone_or_one_line_naming_its_knob(archs, arch_name):
+    """The tuner's space: each value of each knob, set alone, builds or is refused in one line
+    that starts with the kernel and the knob (never a generic chooser error)."""
+    arch = archs[arch_name]
+    for spec in _built(arch):
+        for knob, values in K.knob_space(arch, spec.name).items():
+            for value in values:
+                why = K.check_knobs(arch, spec.name, {knob: value})
+                assert why is None or ("\n" not in why and why.startswith(f"{spec.name}: --set ")), why

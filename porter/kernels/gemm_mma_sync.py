@@ -309,7 +309,9 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
             raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not take one scale word of "
                               f"{variant.scale_block_k}-element blocks per MMA")
     stage_with = staging(arch)
-    layout_knobs = {k: v for k, v in knobs.items() if k in ("tile_m", "tile_n", "warp_m", "warp_n", "stages")}
+    # accumulation among them too: a promoted chain's second accumulator may need a smaller tile
+    layout_knobs = {k: v for k, v in knobs.items() if k in ("tile_m", "tile_n", "warp_m", "warp_n", "stages",
+                                                             "accumulation")}
     (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with, accumulation,
                                                                               layout_knobs, name)
     group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, 1, GROUP_M_TILES)

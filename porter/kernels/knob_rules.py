@@ -31,8 +31,11 @@ def show(value: Any) -> str:
 
 
 def fail(kernel: str, knob: str, value: Any, why: str) -> PorterError:
-    """The one line an illegal knob ends in: ``KERNEL: --set KNOB=VALUE: WHY``."""
-    return PorterError(f"{kernel}: --set {knob}={show(value)}: {why}")
+    """The one line an illegal knob ends in: ``KERNEL: --set KNOB=VALUE: WHY``. The error
+    carries ``knob`` too, so a sweep can count its prunes by the knob that caused them."""
+    exc = PorterError(f"{kernel}: --set {knob}={show(value)}: {why}")
+    exc.knob = knob
+    return exc
 
 
 def has_knob(space: Mapping[str, tuple], name: str) -> bool:
