@@ -10,7 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from porter.emu import ptx
+from porter.emu import fastpath, ptx
 from porter.emu.decode import NP, UINT, bits, is_float, is_signed, type_of
 
 
@@ -18,6 +18,9 @@ from porter.emu.decode import NP, UINT, bits, is_float, is_signed, type_of
 def _binary(ins, d, f):
     t = type_of(ins.parts)
     dst, a, b = ins.operands
+    fast = fastpath.binary(d, t, dst, a, b, f)      # same-width registers / an immediate
+    if fast is not None:
+        return fast
     ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, t)
 
     def run(w, m):
@@ -79,6 +82,9 @@ def build_mov(ins, d):
             for k, o in enumerate(outs):
                 o(w, (v >> wide(k * part)).astype(narrow), m)
         return unpack
+    fast = fastpath.move(d, t, dst, a)               # a same-width register or an immediate
+    if fast is not None:
+        return fast
     ra, wd = d.src(a, t), d.dst(dst, t)
 
     def mov(w, m):

@@ -1,0 +1,107 @@
+"""Fast paths for the commonest ALU forms: register (or immediate) operands of the
+instruction's own width, written to a register of that width.
+
+The general operand readers and register writer of ``porter.emu.decode`` convert any
+source to the instruction's type and normalise whatever a computation returns (scalars,
+other dtypes, widths). For ``add.s32 %r1, %r2, 4``-like forms none of that can apply, and
+the general writer is most of the instruction's cost, so these builders read ``w.r``
+directly and store the result as the general writer would have stored it: the same bits,
+the same masked merge. Anything unexpected at run time (a poisoned register, a result of
+another dtype) goes through the general writer, so the outcome is always the general
+path's. Each builder returns None for a form it does not cover.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import ptx
+from porter.emu.decode import NP, STORE, bits
+
+
+def plain(d, op, t: str):
+    """(register id, the dtype its stored bits are viewed as for type ``t``, or None when the
+    storage already is ``t``'s dtype) for a declared register of ``t``'s width; else None."""
+    if not d.is_reg(op):
+        return None
+    i = d.reg_index[op.name]
+    sb = d.reg_bits[i]
+    if t == "pred":
+        return (i, None) if sb == 1 else None
+    if sb != bits(t):
+        return None
+    dt = np.dtype(NP[t])
+    return i, (None if dt == np.dtype(STORE[sb]) else dt)
+
+
+def _types(t: str):
+    dt = np.dtype(np.bool_ if t == "pred" else NP[t])
+    return dt, np.dtype(STORE[1 if t == "pred" else bits(t)])
+
+
+def binary(d, t: str, dst, a, b, f):
+    """``dst = f(a, b)``: a a register, b a register or an immediate, all of type ``t``."""
+    po, pa = plain(d, dst, t), plain(d, a, t)
+    if po is None or pa is None:
+        return None
+    if isinstance(b, ptx.Imm):
+        ib, kb = None, d.src(b, t)(None)
+    else:
+        pb = plain(d, b, t)
+        if pb is None:
+            return None
+        ib, kb = pb[0], None
+    (io, view), ia = po, pa[0]
+    dt, store = _types(t)
+    slow = d.dst(dst, t)
+
+    if view is None:
+        def run(w, m):
+            r = w.r
+            v = f(r[ia], kb if ib is None else r[ib])
+            if w.poisoned or v.dtype is not dt:
+                return slow(w, v, m)
+            r[io] = v if m is None else np.where(m, v, r[io])
+        return run
+
+    def run_view(w, m):
+        r = w.r
+        v = f(r[ia].view(view), kb if ib is None else r[ib].view(view))
+        if w.poisoned or v.dtype is not dt:
+            return slow(w, v, m)
+        v = v.view(store)
+        r[io] = v if m is None else np.where(m, v, r[io])
+    return run_view
+
+
+def move(d, t: str, dst, a):
+    """``mov`` of a same-width register or of an immediate into a register."""
+    po = plain(d, dst, t)
+    if po is None:
+        return None
+    io = po[0]
+    slow = d.dst(dst, t)
+    ra = d.src(a, t)
+    if isinstance(a, ptx.Imm):
+        dt, store = _types(t)
+        const = np.empty(32, dtype=dt)
+        const.fill(ra(None))
+        const = const.view(store)        # never written in place, so every warp may share it
+
+        def mov_imm(w, m):
+            if w.poisoned:
+                return slow(w, ra(w), m)
+            r = w.r
+            r[io] = const if m is None else np.where(m, const, r[io])
+        return mov_imm
+    pa = plain(d, a, t)
+    if pa is None:
+        return None
+    ia = pa[0]
+
+    def mov_reg(w, m):
+        if w.poisoned:
+            return slow(w, ra(w), m)
+        r = w.r
+        r[io] = r[ia] if m is None else np.where(m, r[ia], r[io])
+    return mov_reg
