@@ -106,6 +106,8 @@ def check_target_knobs(args) -> dict:
     from porter.descriptor.arch import load_arch
 
     arch = load_arch(args.arch)
+    if args.product:   # a product's own figures (its SM count bounds grid_ctas), as the run uses them
+        arch = arch.for_product(args.product)
     every = all_variants(arch)
     selected = match_kernels(every, args.kernel) if args.kernel else every
     for note in apply_knobs(arch, selected, knobs, every=every)[1]:
