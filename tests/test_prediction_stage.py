@@ -29,7 +29,10 @@ def _cache(tmp_path, monkeypatch):
 def _ctx(tmp_path, arch, specs):
     rows = [{"name": s.name, "spec": s.to_dict(), "level": 3} for s in specs]
     kernels = StageResult("kernels", "kernels", "k", "passed", "", {"kernels": rows})
-    return SimpleNamespace(arch=arch, results={"kernels": kernels}, store=StageStore(tmp_path / "stages"))
+    # run_units as the pipeline's Context runs them, here in this process, one after another
+    run_units = lambda stage, units: {name: fn(payload) for name, _key, fn, payload in units}  # noqa: E731
+    return SimpleNamespace(arch=arch, results={"kernels": kernels}, store=StageStore(tmp_path / "stages"),
+                           run_units=run_units)
 
 
 def test_stage_predicts_every_product_and_is_cached_and_keyed_on_knobs(tmp_path):

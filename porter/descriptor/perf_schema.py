@@ -23,6 +23,9 @@ from typing import Any
 SCALARS: dict[str, tuple[str, float, float, bool]] = {
     "clock_mhz": ("MHz (the tensor clock under load that the peaks imply)", 100, 5000, True),
     "boost_clock_mhz": ("MHz", 100, 5000, True),
+    # optional: the clock a kernel holds under sustained tensor-core load (the power limit
+    # pulls it below the datasheet's); porter.timing converts cycles at it when present
+    "sustained_clock_mhz": ("MHz under sustained tensor-core load", 100, 5000, False),
     "mma_latency_base_cycles": ("cycles", 0, 10000, True),
     "mma_latency_per_n_cycles": ("cycles per column of N", 0, 100, True),
     "smem_bytes_per_clk_per_sm": ("bytes per clock per SM", 1, 4096, True),

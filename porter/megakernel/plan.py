@@ -14,8 +14,23 @@ from .latency import LatencyModel, simulate
 from .scheduler import schedule
 
 
+def default_latency_model(arch) -> tuple[LatencyModel, str]:
+    """The queue simulation's per-instruction costs for ``arch``: from its descriptor's perf:
+    figures (LatencyModel.from_arch: fetch = an L2 read + barrier hand-offs, a remote counter =
+    two L2 latencies + the poller's wake-up) where it has them; otherwise (a bare HwFigures, a
+    descriptor without perf:) the scheduler's two assumed constants. Returns (model, source)."""
+    if getattr(arch, "text", None):
+        from porter.errors import PorterError
+
+        try:
+            return LatencyModel.from_arch(arch), "perf: figures of the descriptor"
+        except PorterError:
+            pass
+    return LatencyModel(), "assumed constants (no perf: figures)"
+
+
 def build_plan(arch, model_cfg, pos: int = 0, scheduler: str = "list", *, token: int = 0,
-               fuse: bool = True, latency_model: LatencyModel = LatencyModel()) -> dict:
+               fuse: bool = True, latency_model: LatencyModel | None = None) -> dict:
     """Plan one decode step at ``pos``; ``model_cfg`` is a ModelConfig or a model name.
 
     Keys: arch, model, pos, scheduler, sm_count, instructions (total), per_sm (min, mean,
@@ -24,8 +39,12 @@ def build_plan(arch, model_cfg, pos: int = 0, scheduler: str = "list", *, token:
     achieved_bandwidth_tb_s, bandwidth_fraction, hbm_bytes, weight_bytes, flops,
     checks, program (EncodedProgram: instruction tensor, counter targets, tensor
     table), dag (built with ``edges=False``: dependencies as counters, see
-    ``dag.materialize_edges``), queues.
+    ``dag.materialize_edges``), queues, latency_model_source (``default_latency_model``:
+    the descriptor's perf: figures unless ``latency_model`` is given or there are none).
     """
+    source = "given"
+    if latency_model is None:
+        latency_model, source = default_latency_model(arch)
     if isinstance(model_cfg, str):
         from porter.validation.model_config import load_model_config
         model_cfg = load_model_config(model_cfg)
@@ -63,6 +82,7 @@ def build_plan(arch, model_cfg, pos: int = 0, scheduler: str = "list", *, token:
         "weight_bytes": lat["weight_bytes"],
         "flops": totals["flops"],
         "latency_model": lat["model"],
+        "latency_model_source": source,
         "checks": {"schedule": sched_check, "program": prog_check},
         "program": program,
         "instruction_tensor": program.instructions,

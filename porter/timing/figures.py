@@ -68,7 +68,9 @@ class Figures:
 
     @property
     def clock_hz(self) -> float:
-        return self.values["clock_mhz"] * 1e6
+        """The clock cycles are converted at: the sustained clock under load where the
+        descriptor gives one, else the clock the datasheet peaks imply."""
+        return self.values.get("sustained_clock_mhz", self.values["clock_mhz"]) * 1e6
 
     def mma_rate(self, kind: str) -> float:
         """Dense FLOP per clock per SM of MMA kind ``kind``."""

@@ -79,7 +79,11 @@ def tile_costs(spec, arch, fig) -> dict:
             regs = cta_m * tile_n / (128 * consumers)              # accumulator registers per thread
             promotions = tile_k / int(c["promote_every_k"])
             issue_instr += promotions * regs * 4 * consumers       # one FADD per register per warp
-        latency = fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * mma_n + fig["mbarrier_cycles"]
+        # a consumer's serial chain per K step: wait on the stage's full barrier, fence,
+        # issue, wait for its wgmma (the MMA latency), release the stage (arrive on empty);
+        # hidden while the other consumers' MMAs keep the tensor core busy
+        latency = (fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * mma_n
+                   + 2 * fig["mbarrier_cycles"] + fig["fence_cycles"])
         per_consumer = tensor / consumers
         pipeline = tensor + max(0.0, latency - (consumers - 1) * per_consumer)
     elif loop == "tcgen05":
@@ -106,7 +110,10 @@ def tile_costs(spec, arch, fig) -> dict:
     stage_bytes = writes
     stages = int(c["stages"])
     inflight = min(max(1, stages - 1) * stage_bytes, fig["tma_inflight_kib"] * 1024)
-    tma_window = stage_bytes * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
+    # a stage's round trip: the consumer's arrive on its empty barrier, the producer's wait,
+    # the copy, the full barrier's completion; Little's law over the stages ahead
+    round_trip = fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * fig["mbarrier_cycles"]
+    tma_window = stage_bytes * round_trip / inflight
     resources = {
         "tensor": tensor,
         "smem": (writes + reads) / fig["smem_bytes_per_clk_per_sm"],
@@ -117,7 +124,10 @@ def tile_costs(spec, arch, fig) -> dict:
     }
     # the epilogue: C leaves through shared memory (written, read back) and global stores
     out_tile = cta_m * tile_n * OUT_BYTES
-    epilogue = 2 * out_tile / fig["smem_bytes_per_clk_per_sm"] + fig.ns_to_cycles(fig["l2_latency_ns"])
+    # ... after the tile's last MMA completes (its latency) and the consumers meet at a named barrier
+    drain = (fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * int(c.get("mma_n", tile_n))
+             + fig["named_barrier_cycles"])
+    epilogue = (2 * out_tile / fig["smem_bytes_per_clk_per_sm"] + fig.ns_to_cycles(fig["l2_latency_ns"]) + drain)
     overlapped = int(c.get("acc_buffers", 1)) >= 2
     prologue = (fig.ns_to_cycles(fig["tma_latency_ns"]) + fig["cluster_barrier_cycles"]
                 + fig["mma_latency_base_cycles"])
