@@ -81,6 +81,12 @@ _LEADING_NUMBER = re.compile(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?
 _MAX_EXPANDED_NODES = 20_000
 # Error messages quote at most this many characters of the text they name.
 _MAX_MESSAGE_CHARS = 600
+# Descriptor text and SASS patterns are printed in tables and reports, and every pattern is
+# matched against every instruction: bounded, so no one value can print megabytes or cost
+# seconds per kernel. (The shipped descriptors' longest text is under 700 characters, their
+# longest pattern 63.)
+_MAX_TEXT_CHARS = 4000
+_MAX_PATTERN_CHARS = 160
 
 
 @dataclass(frozen=True)
@@ -416,6 +422,9 @@ class _Checker:
     def plain_text(self, text: str, dotted: str) -> None:
         """Descriptor text is data shown in terminals and reports: a control character (an
         ESC sequence, NUL, a newline, a bidi override) would reach them raw, so it is refused."""
+        if len(text) > _MAX_TEXT_CHARS:
+            self.fail(dotted, f"text of {len(text):,} characters (at most {_MAX_TEXT_CHARS:,})",
+                      "shorten it; long explanations belong in a document the source can cite")
         bad = bad_text_char(text)
         if bad is not None:
             self.fail(dotted, f"text holds the control character {bad}",
@@ -667,6 +676,7 @@ def _regex_list(c: _Checker, raw: Any, dotted: str) -> list[str]:
     for i, item in enumerate(raw):
         if not isinstance(item, str) or not item.strip():
             c.fail(f"{dotted}[{i}]", f"expected an opcode pattern, got {_show(item)}", "write the opcode (a regex) nvdisasm prints")
+        _check_pattern_length(c, item, f"{dotted}[{i}]")
         try:
             re.compile(item)
         except re.error as exc:
@@ -680,6 +690,12 @@ def _regex_list(c: _Checker, raw: Any, dotted: str) -> list[str]:
                    f"{_MAX_OPEN_REPEATS} unbounded repeats")
         out.append(item)
     return out
+
+
+def _check_pattern_length(c: _Checker, pattern: str, dotted: str) -> None:
+    if len(pattern) > _MAX_PATTERN_CHARS:
+        c.fail(dotted, f"pattern of {len(pattern):,} characters {_show(pattern, 40)} (at most {_MAX_PATTERN_CHARS})",
+               "write the opcode and the modifiers that prove the feature, not a whole instruction")
 
 
 # A SASS signature is matched against every instruction of every kernel, so a pattern
@@ -818,6 +834,7 @@ def _check_sass_modifiers(c: _Checker, raw: Any, sources: dict) -> dict:
         if not isinstance(frag, str) or not frag.strip():
             c.fail(dotted, f"expected a regex fragment, got {_show(frag)}",
                    "write the suffix nvdisasm prints after the opcode, as a regex")
+        _check_pattern_length(c, frag, dotted)
         probe = re.sub(r"\{[a-z_]+\}", "0", frag)
         try:
             re.compile(probe)
@@ -918,6 +935,45 @@ def _check_uncertain(c: _Checker, raw: Any, data: dict) -> list[str]:
     return out
 
 
+# The MMA shapes the PTX ISA allows each tensor-core generation (wgmma.mma_async, tcgen05.mma
+# and mma.sync shape tables; shared/ARCH_FACTS.md): the (cta_group, M) pairs, N a multiple of
+# 8 between 8 and n_max, and the K values one instruction may consume. The ISA narrows N
+# further per kind and M (e.g. tcgen05 M=128 takes N in steps of 16 for kind::f16); a
+# descriptor lists those exact ranges, and this check only keeps them inside what the
+# generation can issue at all: an M of 7 would pass every other check and reach the generator.
+_LEGAL_MMA = {
+    # m64nNk16 (f16/bf16), k8 (tf32), k32 (fp8, s8/u8), k256 (b1); N = 8..256
+    "wgmma": {"m": {(1, 64): 8}, "n_max": 256, "k": (8, 16, 32, 256)},
+    # cta_group::1: M 64 or 128; cta_group::2 (a CTA pair): M 128 or 256;
+    # K = 256 bits of A: tf32 8, f16 16, f8/i8 32, fp4 64
+    "tcgen05": {"m": {(1, 64): 8, (1, 128): 8, (2, 128): 8, (2, 256): 8}, "n_max": 256, "k": (8, 16, 32, 64)},
+    # the m8n8 and m16n8 forms, K 4 to 256 by the operand type
+    "mma_sync": {"m": {(1, 8): 8, (1, 16): 8}, "n_max": 8, "k": (4, 8, 16, 32, 64, 128, 256)},
+}
+
+
+def _check_mma_legality(c: _Checker, generation: str, kinds: dict) -> None:
+    legal = _LEGAL_MMA.get(generation)
+    if legal is None:
+        return
+    ms = ", ".join(f"m{m} (cta_group {g})" for g, m in legal["m"])
+    for kind, spec in kinds.items():
+        if spec["k"] not in legal["k"]:
+            c.fail(f"tensor_core.kinds.{kind}.k", f"k {spec['k']} is not a {generation} K (the PTX ISA allows "
+                   f"{', '.join(map(str, legal['k']))})", "give the elements of K one instruction consumes")
+        for i, shape in enumerate(spec["shapes"]):
+            sd = f"tensor_core.kinds.{kind}.shapes[{i}]"
+            step = legal["m"].get((shape["cta_group"], shape["m"]))
+            if step is None:
+                c.fail(f"{sd}.m", f"m {shape['m']} with cta_group {shape['cta_group']} is not a {generation} "
+                       f"shape (the PTX ISA allows {ms})", "list the M the instruction takes")
+            if shape["n_min"] < 8 or shape["n_max"] > legal["n_max"] or shape["n_min"] % step \
+                    or shape["n_step"] % step:
+                c.fail(f"{sd}.n_min", f"N {shape['n_min']}..{shape['n_max']} step {shape['n_step']} leaves the "
+                       f"{generation} shapes for m{shape['m']} (N a multiple of {step}, 8 to {legal['n_max']})",
+                       "list only the N values the PTX ISA allows")
+
+
 def _check_consistency(c: _Checker, d: dict) -> None:
     """Contradictions between sections: each would mislead a template or a check."""
     lim, tc, tmem, cl, fmt = d["limits"], d["tensor_core"], d["tmem"], d["cluster"], d["formats"]
@@ -969,6 +1025,7 @@ def _check_consistency(c: _Checker, d: dict) -> None:
     if cl["cta_pair"] and not any(shape["cta_group"] == 2 for spec in kinds.values() for shape in spec["shapes"]):
         c.fail("cluster.cta_pair", "cta_pair: true but no MMA shape with cta_group 2",
                "add the cta_group 2 shapes the pair executes to tensor_core.kinds, or set cta_pair: false")
+    _check_mma_legality(c, tc["generation"], kinds)
     for kind, spec in kinds.items():
         for i, shape in enumerate(spec["shapes"]):
             if shape["cta_group"] == 2 and not cl["cta_pair"]:
