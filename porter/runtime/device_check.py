@@ -38,7 +38,7 @@ ARCH = "hopper"
 FAMILIES = ("gemm", "attention", "megakernel")
 BUDGET_S = 300.0
 # Per-kernel time limits (s) on an H200, CPU references included (16 cores there).
-LIMITS = {"gemm": 75.0, "attention": 60.0, "megakernel": 60.0}
+LIMITS = {"gemm": 75.0, "attention": 60.0, "megakernel": 90.0}
 REHEARSAL_LIMIT_S = 60.0
 MAX_PRINT_LINES = 100
 
@@ -199,13 +199,22 @@ def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: b
                 "fallback_note": "" if nvcc else fallback_tool,
                 "sources_sha256": cubins.tree_digest(sources), "sources": sources, "kernels": {}, "failed": {},
                 "tuned": plan.TUNED_NOTE, "_out": out}
+    tuned_runs: list[str] = []
     for family in FAMILIES:
         for spec in kfam.family_module(family).variants(arch):
             if isinstance(spec, Unsupported) or (kernels and spec.name not in kernels):
                 continue
             use_nvcc = nvcc if not fallback_kernels or spec.name in fallback_kernels else None
-            built = _build_entry(spec, arch, profile, use_nvcc, fallback_tool, manifest,
-                                 {"kernel": spec.name, "role": "default"}, echo)
+            pair = plan.tuned_pair(arch, spec)
+            form = {"kernel": spec.name, "role": "default"}
+            if pair:
+                form["tuned"] = pair[0]
+            built = _build_entry(spec, arch, profile, use_nvcc, fallback_tool, manifest, form, echo)
+            if pair and built is not None:
+                tuned_runs.append(spec.name)
+                _build_entry(pair[1], arch, profile, use_nvcc, fallback_tool, manifest,
+                             {"kernel": spec.name, "role": "tuned-default", "sets": [plan.UNTUNED],
+                              "why": f"tuned: {pair[0]}"}, echo)
             for kernel, sets, why in forms:
                 if kernel != spec.name or built is None:
                     continue
@@ -219,6 +228,9 @@ def prepare(out: Path, arch_name: str = ARCH, profile: str = "full", fallback: b
                 _build_entry(old, arch, profile, use_nvcc, fallback_tool, manifest,
                              {"kernel": kernel, "role": "ab-old", "sets": list(sets), "why": why}, echo)
     del manifest["_out"]
+    if tuned_runs:
+        manifest["tuned"] = (f"tuned vs default: {', '.join(tuned_runs)} benchmarked against their hand-chosen "
+                             "configurations")
     after = cubins.source_digests()
     changed = sorted(p for p in set(sources) | set(after) if sources.get(p) != after.get(p))
     if changed:
@@ -572,12 +584,20 @@ def _bench_cell(rows: list[dict]) -> tuple[str, str, str]:
     if row.get("family") == "megakernel":
         base = row.get("copy_floor_us")
         p_us = pred.get("time_us")
-        return (f"{row['us_per_step']:.1f} us", f"{p_us:.1f} us" if isinstance(p_us, (int, float)) else "-",
+        lo, hi = pred.get("low"), pred.get("high")
+        span = f" [{lo:.0f}-{hi:.0f}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
+        return (f"{row['us_per_step']:.1f} us", f"{p_us:.1f}{span} us" if isinstance(p_us, (int, float)) else "-",
                 f"floor {base:.1f} us" if base else "-")
     base = row.get("baseline") or {}
     ours = f"{row['tflops']:.3g} TF/s"
     p_tf = pred.get("tflops")
-    predicted = f"{p_tf:.3g} TF/s" if isinstance(p_tf, (int, float)) else "-"
+    predicted = "-"
+    if isinstance(p_tf, (int, float)):
+        # the range comes with the figure: TFLOP/s at the model's slowest and fastest time
+        t, lo, hi = pred.get("time_us"), pred.get("low"), pred.get("high")
+        span = (f" [{p_tf * t / hi:.2g}-{p_tf * t / lo:.2g}]"
+                if all(isinstance(x, (int, float)) and x > 0 for x in (t, lo, hi)) else "")
+        predicted = f"{p_tf:.3g}{span}"
     if base.get("tflops"):
         return ours, predicted, f"{base['tflops']:.3g} TF/s ({row['pct_of_baseline']:.0f}%)"
     return ours, predicted, "skipped" if base.get("skipped") else "-"
@@ -587,7 +607,7 @@ def table_lines(results: dict) -> list[str]:
     env = results["environment"]
     head = (f"==== porter device check: {results['arch']} on {env.get('gpu', '?')}; "
             f"{len(results['kernels'])} kernels in {results['seconds']:.0f} s; {results['out']} ====")
-    lines = [head, f"{'kernel':<25} {'result':<11} {'checks':>7}  {'level':<16} {'measured':>11} {'predicted*':>11}  "
+    lines = [head, f"{'kernel':<25} {'result':<11} {'checks':>7}  {'level':<16} {'measured':>11} {'predicted* [range]':>20}  "
                    f"{'baseline':<18} {'s':>4}"]
     predicted_any = False
     for r in results["kernels"]:
@@ -596,7 +616,7 @@ def table_lines(results: dict) -> list[str]:
         ours, pred, base = _bench_cell(r.get("bench", []))
         predicted_any |= pred != "-"
         lines.append(f"{r['name'][:25]:<25} {_status(r):<11} {ok:>3}/{len(checks):<3}  {r['level']:<16} {ours:>11} "
-                     f"{pred:>11}  {base:<18} {r.get('seconds', 0):>4.0f}")
+                     f"{pred:>20}  {base:<18} {r.get('seconds', 0):>4.0f}")
         why = (r.get("error") or {}).get("message") or r.get("not_run") or _worst_check(checks) \
             or ("bench: " + r["bench_error"]["message"] if r.get("bench_error") else "") \
             or ("bench: " + r["bench_skipped"] if r.get("bench_skipped") else "") \
@@ -608,9 +628,11 @@ def table_lines(results: dict) -> list[str]:
     for c in results.get("comparisons", []):
         pred = (f", {c['predicted_speedup']:.2f}x {plan.PREDICTED_LABEL}" if c.get("predicted_speedup") else
                 ", no prediction")
-        lines.append(f"A/B {c['kernel']} vs {c['old']}: {c['measured_speedup']:.2f}x measured"
+        what = "A/B" if c.get("role") == "ab-old" else "tuned vs default:"
+        lines.append(f"{what} {c['kernel']} vs {c['old']}: {c['measured_speedup']:.2f}x measured"
                      + ("" if c.get("beyond_noise") else " (within noise)") + pred)
-    lines.append(f"* predicted: {plan.PREDICTED_LABEL}" + ("" if predicted_any else
+    lines.append(f"* predicted: {plan.PREDICTED_LABEL} (TF/s, or us per step; [range] from its sensitivity)"
+                 + ("" if predicted_any else
                                                            " (no prediction recorded: see results.json)"))
     n_ok = sum(_status(r) == "passed" for r in results["kernels"])
     lines.append(f"{n_ok} of {len(results['kernels'])} kernels passed; results.json and run.log in {results['out']}")
@@ -832,6 +854,10 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
 # pass and are benchmarked.
 REHEARSAL_BEHAVIOURS = "attention.hd64=fail,attention.hd64.causal=fault,attention.hd128.causal=hang"
 REHEARSAL_REFUSED = "gemm.bf16"
+# The GPU machine's cuda-bindings (13.0 says a missing libcuda with another error type than
+# 13.1+); PORTER_GPU_BINDINGS names a folder holding it for the rehearsal.
+GPU_MACHINE_BINDINGS = "13.0"
+GPU_BINDINGS_ENV = "PORTER_GPU_BINDINGS"
 
 
 def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[str] | None = None,
@@ -861,8 +887,11 @@ def rehearse(out: Path, script: Path, budget_s: float = BUDGET_S, kernels: list[
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import cuda.bindings
 
-    print(f"rehearsal with cuda-bindings {getattr(cuda.bindings, '__version__', '?')} "
-          f"({Path(cuda.bindings.__file__).parent})", flush=True)
+    version = getattr(cuda.bindings, "__version__", "?")
+    print(f"rehearsal with cuda-bindings {version} ({Path(cuda.bindings.__file__).parent})"
+          + ("" if version.startswith(GPU_MACHINE_BINDINGS) else
+             f"; the GPU machine has {GPU_MACHINE_BINDINGS}: {GPU_BINDINGS_ENV}=DIR rehearses with it "
+             f"(pip install --target DIR cuda-bindings=={GPU_MACHINE_BINDINGS}.3)"), flush=True)
     refused = [k for k in os.environ[fakedriver.REFUSE_ENV].split(",") if k]
     rc = prepare(out / "prepared", profile="rehearsal", fallback=bool(refused), kernels=kernels, ab=ab,
                  fallback_kernels=refused or None)
@@ -891,5 +920,8 @@ def _rehearse_snapshot(out: Path, budget_s, kernels, child_limit_s, ab) -> int:
     cmd += ["--child-limit", str(child_limit_s)] if child_limit_s else []
     for item in ab or ():
         cmd += ["--ab", item]
+    env = dict(os.environ)
+    if os.environ.get(GPU_BINDINGS_ENV):       # the GPU machine's cuda-bindings, first on the path
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (os.environ[GPU_BINDINGS_ENV], env.get("PYTHONPATH"))))
     print(f"rehearsing on a copy of the checkout in {dest}", flush=True)
-    return subprocess.run(cmd, cwd=str(dest)).returncode
+    return subprocess.run(cmd, cwd=str(dest), env=env).returncode

@@ -7,8 +7,8 @@ visit can learn), then benchmarks in the order of what they decide:
 1. **A/B**: each kernel changed by the performance wave against its previous form,
    built from ``--set`` knob settings (``AB_FORMS`` and ``prepare --ab``), old form then
    new, so one visit measures the gain the timing model predicted;
-2. **tuned vs default**: not wired yet (``porter tune``'s tuning entries have not landed;
-   ``TUNED_NOTE``);
+2. **tuned vs default**: each kernel whose variant comes from a ``porter tune`` entry
+   (``tuning/ARCH[.PRODUCT].yaml``) against its hand-chosen configuration;
 3. the standard benchmarks of every other kernel.
 
 Each benchmark carries porter's timing-model prediction for its shape, made at
@@ -28,8 +28,11 @@ import re
 from porter.errors import PorterError
 
 PREDICTED_LABEL = "predicted by porter's timing model, not measured"
-TUNED_NOTE = ("tuned vs default: not benchmarked yet (porter tune's tuning/ARCH[.PRODUCT].yaml entries are not "
-              "in this checkout)")
+TUNED_NOTE = "tuned vs default: no kernel of this arch has a tuning entry (tuning/ARCH[.PRODUCT].yaml)"
+UNTUNED = "untuned"           # the run-name suffix of a tuned kernel's hand-chosen form: kernel[untuned]
+# Pair roles in benchmark order: what the visit decides first.
+PAIR_ROLES = {"ab-old": "A/B: {kernel} new form vs old ({sets})",
+              "tuned-default": "tuned vs default: {kernel} ({why}) vs its hand-chosen configuration"}
 
 # The previous form of each kernel the performance wave (issue 17) changed, as --set
 # knob settings: (kernel, (key=value, ...), what the pair decides). The device check
@@ -44,7 +47,7 @@ HOST_FP64_FLOPS = 13e9       # numpy float64 matmul, 2048^3
 GEN_S_PER_ELEM = {"bf16": 1.3e-7, "fp8": 4.4e-7, "mxfp8": 4.4e-7, "nvfp4": 4.4e-7}   # gemm_inputs, per operand element
 BENCH_GEN_S_PER_ELEM = {"bf16": 8.3e-8, "fp8": 5.8e-8, "mxfp8": 1.2e-7, "nvfp4": 1.2e-7}   # bench_gemm_inputs
 MEGAKERNEL_VALIDATE_S = 2.0  # step_inputs of a tiny model (0.8 s here) + plan + read-back
-MEGAKERNEL_BENCH_S = 25.0    # bench_weights of Llama-3.2-1B (2.4 GB host) + plan + copy baseline
+MEGAKERNEL_BENCH_S = 50.0    # bench_weights of Llama-3.2-1B (30.5 s here, 2.4 GB) + build_plan (13.3 s) + caches, copy, timing
 ROUNDS_WITH_BASELINE = 3     # porter, baseline, porter
 WARMUP_S = 0.2               # timing.WARMUP_MS per round
 TIMED = 30                   # timing.TIMED_LAUNCHES
@@ -165,25 +168,44 @@ def estimate_s(entry: dict, phase: str, arch=None) -> float:
 
 # ---- order --------------------------------------------------------------------------------------
 
+def tuned_pair(arch, spec):
+    """(where the tuned configuration comes from, the hand-chosen spec) when ``spec`` is a
+    kernel variant porter tune's entry configured, else None."""
+    try:
+        from porter.tuning import entries as tuning
+    except ImportError:
+        return None
+    note = tuning.tuned_note(arch, spec)
+    if not note:
+        return None
+    from porter import kernels as kfam
+
+    with tuning.untuned():
+        default = next((s for s in kfam.family_module(spec.family).variants(arch)
+                        if getattr(s, "name", None) == spec.name), None)
+    return (note, default) if default is not None and default.to_dict() != spec.to_dict() else None
+
+
 def bench_order(entries: dict) -> list[dict]:
-    """Benchmarks in the order of what they decide: A/B pairs (old form, then new), then every
-    other default form. ``entries``: {run name: manifest entry}. Each item: {run, kernel, role,
-    decides}."""
-    pairs, seen = [], set()
-    for run, e in entries.items():
-        form = e.get("form") or {}
-        if form.get("role") != "ab-old":
-            continue
-        new = form["kernel"]
-        why = f"A/B: {new} new form vs old ({', '.join(form.get('sets', []))})"
-        pairs.append({"run": run, "kernel": new, "role": "ab-old", "decides": why})
-        seen.add(run)
-        if new in entries and new not in seen:
-            pairs.append({"run": new, "kernel": new, "role": "ab-new", "decides": why})
-            seen.add(new)
-    rest = [{"run": run, "kernel": (e.get("form") or {}).get("kernel", run), "role": "standard",
+    """Benchmarks in the order of what they decide: A/B pairs (old form, then new), then
+    tuned-vs-default pairs (hand-chosen, then tuned), then every other form. ``entries``:
+    {run name: manifest entry}. Each item: {run, kernel, role, decides}."""
+    out, seen = [], set()
+    for role, text in PAIR_ROLES.items():
+        for run, e in entries.items():
+            form = e.get("form") or {}
+            if form.get("role") != role:
+                continue
+            new = form["kernel"]
+            why = text.format(kernel=new, sets=", ".join(form.get("sets", [])), why=form.get("why", ""))
+            out.append({"run": run, "kernel": new, "role": role, "decides": why})
+            seen.add(run)
+            if new in entries and new not in seen:
+                out.append({"run": new, "kernel": new, "role": role + "-new", "decides": why})
+                seen.add(new)
+    out += [{"run": run, "kernel": (e.get("form") or {}).get("kernel", run), "role": "standard",
              "decides": "standard benchmark"} for run, e in entries.items() if run not in seen]
-    return pairs + rest
+    return out
 
 
 def comparisons(records: list[dict], entries: dict) -> list[dict]:
@@ -193,7 +215,7 @@ def comparisons(records: list[dict], entries: dict) -> list[dict]:
     out = []
     for run, e in entries.items():
         form = e.get("form") or {}
-        if form.get("role") != "ab-old" or form["kernel"] not in by_run or run not in by_run:
+        if form.get("role") not in PAIR_ROLES or form["kernel"] not in by_run or run not in by_run:
             continue
         old, new = by_run[run], by_run[form["kernel"]]
         for o_row in old.get("bench", []):
@@ -201,7 +223,7 @@ def comparisons(records: list[dict], entries: dict) -> list[dict]:
             if n_row is None:
                 continue
             o_ms, n_ms = o_row["time"]["median_ms"], n_row["time"]["median_ms"]
-            row = {"kernel": form["kernel"], "old": run, "shape": o_row.get("shape"),
+            row = {"kernel": form["kernel"], "old": run, "role": form["role"], "shape": o_row.get("shape"),
                    "measured_speedup": o_ms / n_ms if n_ms > 0 else None}
             from porter.runtime import timing
 
