@@ -44,7 +44,7 @@ import re
 import numpy as np
 
 from porter.emu import memory as mem
-from porter.emu import ptx
+from porter.emu import ptx, tmem_hb
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed, EmuError, Unsupported
 from porter.emu.units import tcgen05 as tc
@@ -222,6 +222,7 @@ class Pipe:
             for op in g.ops:
                 op.complete()
             for bar in g.bars:
+                tmem_hb.complete(getattr(g, "hb", None), bar)
                 bar.arrive(1, f"the tcgen05.commit at {g.where}")
 
 
@@ -492,6 +493,7 @@ def _build_mma(ins, d, g: int):
         sfb_fn, _ = d.addr(ops[5], "tmem")
     p_fn = d.src(ops[-1], "pred")
     name = "tcgen05.mma"
+    line = ins.line
 
     def mma(w, m):
         sel = w.live if m is None else m
@@ -566,6 +568,10 @@ def _build_mma(ins, d, g: int):
                 _note_access(tcs[ctas.index(cta)], r, me, False)
             for cta, r, _ in regions:
                 _note_access(tcs[ctas.index(cta)], r, me, True)
+            for cta, r in reads:                    # happens-before, whatever order this run took
+                tmem_hb.issue(w, cta, r, False, line, name)
+            for cta, r, _ in regions:
+                tmem_hb.issue(w, cta, r, True, line, name)
             all_regions = regions + [(c, r, False) for c, r in reads]
             tmems = [t.tmem for t in tcs]
             smems = [c.smem.data for c in ctas]
@@ -629,6 +635,7 @@ def _build_commit(ins, d, g: int):
                 bars = [_barrier_at(w, addr, where)]
             p = _pipe(w, lane)
             grp = Group(p.open, bars, where, f"{w.name} lane {lane}")
+            grp.hb = tmem_hb.commit(w)
             p.open = []
             p.fifo.append(grp)
             # seeded: half the groups complete a few rounds after the commit, half only once every
@@ -688,6 +695,7 @@ def _build_ld(ins, d):
         _check_handoff(w, sel, st, region, False, "tcgen05.ld", where)
         vals = _wrap(where, w.name, lambda: st.tmem.ld(w.index, addr, shape, num))
         _note_access(st, region, _agent(w), False, w, where)
+        tmem_hb.access(w, w.cta, region, False, line, "tcgen05.ld")
         why = f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld that covers it"
         pend = w.units.setdefault("tcgen05_ld_regs", set())
         for j, i in enumerate(ids):
@@ -710,6 +718,7 @@ def _build_st(ins, d):
     if len(srcs) != regs:
         raise d.unsupported(f"(.{shape}.x{num} needs {regs} source registers, got {len(srcs)})")
     a_fn, _ = d.addr(aop, "tmem")
+    line = ins.line
 
     def st_(w, m):
         if not _whole_warp(w, m):
@@ -723,6 +732,7 @@ def _build_st(ins, d):
         vals = np.stack([np.broadcast_to(np.asarray(f(w)), (32,)).astype(np.uint32) for f in srcs], axis=1)
         _wrap(where, w.name, lambda: st.tmem.st(w.index, addr, shape, num, vals))
         _note_access(st, region, _agent(w), True, w, where)
+        tmem_hb.access(w, w.cta, region, True, line, "tcgen05.st")
         st.pending_st.append((w.index, region, where))
         return None
     st_.n_dst = 0
@@ -767,6 +777,7 @@ def _build_cp(ins, d, g: int):
     if not rows:
         raise d.unsupported(f"(shape .{shape})")
     name = "tcgen05.cp"
+    line = ins.line
 
     def cp(w, m):
         sel = w.live if m is None else m
@@ -793,6 +804,7 @@ def _build_cp(ins, d, g: int):
                                       "shared memory")
                 _wrap(where, who, lambda: st.tmem.cp(addr, cta.smem.data, sdesc, shape, multicast, g))
                 _note_access(st, region, _agent(w), True)
+                tmem_hb.issue(w, cta, region, True, line, name)
                 snapshots.append((cta, src, cta.smem.data[src].copy()))
             op = AsyncOp(name, where, who, [], snapshots, lambda: None, tcs)
             _pipe(w, lane).open.append(op)

@@ -1,0 +1,161 @@
+"""Tensor Memory hand-offs judged by happens-before, as shared-memory races are
+(``porter.emu.race``), not only on the interleaving that ran.
+
+The in-flight checker (``ops.tcgen05``) catches a ``tcgen05.ld`` of accumulator columns an
+MMA is still writing *in this run*; when the MMA happened to finish first (the seeded
+schedule completed its commit group early) a missing wait passes unseen. Here every TMEM
+cell keeps its last write and last read as (agent, clock, PTX line), with the race
+detector's vector clocks, and an access must be ordered after the conflicting one by
+synchronisation (mbarrier phases, named barriers, cluster barriers), whatever the order
+this run took.
+
+Agents: each warp for its own ``tcgen05.ld`` / ``tcgen05.st``; and, for the asynchronous
+``tcgen05.mma`` / ``tcgen05.cp`` it issues, the warp's **tcgen05 pipeline**, an agent of its
+own. An operation is ordered after everything its issuer did before issuing it (the
+pipeline's clock joins the issuer's at issue); it is visible to other warps only through the
+mbarrier of the ``tcgen05.commit`` that covers it (the commit publishes the pipeline's clock
+into each barrier it arrives on when its group completes). A warp's own barrier arrivals do
+not publish its pipeline's clock: an MMA is not complete because its issuer reached a
+barrier (PTX ISA 9.7.16.6, the tcgen05 memory consistency model: completion is tracked by
+``tcgen05.commit``'s mbarrier).
+
+It runs when the race detector does (the default; ``PORTER_EMU_RACES=0`` / ``races=False``
+turn both off). Limits as for shared memory: one last reader per cell.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu.errors import CheckFailed
+from porter.emu.race import AGENT_SHIFT, CLOCK_MASK
+
+LANES, COLUMNS = 128, 512
+_NEVER = np.iinfo(np.int64).max
+_KINDS = ("tcgen05.ld", "tcgen05.st", "tcgen05.mma", "tcgen05.cp")
+
+
+class PipelineAgent:
+    """The asynchronous tensor-core pipeline of one warp (its issued MMAs and copies)."""
+
+    def __init__(self, w):
+        self.warp = w
+        self.name = f"the tcgen05 pipeline of {w.name}"
+        self.prog = w.prog
+        self.vc = None
+
+
+class Shadow:
+    """Per TMEM cell (lane, column) of one CTA: the last write and the last read."""
+
+    def __init__(self):
+        shape = (LANES, COLUMNS)
+        self.w_epoch = np.zeros(shape, dtype=np.int64)
+        self.r_epoch = np.zeros(shape, dtype=np.int64)
+        self.w_line = np.zeros(shape, dtype=np.int32)
+        self.r_line = np.zeros(shape, dtype=np.int32)
+        self.w_kind = np.zeros(shape, dtype=np.int8)
+        self.r_kind = np.zeros(shape, dtype=np.int8)
+
+
+def _shadow(cta) -> Shadow:
+    s = cta.units.get("tmem_hb")
+    if s is None:
+        s = cta.units["tmem_hb"] = Shadow()
+    return s
+
+
+def _pipeline(w) -> PipelineAgent:
+    a = w.units.get("tmem_hb_pipeline")
+    if a is None:
+        race = w.sched.race
+        a = w.units["tmem_hb_pipeline"] = PipelineAgent(w)
+        race.add_warp(a)
+        race.grow()                       # every clock widens by the new agent; a.vc starts at 1
+    return a
+
+
+def access(w, cta, region, write: bool, line: int, kind: str) -> None:
+    """Warp ``w``'s own ``tcgen05.ld`` (read) or ``tcgen05.st`` (write) of ``region``
+    (l0, l1, c0, c1) of ``cta``'s TMEM."""
+    race = w.sched.race
+    if race is None:
+        return
+    _check(race, cta, region, w.aid, w.vc, write, line, kind, w.name)
+
+
+def issue(w, cta, region, write: bool, line: int, kind: str) -> None:
+    """An asynchronous ``tcgen05.mma`` / ``tcgen05.cp`` issued by ``w`` writes or reads
+    ``region`` of ``cta``'s TMEM: checked as an access of ``w``'s pipeline, ordered after
+    what ``w`` has done and acquired so far."""
+    race = w.sched.race
+    if race is None:
+        return
+    p = _pipeline(w)
+    p.vc = np.maximum(race._fit(p.vc), race._fit(w.vc))
+    _check(race, cta, region, p.aid, p.vc, write, line, kind, f"the {kind} issued by {w.name}")
+
+
+def commit(w):
+    """A ``tcgen05.commit`` by ``w``: the pipeline clock its mbarrier(s) will publish when
+    the group completes (None without the race detector)."""
+    race = w.sched.race
+    if race is None:
+        return None
+    p = _pipeline(w)
+    p.vc = np.maximum(race._fit(p.vc), race._fit(w.vc))
+    clock = p.vc.copy()
+    p.vc[p.aid] += 1                      # operations issued after this commit are not covered by it
+    return race, clock
+
+
+def complete(token, bar) -> None:
+    """The committed group completed and is about to arrive on ``bar``: publish its clock
+    into the barrier's current phase."""
+    if token is not None:
+        race, clock = token
+        race.release_clock(clock, bar)
+
+
+def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, who: str) -> None:
+    l0, l1, c0, c1 = (max(0, int(region[0])), min(LANES, int(region[1])),
+                      max(0, int(region[2])), min(COLUMNS, int(region[3])))
+    if l0 >= l1 or c0 >= c1:
+        return
+    s = _shadow(cta)
+    vc = race._fit(vc)
+    known = np.empty(race.n + 1, dtype=np.int64)
+    known[1:] = vc
+    known[0] = known[aid + 1] = _NEVER
+    for prior, epochs, lines, kinds in (("write", s.w_epoch, s.w_line, s.w_kind),
+                                        ("read", s.r_epoch, s.r_line, s.r_kind)):
+        if prior == "read" and not write:
+            break
+        e = epochs[l0:l1, c0:c1]
+        bad = (e & CLOCK_MASK) > known[e >> AGENT_SHIFT]
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            lane, col = l0 + i, c0 + j
+            prev = race.agents[int(e[i, j] >> AGENT_SHIFT) - 1]
+            pkind = _KINDS[int(kinds[lane, col])]
+            by = (f"the {pkind} issued by {prev.warp.name}" if isinstance(prev, PipelineAgent)
+                  else f"{prev.name}'s {pkind}")
+            hint = (" (wait on the mbarrier of the tcgen05.commit that covers it)" if isinstance(prev, PipelineAgent)
+                    else " (the hand-off is fence::before_thread_sync, an mbarrier arrive / wait or barrier, then "
+                         "fence::after_thread_sync)")
+            raise CheckFailed(
+                f"TMEM hand-off race in {cta.name} at lane {lane}, column {col}: "
+                f"{'write' if write else 'read'} by {who} at {prev.prog.file}:{line} and an earlier {prior} by {by} "
+                f"at {prev.prog.file}:{int(lines[lane, col])}, with no mbarrier phase, barrier or cluster barrier "
+                f"ordering them{hint} (PTX ISA 9.7.16.6)")
+    epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
+    code = _KINDS.index(kind)
+    if write:
+        s.w_epoch[l0:l1, c0:c1] = epoch
+        s.w_line[l0:l1, c0:c1] = line
+        s.w_kind[l0:l1, c0:c1] = code
+        s.r_epoch[l0:l1, c0:c1] = 0
+    else:
+        s.r_epoch[l0:l1, c0:c1] = epoch
+        s.r_line[l0:l1, c0:c1] = line
+        s.r_kind[l0:l1, c0:c1] = code
