@@ -28,6 +28,8 @@ def register(sub) -> None:
                    help="seconds per task attempt before it is cancelled and retried (default 600, emulation 1200)")
     p.add_argument("--out", help="folder for report.html and sweep.json (default build/tune/ARCH-PRODUCT)")
     p.add_argument("--tuning-file", metavar="PATH", help="write here instead of tuning/ARCH.PRODUCT.yaml (one product)")
+    p.add_argument("--fresh", action="store_true",
+                   help="run every task again, ignoring cached results (new results are still cached)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     p.set_defaults(func=run)
@@ -146,7 +148,7 @@ def run(args) -> int:
     executor = make_executor(args.executor, args.address, args.workers or None)
     opts = SweepOptions(budget=args.budget, finalists=args.finalists, shapes=tuple(args.shapes or ()),
                         timeout_s=args.task_timeout)
-    cache = ResultCache()
+    cache = ResultCache(read=not args.fresh)
     written, everything = [], []
     desc = executor.describe()
     try:

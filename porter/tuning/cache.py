@@ -16,18 +16,21 @@ from porter.fsutil import atomic_write
 
 
 class ResultCache:
-    def __init__(self, root: Path | None = None):
+    def __init__(self, root: Path | None = None, read: bool = True):
         if root is None:
             from porter.paths import cache_dir
 
             root = cache_dir() / "tuning"
         self.root = Path(root)
+        self.read = read          # False: every task runs again (its new result is still kept)
         self.hits = 0
 
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
+        if not self.read:
+            return None
         try:
             entry = json.loads(self._path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -43,6 +43,27 @@ def prune_reason(message: str) -> str:
 
 
 def screen(payload: dict) -> dict:
+    from porter.tuning.entries import untuned
+
+    with untuned():   # a combination is knobs over the hand-chosen configuration, whatever tuning/ holds here
+        return _screen(payload)
+
+
+def evaluate(payload: dict) -> dict:
+    from porter.tuning.entries import untuned
+
+    with untuned():
+        return _evaluate(payload)
+
+
+def emulate(payload: dict) -> dict:
+    from porter.tuning.entries import untuned
+
+    with untuned():
+        return _emulate(payload)
+
+
+def _screen(payload: dict) -> dict:
     from porter.kernels.knobs import spec_with_knobs
 
     arch, kernel, product, shapes = payload["arch"], payload["kernel"], payload.get("product", ""), payload["shapes"]
@@ -60,7 +81,7 @@ def screen(payload: dict) -> dict:
     return {"rows": rows}
 
 
-def evaluate(payload: dict) -> dict:
+def _evaluate(payload: dict) -> dict:
     from porter.compile import toolchain
     from porter.kernels import family_module
     from porter.kernels.build import build_kernel
@@ -98,7 +119,7 @@ def evaluate(payload: dict) -> dict:
     return out
 
 
-def emulate(payload: dict) -> dict:
+def _emulate(payload: dict) -> dict:
     from porter.kernels.knobs import spec_with_knobs
     from porter.runtime.emulated_runs import emulate as run_emulation
 
