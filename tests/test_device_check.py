@@ -24,7 +24,7 @@ def _rehearse(tmp_path, behaviours: str, *extra, timeout=240):
     env.pop("PORTER_DEVICE", None)
     env.pop(cubins.CUBIN_DIR_ENV, None)
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, str(SCRIPT), "rehearse", "--out", str(tmp_path), *extra],
+    done = subprocess.run([sys.executable, str(SCRIPT), "rehearse", "--snapshot", "--out", str(tmp_path), *extra],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     return done, time.monotonic() - t0
 

@@ -1,20 +1,30 @@
 """The prepared device check: validate and benchmark every kernel of an arch in one short GPU visit.
 
-``prepare`` (here, with the toolchain) builds every supported kernel, records in
-``manifest.json`` the cubins (sha256), their level, SASS checks and resources, porter's
-commit, the NVRTC version, a digest of every source file and the shapes the run will
-use, and, where an nvcc no newer than CUDA 13.0 is found, a fallback cubin set for a
+``prepare`` (here, with the toolchain) builds every supported kernel, and the previous
+form of each changed kernel (``device_plan.AB_FORMS``, ``--ab``) and the hand-chosen form
+of each tuned one, records in ``manifest.json`` the cubins (sha256), their level, SASS
+checks and resources, porter's timing-model prediction for every benchmark shape,
+porter's commit, the NVRTC version, a digest of every source file and the shapes the run
+will use, and, where an nvcc no newer than CUDA 13.0 is found, a fallback cubin set for a
 driver that refuses the NVRTC cubins. ``run`` (on the GPU machine, no toolchain) checks
-the manifest is this checkout's, then gives each kernel its own child process:
+the manifest is this checkout's, then runs two phases, each kernel form in its own child
+process (``CUDA_MODULE_LOADING=EAGER``, so a refused cubin is refused at load, inside the
+fallback):
 
-* the child prints each launch before it starts and each check as it finishes (JSON
-  lines), launches a smoke case (the smallest shape) first, validates at every shape,
-  and benchmarks only a kernel that passed;
+* validation of every form first: the child prints each launch before it starts and each
+  check as it finishes (JSON lines), launches a smoke case (the smallest shape) first, then
+  every shape;
+* then benchmarks of the forms that validated, in the order of what they decide
+  (``device_plan.bench_order``: A/B pairs, tuned vs default, the rest), each row with its
+  prediction beside it; one that no longer fits the budget by porter's estimate is skipped,
+  saying so;
 * every launch has a watchdog (polled, not a blocking synchronize): a hang becomes a
-  "hang" naming kernel, shape and seed, and the child ends; a sticky fault loses only
-  that child; any exception is reported with the partial results kept;
-* the parent kills a child past its time limit and stops starting kernels when the
-  run's budget is spent, saying so for each kernel not run.
+  "hang" naming kernel, shape and seed, and the child reports and exits at once without
+  freeing anything (cuMemFree may wait on the hung kernel); a sticky fault loses only that
+  child; any exception is reported with the partial results kept; a failing baseline is
+  a skipped baseline, never a lost measurement or level;
+* the parent kills a child past its time limit and stops starting children when the
+  run's budget is spent, saying so for each one not run.
 
 It writes ``results.json`` and ``run.log`` to ``--out`` and prints a compact table last.
 """
