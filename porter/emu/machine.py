@@ -37,6 +37,10 @@ SHARED_EFFECTS = {"st", "red", "atom", "mbarrier", "bar", "barrier", "cp", "tcge
 # Virtual time the machine may fast-forward while every warp only polls and sleeps
 # before it calls the run a livelock (a kernel watchdog on %globaltimer fires well before).
 LIVELOCK_NS = 1 << 40
+# A timed mode (porter.emu.timed) sets this to a factory ``f(scheduler) -> model`` for the
+# launches it times; the model's ``ops_for(prog)`` gives the program's decoded functions
+# wrapped with its per-issued-instruction hook. None (the default): untimed, no cost.
+TIMING_FACTORY = None
 
 
 # ---- the program: one kernel decoded ------------------------------------------------------------
@@ -480,6 +484,7 @@ class Scheduler:
         # Seconds of wall-clock time a launch may take (None: no limit): an endless loop is
         # stopped in that time, naming where the warps were, not only by the budget.
         self.wall_limit_s = wall_limit_s
+        self.timing = TIMING_FACTORY(self) if TIMING_FACTORY is not None else None
         self.race = RaceDetector(self) if check_races else None
         self.rng = np.random.default_rng(seed) if seed is not None else None
         self.budget = budget
@@ -641,6 +646,8 @@ class Scheduler:
         once per call, so that it costs nothing when off."""
         prog = w.prog
         ops, srcs, writes = prog.ops, prog.srcs, prog.writes
+        if self.timing is not None:          # timed mode: the same functions, each behind its hook
+            ops = self.timing.ops_for(prog)
         n = threads = effects = 0
         pc = w.pc
         self.yield_now = False
