@@ -30,6 +30,9 @@ def test_every_kernel_on_every_product_has_a_prediction_with_a_range(name):
             assert p.product == product and p.label == LABEL
             assert 0 < p.low <= p.time_us <= p.high
             assert p.bound in p.resources and p.tflops > 0
+            # % of the datasheet peak for the format, or of the one the perf figures imply
+            # where the datasheet gives none (never a bandwidth figure for a FLOP kernel)
+            assert 0 < p.pct_peak <= 100 and "HBM" not in p.extra["peak"], (spec.name, product, p.extra)
 
 
 def test_a_descriptor_made_by_yaml_alone_is_predicted(tmp_path):

@@ -88,7 +88,7 @@ def tile_costs(spec, arch, fig) -> dict:
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
     per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * bm * d * 2 / fig["smem_bytes_per_clk_per_sm"]
                   + fig["mma_latency_base_cycles"])
-    return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile}
+    return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile, "kind": kind}
 
 
 def model(spec, arch, fig, shape: str) -> dict:
@@ -121,4 +121,4 @@ def model(spec, arch, fig, shape: str) -> dict:
     res = {r: v * kv_tiles / units for r, v in t["resources"].items()}
     flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal else 1.0)
     return {"schedule": sched, "per_tile_resources": res, "hbm_bytes": hbm, "flops": flops,
-            "bytes_moved": hbm, "peak_key": "bf16" if "bf16" in arch.peak_tflops else ""}
+            "bytes_moved": hbm, "peak_key": "bf16" if "bf16" in arch.peak_tflops else "", "mma_kind": t["kind"]}

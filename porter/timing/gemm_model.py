@@ -157,7 +157,7 @@ def model(spec, arch, fig, shape: str) -> dict:
                             tile_m=t["tile_m"], tile_n=t["tile_n"], units=units,
                             group_m=int(c.get("group_m", 0)), out_bytes=OUT_BYTES)
     return {"schedule": sched, "per_tile_resources": res, "per_tile": True, "hbm_bytes": hbm, "flops": 2.0 * m * n * k,
-            "bytes_moved": hbm, "peak_key": _peak_key(arch, c)}
+            "bytes_moved": hbm, "peak_key": _peak_key(arch, c), "mma_kind": c["kind"]}
 
 
 def _peak_key(arch, c) -> str:

@@ -100,11 +100,19 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None)
     tflops = flops / seconds / 1e12 if flops else None
     gb_s = out["bytes_moved"] / seconds / 1e9
     peak_key = out.get("peak_key")
+    extra = dict(out.get("extra", {}))
     if tflops is not None and peak_key:
         pct = 100.0 * tflops / arch.peak_tflops[peak_key]
+        extra["peak"] = f"datasheet {peak_key} {arch.peak_tflops[peak_key]:g} TFLOP/s"
+    elif tflops is not None and out.get("mma_kind"):
+        # no datasheet peak for this format: the one the perf figures imply
+        # (SMs x the kind's dense rate x the clock the peaks are quoted at)
+        peak = fig.sm_count * fig.mma_rate(out["mma_kind"]) * fig["clock_mhz"] * 1e6 / 1e12
+        pct = 100.0 * tflops / peak
+        extra["peak"] = f"derived {peak:.0f} TFLOP/s ({fig.sm_count} SMs x {fig.mma_rate(out['mma_kind']):g} FLOP/clk x {fig['clock_mhz']:g} MHz)"
     else:
         pct = 100.0 * gb_s * 1e9 / arch.hbm_bandwidth_bytes_per_s
-    extra = dict(out.get("extra", {}))
+        extra["peak"] = "HBM bandwidth"
     if "extrapolation" in out:
         extra.update({k: round(v, 4) if isinstance(v, float) else v for k, v in out["extrapolation"].items()
                       if k in ("waves", "tail_fraction")})
