@@ -37,3 +37,12 @@ def test_bad_input_is_one_line():
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "B200" in r.stderr
     r = _run("hopper", "--kernel", "gemm.bf16", "--shapes", "8192x8192")
     assert r.returncode != 0 and "MxNxK" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_calibration_tables_name_the_one_fitted_factor_and_hold_back_blackwell():
+    hop = _run("hopper", "--calibration")
+    assert hop.returncode == 0, hop.stderr
+    assert "one fitted factor" in hop.stdout and "| fast.cu GEMM | K7 |" in hop.stdout
+    assert "no knob" in hop.stdout and "predicted by porter's timing model, not measured" in hop.stdout
+    bw = _run("blackwell", "--calibration")
+    assert bw.returncode == 0 and "nothing is fitted" in bw.stdout and "| B200 | gemm.bf16.pair |" in bw.stdout

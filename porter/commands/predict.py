@@ -13,6 +13,9 @@ def register(sub) -> None:
                    help="a product the descriptor names (repeatable; default: every product)")
     p.add_argument("--shapes", nargs="+", default=None, help="shapes (default: the device check's benchmark shapes)")
     p.add_argument("--json", action="store_true", help="print a JSON list of predictions")
+    p.add_argument("--calibration", action="store_true",
+                   help="print the calibration table (published ladders, one fitted factor) and the held-back "
+                        "anchors beside raw predictions, as Markdown, for the products this descriptor names")
     p.add_argument("--no-cache", action="store_true",
                    help="predict afresh instead of reading porter's prediction cache (content-keyed; see porter.timing.cache)")
     from porter.kernels.knobs import add_set_argument
@@ -60,6 +63,8 @@ def run(args) -> int:
     from porter.timing import LABEL
 
     arch = load_arch(args.arch)
+    if args.calibration:
+        return _calibration(arch)
     specs = _specs(arch, args.kernel)
     knobs = parse_sets(args.knobs)
     if knobs:
@@ -80,4 +85,21 @@ def run(args) -> int:
         tf = f"{p['tflops']:8.0f}" if p["tflops"] is not None else f"{'-':>8}"
         print(f"{p['kernel']:28} {p['product']:14} {p['shape']:22} {p['time_us']:10.1f} "
               f"{p['low']:10.1f}-{p['high']:<10.1f} {tf} {p['gb_s']:8.0f} {p['pct_peak']:6.1f}  {p['bound']}")
+    return 0
+
+
+def _calibration(arch) -> int:
+    from porter.timing import LABEL
+    from porter.timing.calibration import PRODUCT, calibrate, held_back, held_back_markdown, table_markdown
+
+    print(f"{arch.name}: {LABEL}\n")
+    if PRODUCT in arch.product_names:
+        print(table_markdown(calibrate(arch)) + "\n")
+    else:
+        print(f"No calibration: the published ladders are {PRODUCT} figures and {arch.name} does not name that "
+              "product; nothing is fitted for it.\n")
+    rows = held_back(arch)
+    if rows:
+        print("Held-back anchors beside raw predictions (nothing fitted, nothing tuned to them):\n")
+        print(held_back_markdown(rows))
     return 0
