@@ -214,7 +214,7 @@ def test_schedule_of_a_persistent_kernel_is_reported(report_dir):
     report["kernels"][0]["schedule"] = schedule_fields({"model_plan": plan})
     assert validate(report) == []
     md = render_markdown(report)
-    assert "## Schedules (predicted from the descriptor, not measured)" in md
+    assert "## Schedules (predicted by porter's timing model, not measured: the megakernel queue simulation)" in md
     assert "| llama-3.2-1b, pos 511 | 148 | 21758 (130 / 147 / 164) | 413 µs | 321 µs | 78% |" in md
     assert "21758 (130 / 147 / 164)" in render_html(report)
     del report["kernels"][0]["schedule"]["queues"]

@@ -73,7 +73,7 @@ def render_html(r: dict) -> str:
     p += _prediction(r)
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
-        p.append("<h2>Schedules <span class='muted'>(predicted from the descriptor, not measured)</span></h2>"
+        p.append("<h2>Schedules <span class='muted'>(predicted by porter&#x27;s timing model, not measured: the megakernel queue simulation)</span></h2>"
                  "<table><tr><th>kernel</th><th>model, position</th><th>queues (SMs)</th>"
                  "<th>instructions (per SM min / mean / max)</th><th>predicted step</th>"
                  "<th>memory floor</th><th>floor / predicted</th></tr>")

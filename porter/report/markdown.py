@@ -143,7 +143,7 @@ def render_markdown(r: dict) -> str:
     lines += prediction_markdown(r)
     sched = [k for k in r["kernels"] if k.get("schedule")]
     if sched:
-        lines += ["", "## Schedules (predicted from the descriptor, not measured)", "",
+        lines += ["", "## Schedules (predicted by porter's timing model, not measured: the megakernel queue simulation)", "",
                   "| kernel | model, position | queues (SMs) | instructions: total (per SM min / mean / max) "
                   "| predicted step | memory floor | floor / predicted |", "|---|---|---|---|---|---|---|"]
         for k in sched:
