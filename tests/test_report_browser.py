@@ -151,6 +151,15 @@ def report(tmp_path_factory):
                               "shapes": [[256, 256, 64]], "seeds": [7], "sm_count": 4, "warp_order_seed": 0,
                               "checks_on": ["memory bounds and alignment", "shared-memory races"]}
         r["kernels"].append(k)
+    # the prediction stage's section with its bottleneck charts (porter.report.prediction)
+    from porter.descriptor.arch import load_arch
+    from porter.kernels.knobs import spec_with_knobs
+    from porter.timing import predict
+
+    hop = load_arch("hopper")
+    specs = [spec_with_knobs(hop, name, {}) for name in ("gemm.bf16", "gemm.fp8")]
+    r["prediction"] = {"label": "predicted by porter's timing model, not measured", "products": ["H100 SXM"],
+                       "missing": [], "rows": [predict(hop, s, product="H100 SXM").to_dict() for s in specs]}
     r["summary"]["highest_level"] = Level.EMULATED.label   # the badge issue 20 found blank
     r["summary"]["levels"] = {lvl.label: 1 for lvl in Level}
     return root, r
@@ -209,3 +218,10 @@ def test_emulation_section_is_on_the_page(report, page):
     html = render_html(r)
     assert "Emulation (executed in porter&#x27;s PTX simulator, not on a GPU)" in html
     assert "256x256x64" in html and "3,303" in html
+
+
+def test_prediction_section_and_its_bottleneck_charts_are_on_the_page(report, page):
+    _, r = report
+    html = render_html(r)
+    assert "Predicted speed (predicted by porter&#x27;s timing model, not measured)" in html
+    assert html.count("aria-label=\"H100 SXM, 8192x8192x8192: predicted by porter&#x27;s timing model") == 2

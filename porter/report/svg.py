@@ -152,13 +152,14 @@ def bottleneck_bars(resources: dict, bound: str, caption: str, width: int = 560)
     each bar is that resource's time over the binding resource's, the binding bar red.
     Every label is drawn inside the SVG (the browser test measures them); the caption
     names the model ("predicted by porter's timing model, not measured")."""
-    items = sorted(((k, float(v)) for k, v in resources.items()), key=lambda kv: -kv[1])
+    # longest first; among equal times the binding resource leads
+    items = sorted(((k, float(v)) for k, v in resources.items()), key=lambda kv: (-kv[1], kv[0] != bound))
     if not items:
         return '<span class="muted">no resource times</span>'
     top = max(v for _, v in items) or 1.0
     bh, gap, label_w, value_w, head = 14, 5, 190, 150, 18
     span = width - label_w - value_w - 8
-    rows = [f'<text x="2" y="12" font-size="10" fill="#555">{escape(_short(caption, 92))}</text>']
+    rows = [f'<text x="2" y="12" font-size="10" fill="#555">{escape(_short(caption, 80))} · red: binding</text>']
     for i, (name, v) in enumerate(items):
         y = head + i * (bh + gap)
         frac = v / top
