@@ -105,3 +105,60 @@ def move(d, t: str, dst, a):
         r = w.r
         r[io] = r[ia] if m is None else np.where(m, r[ia], r[io])
     return mov_reg
+
+
+def _operand(d, op, t: str):
+    """(register id or None, immediate value or None) for a fast-path source, or None."""
+    if isinstance(op, ptx.Imm):
+        return None, d.src(op, t)(None)
+    p = plain(d, op, t)
+    return None if p is None else (p[0], None)
+
+
+_BOOL = np.dtype(np.bool_)
+
+
+def compare(d, t: str, dst, a, b, f):
+    """``setp`` with one predicate out and no combining: ``dst = f(a, b)``."""
+    po, pa, ob = plain(d, dst, "pred"), plain(d, a, t), _operand(d, b, t)
+    if po is None or pa is None or ob is None:
+        return None
+    io, (ia, view), (ib, kb) = po[0], pa, ob
+    slow = d.dst(dst, "pred")
+
+    def setp(w, m):
+        r = w.r
+        if view is None:
+            v = f(r[ia], kb if ib is None else r[ib])
+        else:
+            v = f(r[ia].view(view), kb if ib is None else r[ib].view(view))
+        if w.poisoned or v.dtype is not _BOOL:
+            return slow(w, np.broadcast_to(v, (32,)), m)
+        r[io] = v if m is None else np.where(m, v, r[io])
+    return setp
+
+
+def select(d, t: str, dst, a, b, p):
+    """``selp``: ``dst = p ? a : b``, a and b registers or immediates of type ``t``."""
+    po, oa, ob, pp = plain(d, dst, t), _operand(d, a, t), _operand(d, b, t), plain(d, p, "pred")
+    if po is None or oa is None or ob is None or pp is None:
+        return None
+    (io, view), (ia, ka), (ib, kb), ip = po, oa, ob, pp[0]
+    dt, store = _types(t)
+    slow = d.dst(dst, t)
+
+    def selp(w, m):
+        r = w.r
+        if view is None:
+            x = ka if ia is None else r[ia]
+            y = kb if ib is None else r[ib]
+        else:
+            x = ka if ia is None else r[ia].view(view)
+            y = kb if ib is None else r[ib].view(view)
+        v = np.where(r[ip], x, y)
+        if w.poisoned or v.dtype is not dt:
+            return slow(w, v, m)
+        if view is not None:
+            v = v.view(store)
+        r[io] = v if m is None else np.where(m, v, r[io])
+    return selp

@@ -352,6 +352,9 @@ def build_bfi(ins, d):
 def build_selp(ins, d):
     t = type_of(ins.parts)
     dst, a, b, p = ins.operands
+    fast = fastpath.select(d, t, dst, a, b, p)
+    if fast is not None:
+        return fast
     ra, rb, rp, wd = d.src(a, t), d.src(b, t), d.src(p, "pred"), d.dst(dst, t)
 
     def selp(w, m):
@@ -397,6 +400,10 @@ def build_setp(ins, d):
             raise d.unsupported()
         f = _CMP[cmp]
     comb = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(combine)
+    if comb is None and wd2 is None:
+        fast = fastpath.compare(d, t, dst, a, b, f)
+        if fast is not None:
+            return fast
 
     def setp(w, m):
         r = f(ra(w), rb(w))
