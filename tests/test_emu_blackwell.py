@@ -83,12 +83,14 @@ MUTATIONS = [
     # N = 128 (bits 17-22 = 16): the right half of each accumulator is never written
     ("idesc-wrong-n", "gemm", "gemm.bf16", [(IDESC_BF16, IDESC_BF16.replace("0x084", "0x082"))],
      GEMM_SMALL, "column 128, never written"),
-    # the MMAs put the second accumulator buffer at column 128 instead of 256: the epilogue
-    # (2 tiles per CTA) reads buffer 1's columns 384.. that no MMA wrote, or (depending on the
-    # seeded order) meets buffer 1's MMAs still writing the columns 128..255 of buffer 0
+    # the MMAs put the second accumulator buffer at column 128 instead of 256: buffer 1's MMAs
+    # write columns 128..255 of buffer 0 with nothing ordering them after the epilogue's reads
+    # (the TMEM happens-before check, in any order); without it, depending on the seeded order,
+    # the epilogue reads buffer 1's columns 384.. that no MMA wrote or meets the MMAs in flight
     ("second-accumulator-column", "gemm", "gemm.bf16",
      [("const uint32_t d_tmem = tmem_base + buf * MMA_N;", "const uint32_t d_tmem = tmem_base + buf * (MMA_N / 2);")],
-     (512, 512, 64), ("column 384, never written", "columns 128..159) that the tcgen05.mma issued at")),
+     (512, 512, 64), ("TMEM hand-off race in CTA", "column 384, never written",
+                      "columns 128..159) that the tcgen05.mma issued at")),
     ("missing-commit", "gemm", "gemm.bf16", [("porter::tc::commit(bar(bars.acc_full[buf]));", "")],
      GEMM_SMALL, "deadlock"),
     # the pair's stage-release commit reaches only the even CTA: the odd producer never gets its stages back
@@ -125,12 +127,14 @@ MUTATIONS = [
        "                    porter::tc::commit(bar(bars.empty[stage]));", "")],
      (128, 256, 512), "changed before the operation completed"),
     # attention: the softmax corrects O without waiting for the previous P V (pv_done): its
-    # tcgen05.ld meets the MMA still writing O (the commit groups' completion is seeded, up
-    # to the latest the ISA allows), or the next P V overwrites the O it read unordered
+    # tcgen05.ld of O is ordered after no commit of the MMA writing O (the TMEM
+    # happens-before check, in any order); without it, depending on the seeded order, the ld
+    # meets the MMA still writing O, or the next P V overwrites the O it read unordered
     ("missing-pv-done-wait", "attention", "attention.hd128",
      [("                wait_bar(s.pv_done(), (it - 1) & 1u);\n                tc::fence_after_thread_sync();\n"
        "                correct_o(o_addr, alpha);", "                correct_o(o_addr, alpha);")],
-     (1, 1, 1, 128, 1024), ("still writes (it has not completed", "without tcgen05.fence::before_thread_sync")),
+     (1, 1, 1, 128, 1024), ("TMEM hand-off race in CTA", "still writes (it has not completed",
+                            "without tcgen05.fence::before_thread_sync")),
     # attention: P is handed to the P V MMA before tcgen05.wait::st
     ("missing-wait-st", "attention", "attention.hd128",
      [("tmem::wait_st();\n            tc::fence_before_thread_sync();", "tc::fence_before_thread_sync();")],
