@@ -51,6 +51,7 @@ class RaceDetector:
         self.sched = sched
         self.agents: list = []          # agent id -> warp
         self.shadows: dict[int, Shadow] = {}
+        self._known: dict[int, tuple] = {}   # agent -> (its clock array, known[] built from it)
         self.n = 0
 
     # ---- agents and clocks --------------------------------------------------------------------
@@ -130,10 +131,17 @@ class RaceDetector:
             vc = self._fit(vc)
         clock = int(vc[aid])
         # known[agent + 1]: what this access has acquired from that agent; index 0 (no
-        # access yet) and the own agent (program order) can never be exceeded.
-        known = np.empty(self.n + 1, dtype=np.int64)
-        known[1:] = vc
-        known[0] = known[aid + 1] = _NEVER
+        # access yet) and the own agent (program order) can never be exceeded. A clock only
+        # changes in place at its own agent's slot (release), which known does not read, so
+        # it is rebuilt only when the agent's clock is another array (acquire, grow).
+        cached = self._known.get(aid)
+        if cached is not None and cached[0] is vc:
+            known = cached[1]
+        else:
+            known = np.empty(self.n + 1, dtype=np.int64)
+            known[1:] = vc
+            known[0] = known[aid + 1] = _NEVER
+            self._known[aid] = (vc, known)
         for kind, epochs, lines in (("write", s.w_epoch, s.w_line), ("read", s.r_epoch, s.r_line)):
             if kind == "read" and not write:
                 break
