@@ -35,7 +35,8 @@ def rate_text(p: dict) -> str:
 
 def cell_text(p: dict) -> str:
     """One product's cell: rate, % peak, time with its range, binding resource."""
-    pct = f" ({p['pct_peak']:.0f}% of peak)" if p.get("pct_peak") is not None else ""
+    of = "of peak" if p.get("tflops") is not None else "of HBM bandwidth"
+    pct = f" ({p['pct_peak']:.0f}% {of})" if p.get("pct_peak") is not None else ""
     return (f"{rate_text(p)}{pct}, {_us(p['time_us'])} (range {_us(p['low'])} to {_us(p['high'])}), "
             f"bound: {p['bound']}")
 
