@@ -129,6 +129,13 @@ def build_ld(ins, d):
 
     def ld(w, m):
         addrs = addr_fn(w)
+        if m is None and w.full:                 # every lane: no selecting and spreading back
+            mem.check_aligned(addrs, total, what)
+            buf, offs = _resolve(w, space, addrs, total, what)
+            vals = mem.gather(buf, offs, nbytes, nvec)
+            for k, wr in enumerate(writers):
+                wr(w, vals[:, k].view(dt), None)
+            return
         sel = w.live if m is None else m
         a = addrs[sel]
         mem.check_aligned(a, total, what)
@@ -151,7 +158,8 @@ def build_st(ins, d):
     def st(w, m):
         addrs = addr_fn(w)
         sel = w.live if m is None else m
-        a = addrs[sel]
+        every = m is None and w.full             # every lane: no selecting
+        a = addrs if every else addrs[sel]
         mem.check_aligned(a, total, what)
         buf, offs = _resolve(w, space, a, total, what, write=True)
         cols = []
@@ -161,7 +169,7 @@ def build_st(ins, d):
                 x = np.empty(32, dtype=v.dtype)
                 x.fill(v)
                 v = x
-            cols.append(v.view(u)[sel])
+            cols.append(v.view(u) if every else v.view(u)[sel])
         # (lanes, count); np.array(...).T costs a quarter of np.stack(..., axis=1)
         mem.scatter(buf, offs, nbytes, cols[0][:, None] if len(cols) == 1 else np.array(cols).T)
     return st
