@@ -130,6 +130,7 @@ def test_function_attribute_module_memory_and_event_calls_convert():
     assert converted(d.cuFuncSetAttribute, fn, fattr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 214080)
     assert converted(d.cuFuncSetAttribute, fn, fattr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
     assert converted(d.cuFuncGetAttribute, fattr.CU_FUNC_ATTRIBUTE_NUM_REGS, fn)
+    assert converted(d.cuFuncLoad, fn)
     assert converted(d.cuModuleLoadData, b"\x7fELF" + bytes(60))
     assert converted(d.cuModuleGetFunction, d.CUmodule(1), b"porter_gemm_bf16_wgmma")
     host = np.zeros(64, dtype=np.uint8)
@@ -173,7 +174,7 @@ RUN_PATH = {"cuInit", "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtx
             "cuModuleLoadData", "cuModuleGetFunction", "cuFuncSetAttribute", "cuFuncGetAttribute",
             "cuLaunchKernelEx", "cuStreamQuery", "cuEventCreate", "cuEventRecord", "cuEventQuery",
             "cuEventElapsedTime", "cuEventDestroy", "cuMemsetD32Async", "cuMemsetD8Async", "cuMemcpyDtoDAsync",
-            "cuMemFree"}
+            "cuMemFree", "cuFuncLoad"}
 
 
 def test_the_run_path_goes_through_the_real_conversion(monkeypatch, hopper):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -96,6 +97,8 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     if nvcc:       # the primary cubin refused at load (EAGER module loading in the child), the fallback used
         assert bf16["loaded_from"] == "fallback cubin (nvcc 13.0)", bf16["loaded_from"]
         assert "prepared cubin (NVRTC" in bf16["notes"][0] and "CUDA_ERROR_INVALID_IMAGE" in bf16["notes"][0]
+        # validation loads eagerly (cuModuleLoadData refuses); the lazy bench child's cuFuncLoad refuses too
+        assert "cuModuleLoadData failed" in bf16["notes"][0] and any("cuFuncLoad" in n for n in bf16["notes"][1:])
     else:
         assert bf16["loaded_from"].startswith("prepared cubin")
     assert bf16["attributes"]["max_dynamic_smem_bytes"] > 48 * 1024
@@ -273,54 +276,77 @@ def test_a_refused_cubin_falls_back_and_says_why(prepared_on_rehearsal_gpu, hopp
     dev = CudaDevice()
     fn = dev.load(spec, hopper)
     assert fn.source == "fallback cubin (nvcc 13.0)"
-    assert "prepared cubin (NVRTC 13.5): cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE" in dev.load_notes[0]
+    # refused in cuModuleLoadData (eager loading) or cuFuncLoad (lazy): at load either way
+    assert re.search(r"prepared cubin \(NVRTC 13.5\): cu(ModuleLoadData|FuncLoad\(\w+\)) failed: "
+                     "CUDA_ERROR_INVALID_IMAGE", dev.load_notes[0]), dev.load_notes
     (folder / "cubins" / "f.cubin").write_bytes(b"ALSO REFUSED")
     with pytest.raises(PorterError, match="the driver refused every cubin: prepared cubin .*; fallback cubin"):
         CudaDevice().load(spec, hopper)
 
 
-def test_lazy_module_loading_would_refuse_the_cubin_outside_the_fallback(prepared_on_rehearsal_gpu, hopper,
-                                                                           monkeypatch):
-    """Why the children load eagerly: with the driver's default (lazy) loading the refused
-    primary cubin "loads", and the refusal comes at the first launch, past the fallback."""
+def _fresh_gpu(monkeypatch, loading: str, func_load: bool = True):
     from porter.runtime import device, driver, fakedriver
+
+    monkeypatch.setenv(driver.MODULE_LOADING_ENV, loading)
+    driver._init.cache_clear()
+    driver.context.cache_clear()
+    gpu = fakedriver.FakeGPU("hopper")
+    if not func_load:                               # a binding without cuFuncLoad
+        monkeypatch.setattr(fakedriver.FakeGPU, "cuFuncLoad", None, raising=False)
+        monkeypatch.delattr(fakedriver.FakeGPU, "cuFuncLoad")
+    fakedriver.install(gpu)
+    monkeypatch.setattr(device, "_DEFAULT", {})
+    return gpu
+
+
+@pytest.mark.parametrize("loading,func_load,falls_back", [("LAZY", False, False), ("EAGER", False, True),
+                                                          ("LAZY", True, True)])
+def test_a_refused_cubin_falls_back_when_loaded_eagerly_or_with_cufuncload(prepared_on_rehearsal_gpu, hopper,
+                                                                           monkeypatch, loading, func_load,
+                                                                           falls_back):
+    """With lazy module loading (the driver's default) the refused primary cubin "loads" and
+    the refusal comes at the first launch, past the fallback; eager loading (the validation
+    children) or cuFuncLoad right after cuModuleGetFunction (porter's load, for the benchmark
+    children, which stay lazy for torch's sake) refuse it at load, and the fallback is used."""
+    from porter.runtime import device_runs as dr
     from porter.runtime.device import CudaDevice
 
     spec, _ = prepared_on_rehearsal_gpu
-    monkeypatch.setenv(driver.MODULE_LOADING_ENV, "LAZY")
-    driver._init.cache_clear()
-    driver.context.cache_clear()
-    fakedriver.install(fakedriver.FakeGPU("hopper"))
+    _fresh_gpu(monkeypatch, loading, func_load)
     dev = CudaDevice()
     fn = dev.load(spec, hopper)
-    assert fn.source.startswith("prepared cubin") and not dev.load_notes
-    from porter.runtime import device_runs as dr
-
-    with pytest.raises(PorterError, match="CUDA_ERROR_INVALID_IMAGE"):
-        dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1, device=dev)
-    monkeypatch.setenv(driver.MODULE_LOADING_ENV, "EAGER")
-    driver._init.cache_clear()
-    driver.context.cache_clear()
-    fakedriver.install(fakedriver.FakeGPU("hopper"))
-    monkeypatch.setattr(device, "_DEFAULT", {})
-    dev = CudaDevice()
-    assert dev.load(spec, hopper).source == "fallback cubin (nvcc 13.0)"
-    assert dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1, device=dev)[0]["passed"]
+    if falls_back:
+        assert fn.source == "fallback cubin (nvcc 13.0)" and "CUDA_ERROR_INVALID_IMAGE" in dev.load_notes[0]
+        assert dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1, device=dev)[0]["passed"]
+    else:
+        assert fn.source.startswith("prepared cubin") and not dev.load_notes
+        with pytest.raises(PorterError, match="CUDA_ERROR_INVALID_IMAGE"):
+            dr.validate_gemm(spec, hopper, shapes=[(256, 256, 64)], seeds=1, device=dev)
 
 
-def test_porter_initialises_the_driver_with_eager_module_loading(monkeypatch):
-    from porter.runtime import driver, fakedriver
+def test_each_child_phase_sets_its_module_loading(monkeypatch, tmp_path):
+    from porter.runtime import device_check as dc
 
-    monkeypatch.delenv(driver.MODULE_LOADING_ENV, raising=False)
-    monkeypatch.setattr(driver, "bindings", driver.bindings)
-    gpu = fakedriver.FakeGPU("hopper")
-    fakedriver.install(gpu)
-    try:
-        driver.device()
-    finally:
-        driver._init.cache_clear()
-        driver.context.cache_clear()
-    assert gpu.eager and os.environ[driver.MODULE_LOADING_ENV] == "EAGER"
+    seen = []
+
+    class Proc:
+        def __init__(self, cmd, env, **kw):
+            seen.append((cmd[-1], env["CUDA_MODULE_LOADING"]))
+            r, w = os.pipe()                          # a child that says nothing and ends
+            os.close(w)
+            self.stdout, self.returncode, self.pid = os.fdopen(r, "rb"), 0, os.getpid()
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(dc.subprocess, "Popen", Proc)
+    printer = dc.Printer(open(tmp_path / "log", "w"), quiet=True)
+    for phase in ("validate", "bench"):
+        dc._run_child(SCRIPT, "gemm.bf16", 5, dict(os.environ), printer, {"checks": [], "bench": []}, phase=phase)
+    assert seen == [("validate", "EAGER"), ("bench", "LAZY")]
 
 
 def test_levels_come_from_the_manifest_on_the_device(prepared_on_rehearsal_gpu, hopper):
@@ -379,7 +405,7 @@ def _fake_run(tmp_path, monkeypatch, kernels: dict, budget_s: float, took: dict,
         else:
             record["bench"].append({"family": "gemm", "shape": [8, 8, 8], "tflops": 1.0, "spot_check": {"passed": True},
                                     "time": {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0}})
-        assert env["CUDA_MODULE_LOADING"] == "EAGER"
+        assert "CUDA_MODULE_LOADING" not in env          # _run_child sets it per phase
 
     monkeypatch.setattr(dc, "_run_child", child)
     monkeypatch.setattr(dc, "clocks", lambda: None)

@@ -8,8 +8,8 @@ porter's commit, the NVRTC version, a digest of every source file and the shapes
 will use, and, where an nvcc no newer than CUDA 13.0 is found, a fallback cubin set for a
 driver that refuses the NVRTC cubins. ``run`` (on the GPU machine, no toolchain) checks
 the manifest is this checkout's, then runs two phases, each kernel form in its own child
-process (``CUDA_MODULE_LOADING=EAGER``, so a refused cubin is refused at load, inside the
-fallback):
+process (validation with ``CUDA_MODULE_LOADING=EAGER`` and benchmarks with ``cuFuncLoad``,
+so a refused cubin is refused at load, inside the fallback):
 
 * validation of every form first: the child prints each launch before it starts and each
   check as it finishes (JSON lines), launches a smoke case (the smallest shape) first, then
@@ -51,6 +51,12 @@ BUDGET_S = 300.0
 LIMITS = {"gemm": 75.0, "attention": 60.0, "megakernel": 90.0}
 REHEARSAL_LIMIT_S = 60.0
 MAX_PRINT_LINES = 100
+# CUDA_MODULE_LOADING per child phase. Validation loads eagerly: a cubin the driver refuses
+# is refused in cuModuleLoadData, inside the fallback to the older cubin set. A benchmark
+# child also runs torch (the baselines), whose thousands of library kernels eager loading
+# would load up front (seconds and GBs of a short visit): it stays lazy, and porter's own
+# kernel is loaded at once with cuFuncLoad (driver.load_function) all the same.
+MODULE_LOADING = {"validate": "EAGER", "bench": "LAZY"}
 
 
 # ---- shapes per profile -------------------------------------------------------------------------
@@ -293,8 +299,8 @@ def child(kernel: str, phase: str = "validate") -> int:
     frees nothing); the memory goes with the process."""
     from porter.runtime import driver
 
-    # before the driver initialises: a refused cubin is refused at load, inside the fallback
-    os.environ[driver.MODULE_LOADING_ENV] = "EAGER"
+    # before the driver initialises (it reads this once, at cuInit)
+    os.environ[driver.MODULE_LOADING_ENV] = MODULE_LOADING[phase]
     code = 1
     try:
         code = _child(kernel, phase)
@@ -464,6 +470,7 @@ def _run_child(script: Path, kernel: str, limit_s: float, env: dict, printer: Pr
     import signal
 
     cmd = [sys.executable, str(script), "child", kernel, "--phase", phase]
+    env = dict(env, **{"CUDA_MODULE_LOADING": MODULE_LOADING[phase]})
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(script.parent.parent),
                             start_new_session=True)
@@ -750,14 +757,13 @@ def run(out: Path, script: Path, budget_s: float = BUDGET_S, prepared: Path | No
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{cubins.CUBIN_DIR_ENV: str(folder.resolve()),
-                              cubins.CHECKED_ENV: manifest.get("sources_sha256") or "",
-                              # a refused cubin must show at load, inside the fallback (not at launch)
-                              driver.MODULE_LOADING_ENV: "EAGER"})
+                              cubins.CHECKED_ENV: manifest.get("sources_sha256") or ""})
+    env.pop(driver.MODULE_LOADING_ENV, None)          # each child sets MODULE_LOADING[phase] itself
     dev = get_device()
     rehearsal = bool(getattr(dev, "rehearsal", False))
     environment = _environment(dev)
     environment["clocks_before"] = clocks()
-    environment["module_loading"] = "EAGER (children)"
+    environment["module_loading"] = dict(MODULE_LOADING)
     environment["manifest"] = {k: manifest.get(k) for k in ("porter_commit", "nvrtc", "built", "profile",
                                                              "fallback_toolchain", "fallback_note")}
     results = {"arch": manifest["arch"], "out": str(out), "environment": environment, "rehearsal": rehearsal,

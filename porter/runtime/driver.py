@@ -130,12 +130,6 @@ class DeviceInfo:
 
 @functools.lru_cache(maxsize=1)
 def _init() -> None:
-    import os
-
-    # Eager module loading (read by the driver at cuInit): a cubin the driver refuses is
-    # refused in cuModuleLoadData, inside CudaDevice.load's fallback to the older cubin set,
-    # not at the kernel's first launch (lazy loading, the driver's default).
-    os.environ.setdefault(MODULE_LOADING_ENV, "EAGER")
     drv = bindings()
     try:
         result = drv.cuInit(0)
@@ -229,8 +223,14 @@ def load_function(cubin: bytes, entry: str):
     drv = bindings()
     context()
     module = check(call(drv.cuModuleLoadData, bytes(cubin), what="cuModuleLoadData"), "cuModuleLoadData")
-    return check(call(drv.cuModuleGetFunction, module, entry.encode(), what="cuModuleGetFunction"),
-                 f"cuModuleGetFunction({entry})")
+    function = check(call(drv.cuModuleGetFunction, module, entry.encode(), what="cuModuleGetFunction"),
+                     f"cuModuleGetFunction({entry})")
+    if hasattr(drv, "cuFuncLoad"):
+        # under lazy module loading (the driver's default, CUDA_MODULE_LOADING) the image is
+        # only loaded at the first launch: load it now, so a cubin the driver refuses is
+        # refused here, inside CudaDevice.load's fallback, not at that launch
+        check(call(drv.cuFuncLoad, function, what="cuFuncLoad"), f"cuFuncLoad({entry})")
+    return function
 
 
 def tensor_map_bytes(tensor_map) -> bytes:

@@ -27,7 +27,7 @@ Two more things a first visit meets are modelled as the driver does them: ``cuMe
 while a kernel hangs blocks (it synchronises on the hung kernel), and module loading
 follows ``CUDA_MODULE_LOADING`` read at ``cuInit``: EAGER refuses a bad image in
 ``cuModuleLoadData``, anything else (the driver's default, lazy) accepts it and refuses
-the first launch of its kernel, outside porter's cubin fallback. Non-ELF images are
+``cuFuncLoad`` or, without that call, the first launch of its kernel. Non-ELF images are
 refused; ``PORTER_REHEARSAL_REFUSE`` ("name,name") also refuses the primary cubin of each named
 kernel of the prepared manifest (as a driver older than the NVRTC that built it would),
 so its fallback cubin (nvcc <= 13.0) is the one used.
@@ -334,6 +334,10 @@ class FakeGPU:
         self.functions[handle] = (spec, entry)
         self.module_of[handle] = int(module)
         return self._ok(self.d.CUfunction(handle))
+
+    def cuFuncLoad(self, fn):
+        refused = self.bad_modules.get(self.module_of.get(int(fn), -1))
+        return self._err(refused) if refused else self._ok()
 
     def cuFuncSetAttribute(self, fn, attr, value):
         if attr == self.d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
