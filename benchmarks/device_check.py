@@ -21,9 +21,14 @@ benchmarks the forms that validated in the order of what they decide (A/B pairs 
 changed kernel's old and new form first), each beside porter's timing-model prediction;
 it skips a benchmark that no longer fits ``--budget`` seconds (300), writes
 ``results.json`` and ``run.log`` to ``--out`` (default ``$OUT``, else
-build/device_check/out), and prints a compact table last. ``rehearse`` runs prepare
-and run end to end against porter's rehearsal GPU (``porter.runtime.fakedriver``) on a
-machine without a driver. The logic lives in ``porter.runtime.device_check``; this
+build/device_check/out), and prints a compact table last (measured beside predicted,
+the prediction labelled "predicted by porter's timing model, not measured", and one line
+per A/B or tuned-vs-default pair). ``rehearse`` runs prepare and run end to end against
+porter's rehearsal GPU (``porter.runtime.fakedriver``) on a machine without a driver:
+kernels that pass, fail, fault and hang, gemm.bf16's primary cubin refused so its nvcc
+13.0 fallback loads, the fp8 GEMM and the megakernel (run in porter's VM) benchmarked,
+the manifest's source check on; ``--snapshot`` rehearses on a copy of the checkout, and
+``PORTER_GPU_BINDINGS=DIR`` with the GPU machine's cuda-bindings 13.0 installed there. The logic lives in ``porter.runtime.device_check``; this
 script only makes the checkout importable (the device machine's python3 has no porter
 install: it puts the checkout on ``sys.path`` and maps ``porter.validation`` onto
 ``validation/``).
