@@ -438,9 +438,11 @@ def test_every_kernel_validates_before_any_benchmark_and_ab_pairs_go_first(tmp_p
 
     shapes = {"limit_s": 60.0, "validate": [[8, 8, 8]], "bench": [[8, 8, 8]]}
     kernels = {"a": {"shapes": shapes}, "b": {"shapes": shapes},
-               "c": {"shapes": shapes, "predicted": {"8x8x8": {"time_us": 800.0, "label": PREDICTED_LABEL}}},
+               "c": {"shapes": shapes, "predicted": {"8x8x8": {"time_us": 800.0, "low": 700.0, "high": 900.0,
+                                                                "label": PREDICTED_LABEL}}},
                "c[stages=2]": {"shapes": shapes, "form": {"kernel": "c", "role": "ab-old", "sets": ["stages=2"]},
-                               "predicted": {"8x8x8": {"time_us": 1000.0, "label": PREDICTED_LABEL}}}}
+                               "predicted": {"8x8x8": {"time_us": 1000.0, "low": 900.0, "high": 1100.0,
+                                                       "label": PREDICTED_LABEL}}}}
     rc, calls, results = _fake_run(tmp_path, monkeypatch, kernels, 130, {"validate": 10.0, "bench": 30.0},
                                    estimate=lambda entry, phase, arch=None: 30.0)
     assert [(p, k) for p, k, _ in calls] == [("validate", "a"), ("validate", "b"), ("validate", "c"),
@@ -454,7 +456,8 @@ def test_every_kernel_validates_before_any_benchmark_and_ab_pairs_go_first(tmp_p
     assert ab["kernel"] == "c" and ab["old"] == "c[stages=2]" and ab["predicted_speedup"] == pytest.approx(1.25)
     assert ab["predicted_label"] == PREDICTED_LABEL and ab["measured_speedup"] == pytest.approx(1.0)
     out = capsys.readouterr().out
-    assert f"A/B c vs c[stages=2]: 1.00x measured (within noise), 1.25x {PREDICTED_LABEL}" in out
+    assert ab["predicted_speedup_range"] == pytest.approx([1.0, 1100 / 700])
+    assert f"A/B c vs c[stages=2]: 1.00x measured (within noise), 1.25x [1.00-1.57] {PREDICTED_LABEL}" in out
 
 
 def test_run_without_a_gpu_says_so_and_keeps_every_kernel_open(tmp_path, monkeypatch, capsys):

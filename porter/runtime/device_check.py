@@ -643,8 +643,9 @@ def table_lines(results: dict) -> list[str]:
         if why:
             lines.append(f"    {why[:180]}")
     for c in results.get("comparisons", []):
-        pred = (f", {c['predicted_speedup']:.2f}x {plan.PREDICTED_LABEL}" if c.get("predicted_speedup") else
-                ", no prediction")
+        span = c.get("predicted_speedup_range")
+        pred = (f", {c['predicted_speedup']:.2f}x" + (f" [{span[0]:.2f}-{span[1]:.2f}]" if span else "")
+                + f" {plan.PREDICTED_LABEL}" if c.get("predicted_speedup") else ", no prediction")
         what = "A/B" if c.get("role") == "ab-old" else "tuned vs default:"
         lines.append(f"{what} {c['kernel']} vs {c['old']}: {c['measured_speedup']:.2f}x measured"
                      + ("" if c.get("beyond_noise") else " (within noise)") + pred)

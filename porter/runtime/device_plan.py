@@ -119,6 +119,13 @@ def predicted_us(entry: dict, shape) -> float | None:
     return float(t) if isinstance(t, (int, float)) and t > 0 else None
 
 
+def _span(entry: dict, shape) -> tuple[float | None, float | None]:
+    p = ((entry.get("predicted") or {}).get(shape_key(shape))) or {}
+    lo, hi = p.get("low"), p.get("high")
+    ok = all(isinstance(x, (int, float)) and x > 0 for x in (lo, hi))
+    return (float(lo), float(hi)) if ok else (None, None)
+
+
 def _variant(spec: dict) -> str:
     return spec.get("variant", "").split(".", 1)[-1]
 
@@ -233,6 +240,10 @@ def comparisons(records: list[dict], entries: dict) -> list[dict]:
             if po and pn:
                 row["predicted_speedup"] = po / pn
                 row["predicted_label"] = PREDICTED_LABEL
+                lo_o, hi_o = _span(e, o_row.get("shape"))
+                lo_n, hi_n = _span(entries.get(form["kernel"], {}), o_row.get("shape"))
+                if lo_o and hi_o and lo_n and hi_n:        # the ratio's range from both forms' ranges
+                    row["predicted_speedup_range"] = [lo_o / hi_n, hi_o / lo_n]
             out.append(row)
     return out
 
