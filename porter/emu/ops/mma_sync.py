@@ -129,7 +129,7 @@ def build_mma(ins, d):
         is a 32-bit register (the common case), else through the operand readers."""
         if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in items):
             ids = [d.rid(x) for x in items]
-            return lambda w: np.stack([w.r[i] for i in ids], axis=1)
+            return lambda w: np.ascontiguousarray(np.array([w.r[i] for i in ids]).T)   # (np.stack: 4x)
         return lambda w: np.stack([np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers],
                                   axis=1).astype(np.uint32)
 
@@ -155,10 +155,11 @@ def build_mma(ins, d):
         except EmuError as exc:
             raise CheckFailed(f"{exc}") from None
         if d_ids is not None:
+            rows = np.ascontiguousarray(out.T)   # each row a register's lanes, never written in place
             for j, i in enumerate(d_ids):
                 if w.poisoned and i in w.poisoned:
                     w.poison_write(i)
-                w.r[i] = out[:, j].copy()
+                w.r[i] = rows[j]
         else:
             for j, wr in enumerate(d_w):
                 wr(w, np.ascontiguousarray(out[:, j]), None)

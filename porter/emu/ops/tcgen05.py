@@ -698,8 +698,9 @@ def _build_ld(ins, d):
         tmem_hb.access(w, w.cta, region, False, line, "tcgen05.ld")
         why = f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld that covers it"
         pend = w.units.setdefault("tcgen05_ld_regs", set())
+        rows = np.ascontiguousarray(vals.T)       # each row a register's lanes, never written in place
         for j, i in enumerate(ids):
-            w.r[i] = np.ascontiguousarray(vals[:, j])
+            w.r[i] = rows[j]
             w.poisoned[i] = why
             pend.add(i)
         return None

@@ -158,7 +158,7 @@ def build_wgmma(ins, d):
         b_addr = _addresses(desc_b, n, k, eb, bool(tnsp_b), size)
         b_raw = smem[b_addr]
         if rs:
-            a_regs = np.stack([w.r[i] for i in a_ids], axis=1)          # (32, 4) uint32 snapshot
+            a_regs = np.array([w.r[i] for i in a_ids]).T               # (32, 4) uint32 snapshot
             a_addr = None
             a_raw = None
         else:
@@ -210,13 +210,13 @@ def build_wgmma(ins, d):
             rows, cols = _acc_lanes(n, wq)
             dmat = None
             if scale_d:
-                cur = np.stack([w.r[i] for i in acc_ids], axis=1).view(np.float32)
+                cur = np.array([w.r[i] for i in acc_ids]).T.view(np.float32)   # (np.stack costs 4x)
                 dmat = np.zeros((16, n), dtype=np.float32)
                 dmat[rows, cols] = cur
             res = unit.mma(avals, bvals, dmat, scale_a, scale_b)
-            out = res[rows, cols].astype(np.float32).view(np.uint32)
+            out = np.ascontiguousarray(res[rows, cols].astype(np.float32).view(np.uint32).T)
             for j, i in enumerate(acc_ids):
-                w.r[i] = np.ascontiguousarray(out[:, j])
+                w.r[i] = out[j]                 # a row: contiguous, never written in place
                 st.refs[i] -= 1
                 if not st.refs[i]:
                     del st.refs[i]
