@@ -103,6 +103,15 @@ class Program:
     file: str
     writes: list = field(default_factory=list)   # per instruction: can it change what another warp sees
 
+    def zero_registers(self) -> list:
+        """The register file of a new warp: per register a zero array of its storage type,
+        shared by every warp (register arrays are replaced on write, never written in place)."""
+        regs = getattr(self, "_zero_regs", None)
+        if regs is None:
+            zeros = {dt: np.zeros(WARP, dtype=dt) for dt in set(self.reg_dtypes)}
+            regs = self._zero_regs = [zeros[dt] for dt in self.reg_dtypes]
+        return regs
+
     def line(self, pc: int) -> int:
         code = self.kernel.code
         return code[pc].line if 0 <= pc < len(code) else 0
@@ -180,8 +189,7 @@ class Warp:
         self.index = index
         self.prog = prog
         self.sched = sched
-        zeros = {dt: np.zeros(WARP, dtype=dt) for dt in set(prog.reg_dtypes)}
-        self.r = [zeros[dt] for dt in prog.reg_dtypes]   # shared zero arrays: never written in place
+        self.r = list(prog.zero_registers())   # shared zero arrays: never written in place
         lanes = np.arange(WARP)
         self.live = lanes < nthreads
         self.full = bool(self.live.all())
