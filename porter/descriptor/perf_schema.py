@@ -49,7 +49,7 @@ SCALARS: dict[str, tuple[str, float, float, bool]] = {
     "counter_wakeup_ns": ("ns from a counter's release to a polling SM seeing it (backoff)", 0, 100000, True),
     # optional, read by the simulator's timed mode (porter.timing.l1) where present
     "smem_latency_cycles": ("cycles from a shared-memory load's issue to its data", 1, 1000, False),
-    "mufu_latency_cycles": ("cycles from a MUFU instruction's issue to its result", 1, 1000, False),
+    "mufu_latency_cycles": ("cycles from a special-function (ex2) instruction's issue to its result", 1, 1000, False),
     "tmem_latency_cycles": ("cycles from a tcgen05.ld's issue to its registers", 1, 1000, False),
     "tmem_bytes_per_clk_per_sm": ("bytes per clock per SM between Tensor Memory and registers", 1, 65536, False),
 }
