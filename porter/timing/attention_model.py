@@ -83,6 +83,17 @@ def tile_costs(spec, arch, fig) -> dict:
     }
     if not overlap:
         resources["mma + softmax"] = tensor + softmax_path / (2 ** (groups - 1))
+    elif loop == "wgmma" and groups >= 2:
+        # ping-pong: each consumer warpgroup's own cycle per K/V tile. It issues S(n+1) and
+        # runs softmax(n) under it (the kernel pipelines the two), then P V(n) and waits for
+        # it (the MMA latency), hands the tensor core over at the named barrier and passes
+        # the stage's full/empty barriers; its softmax has the MUFU and issue slots to itself
+        # while the others hold the tensor core. The tile period is at least that chain.
+        gemm = tensor / groups / 2                         # one of its two MMAs per tile
+        mma_lat = fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * max(bn, d)
+        own_softmax = max(mufu, issue) / groups + chain
+        resources["ping-pong chain"] = (gemm + max(gemm, own_softmax) + mma_lat
+                                        + fig["named_barrier_cycles"] + 2 * fig["mbarrier_cycles"])
     stages = int(c.get("stages", 2))
     inflight = min(max(1, stages - 1) * kv, fig["tma_inflight_kib"] * 1024)
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
