@@ -136,3 +136,16 @@ def test_blackwell_is_predicted_beside_held_back_anchors_without_fitting():
     assert pair["low_tflops"] <= pair["predicted"] <= pair["high_tflops"]
     # under the sustained clock no B200 GEMM is predicted near the datasheet peak (none published is)
     assert raw.pct_peak < 85
+
+
+def test_a_prediction_names_the_uncertain_figures_it_is_most_sensitive_to():
+    hop = load_arch("hopper")
+    p = predict(hop, spec_with_knobs(hop, "gemm.bf16", {}), product="H100 SXM", shape="8192x8192x8192")
+    sens = p.extra["sensitivity"]
+    assert 1 <= len(sens) <= 3
+    from porter.timing.figures import Figures
+
+    names = set(Figures.of(hop.for_product("H100 SXM")).uncertain)
+    assert all(s.split(" [")[0] in names for s in sens)
+    # the clock under load is an uncertain figure: it must move a tensor-bound GEMM
+    assert any(s.startswith("sustained_clock_mhz") for s in sens)

@@ -23,6 +23,7 @@ def section(results_by_kind: dict) -> dict | None:
     d = stage.data
     rows = [{k: p.get(k) for k in ("kernel", "product", "shape", "time_us", "tflops", "gb_s", "pct_peak",
                                    "bound", "low", "high", "resources", "label", "level")}
+            | {"sensitivity": list((p.get("extra") or {}).get("sensitivity", []))}
             for p in d["predictions"]]
     return {"label": LABEL, "products": list(d.get("products", [])), "rows": rows,
             "missing": list(d.get("missing", []))}
@@ -37,8 +38,10 @@ def cell_text(p: dict) -> str:
     """One product's cell: rate, % peak, time with its range, binding resource."""
     of = "of peak" if p.get("tflops") is not None else "of HBM bandwidth"
     pct = f" ({p['pct_peak']:.0f}% {of})" if p.get("pct_peak") is not None else ""
+    sens = p.get("sensitivity") or []
+    most = f"; most sensitive to {sens[0]}" if sens else ""
     return (f"{rate_text(p)}{pct}, {_us(p['time_us'])} (range {_us(p['low'])} to {_us(p['high'])}), "
-            f"bound: {p['bound']}")
+            f"bound: {p['bound']}{most}")
 
 
 def _us(v: float) -> str:

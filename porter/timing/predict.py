@@ -52,12 +52,16 @@ class Prediction:
                 "label": self.label, "arch": self.arch, "level": self.level, "extra": dict(self.extra)}
 
 
-def _time(spec, arch, fig, shape: str) -> tuple[float, dict, dict]:
+def _time(spec, arch, fig, shape: str, level: str = "L0") -> tuple[float, dict, dict]:
     """(seconds, resource -> seconds for the whole kernel, the model's output)."""
     mod = MODELS.get(spec.family)
     if mod is None:
         raise PorterError(f"timing model: no model for kernel family '{spec.family}' ({spec.name})")
     out = mod.model(spec, arch, fig, shape)
+    if level == "L1" and not out.get("direct"):       # the per-tile period measured in the timed simulator
+        from .l1 import apply
+
+        out = apply(spec, arch, fig, shape, out)
     if out.get("direct"):
         return out["time_s"], dict(out["resources_s"]), out
     ext = extrapolate(out["schedule"], fig, out["hbm_bytes"])
@@ -73,9 +77,24 @@ def _time(spec, arch, fig, shape: str) -> tuple[float, dict, dict]:
     return ext["time_s"], resources, out
 
 
-def predict(arch, spec, *, product: str | None = None, shape: str | None = None) -> Prediction:
+def _sensitivity(spec, arch, fig, shape: str, seconds: float, most: int = 3) -> list[str]:
+    """The uncertain figures that move this prediction most, one at a time to each end of its
+    range (the others central): 'tma_inflight_kib [32, 128]: -0% / +45%' (time change)."""
+    swings = []
+    for key, ends in fig.uncertain.items():
+        times = [_time(spec, arch, fig.with_value(key, v), shape)[0] for v in ends]
+        lo, hi = min(times) / seconds - 1, max(times) / seconds - 1
+        if hi - lo > 0.005:
+            swings.append((hi - lo, f"{key} [{ends[0]:g}, {ends[1]:g}]: {100 * lo:+.0f}% / {100 * hi:+.0f}%"))
+    return [text for _, text in sorted(swings, key=lambda x: -x[0])[:most]]
+
+
+def predict(arch, spec, *, product: str | None = None, shape: str | None = None, level: str = "L0") -> Prediction:
     """Predict ``spec`` (a KernelSpec of ``arch``) on ``product`` (default: the arch's own)
-    at ``shape`` (default: the first of ``standard_shapes(spec)``)."""
+    at ``shape`` (default: the first of ``standard_shapes(spec)``). ``level="L1"``: the
+    per-tile period from the simulator's timed mode (porter.timing.l1), not L0's."""
+    if level not in ("L0", "L1"):
+        raise PorterError(f"timing model: level {level!r}: L0 or L1")
     from .shapes import standard_shapes
 
     if product and product not in arch.product_names:
@@ -85,7 +104,7 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None)
     product = product or arch.product or (arch.products[0] if arch.products else "")
     shape = shape or standard_shapes(spec)[0]
     fig = Figures.of(arch)
-    seconds, resources, out = _time(spec, arch, fig, shape)
+    seconds, resources, out = _time(spec, arch, fig, shape, level)
     ends = []
     for fast in (True, False):
         f = fig
@@ -93,8 +112,9 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None)
             slow_end = hi if _slower_when_larger(key) else lo
             fast_end = lo if _slower_when_larger(key) else hi
             f = f.with_value(key, fast_end if fast else slow_end)
-        ends.append(_time(spec, arch, f, shape)[0])
+        ends.append(_time(spec, arch, f, shape, level)[0])
     low, high = min(ends + [seconds]), max(ends + [seconds])
+    sensitivity = _sensitivity(spec, arch, fig, shape, seconds) if not out.get("direct") else []
     bound = max(resources, key=lambda r: resources[r])
     flops = out.get("flops")
     tflops = flops / seconds / 1e12 if flops else None
@@ -113,9 +133,14 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None)
     else:
         pct = 100.0 * gb_s * 1e9 / arch.hbm_bandwidth_bytes_per_s
         extra["peak"] = "HBM bandwidth"
+    if sensitivity:
+        extra["sensitivity"] = sensitivity
     if "extrapolation" in out:
         extra.update({k: round(v, 4) if isinstance(v, float) else v for k, v in out["extrapolation"].items()
                       if k in ("waves", "tail_fraction")})
+    if level == "L1":
+        bound = extra.get("l1_bound", bound)        # the timed run's busiest unit, or its latency
     return Prediction(kernel=spec.name, product=product, shape=shape, time_us=seconds * 1e6,
                       tflops=tflops, gb_s=gb_s, bound=bound, low=low * 1e6, high=high * 1e6, pct_peak=pct,
-                      resources={r: v * 1e6 for r, v in resources.items()}, arch=arch.name, extra=extra)
+                      resources={r: v * 1e6 for r, v in resources.items()}, arch=arch.name, extra=extra,
+                      level=level)
