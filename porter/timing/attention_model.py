@@ -132,4 +132,5 @@ def model(spec, arch, fig, shape: str) -> dict:
     res = {r: v * kv_tiles / units for r, v in t["resources"].items()}
     flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal else 1.0)
     return {"schedule": sched, "per_tile_resources": res, "hbm_bytes": hbm, "flops": flops,
-            "bytes_moved": hbm, "peak_key": "bf16" if "bf16" in arch.peak_tflops else "", "mma_kind": t["kind"]}
+            "bytes_moved": hbm, "peak_key": "bf16" if "bf16" in arch.peak_tflops else "", "mma_kind": t["kind"],
+            "tile_kv": tuple(n for _ in range(b * hq) for n in lengths)}   # K/V tiles per tile (L1 costs them)
