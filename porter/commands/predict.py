@@ -18,6 +18,9 @@ def register(sub) -> None:
                         "anchors beside raw predictions, as Markdown, for the products this descriptor names")
     p.add_argument("--no-cache", action="store_true",
                    help="predict afresh instead of reading porter's prediction cache (content-keyed; see porter.timing.cache)")
+    p.add_argument("--level", choices=("L0", "L1"), default="L0",
+                   help="L1: each kernel's per-tile period from the simulator's timed mode (porter.timing.l1; "
+                        "seconds to a minute per kernel, not cached) instead of L0's from its configuration")
     from porter.kernels.knobs import add_set_argument
 
     add_set_argument(p)
@@ -37,7 +40,8 @@ def _specs(arch, kernel):
     return out
 
 
-def predictions(arch, specs, products, shapes, *, cache: bool = True, stats: dict | None = None) -> list[dict]:
+def predictions(arch, specs, products, shapes, *, cache: bool = True, stats: dict | None = None,
+                level: str = "L0") -> list[dict]:
     """``Prediction.to_dict()`` per kernel, product and shape; read from porter's content-keyed
     prediction cache where an earlier run made it (``cache=False`` recomputes, and stores)."""
     from porter.timing import predict, standard_shapes
@@ -47,10 +51,10 @@ def predictions(arch, specs, products, shapes, *, cache: bool = True, stats: dic
     for spec in specs:
         for product in products:
             for shape in (shapes or standard_shapes(spec)):
-                if cache:
+                if cache and level == "L0":
                     out.append(cached_predict(arch, spec, product=product, shape=shape, stats=stats))
                 else:
-                    out.append(predict(arch, spec, product=product, shape=shape).to_dict())
+                    out.append(predict(arch, spec, product=product, shape=shape, level=level).to_dict())
     return out
 
 
@@ -75,7 +79,8 @@ def run(args) -> int:
             raise PorterError(f"--product {p}: {arch.name} names {', '.join(arch.product_names)}")
     if args.shapes and len({s.family for s in specs}) > 1:
         raise PorterError("--shapes: the selected kernels are of several families; name one with --kernel")
-    preds = predictions(arch, specs, products, args.shapes, cache=not args.no_cache)
+    preds = predictions(arch, specs, products, args.shapes, cache=not args.no_cache,
+                        level=getattr(args, "level", "L0"))
     if args.json:
         print(json.dumps(preds, indent=1))
         return 0
