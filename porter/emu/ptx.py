@@ -374,6 +374,9 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
     t.expect("{")
     scopes: list[dict[str, str]] = [{}]       # name -> renamed, innermost last
     block_id = 0
+    blocks: list[int] = [0]                   # ids of the open { } blocks, innermost last
+    label_defs: dict[tuple[int, str], int] = {}   # (block id, label) -> instruction index
+    chains: list[tuple[int, ...]] = []        # per instruction: its open blocks, innermost first
     call_params: set[str] = set()
 
     def resolve(name: str) -> str | None:
@@ -388,13 +391,16 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
         if s == "}":
             t.next()
             scopes.pop()
+            blocks.pop()
             if not scopes:
+                _scope_labels(k, label_defs, chains)
                 return
             continue
         if s == "{":
             t.next()
             block_id += 1
             scopes.append({})
+            blocks.append(block_id)
             continue
         if kind == "eof":
             raise Unsupported(f"{t.file}: kernel {k.name} has no closing brace")
@@ -440,13 +446,45 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
             raise Unsupported(f"{t.file}:{line}: {s} variables inside a kernel are outside the simulator's subset")
         if s.startswith("call") and kind == "name":
             k.code.append(_parse_call(t, resolve))
+            chains.append(tuple(reversed(blocks)))
             continue
         if kind == "name" and t.peek(1)[1] == ":" and not s.startswith("%"):
             t.next()
             t.next()
-            k.labels[s] = len(k.code)
+            if (blocks[-1], s) in label_defs:
+                raise Unsupported(f"{t.file}:{line}: label {s!r} defined twice in one block")
+            label_defs[(blocks[-1], s)] = len(k.code)
             continue
         k.code.append(_call_param_moves(_parse_instr(t, resolve), call_params))
+        chains.append(tuple(reversed(blocks)))
+
+
+def _scope_labels(k: Kernel, label_defs: dict, chains: list) -> None:
+    """Resolve each label operand in the innermost enclosing ``{ }`` block that defines it,
+    as ptxas does (PTX ISA 4.4 "Labels" are local to their block, like variables; inline-asm
+    blocks repeat ``LAB_WAIT:`` / ``DONE:`` in every copy). Labels outside the kernel's own
+    block get unique names ``label#block``."""
+    def unique(bid: int, name: str) -> str:
+        return name if bid == 0 else f"{name}#{bid}"
+
+    for (bid, name), idx in label_defs.items():
+        k.labels[unique(bid, name)] = idx
+    names = {name for _, name in label_defs}
+
+    def rename(op, chain):
+        if isinstance(op, Sym) and op.name in names:
+            for bid in chain:
+                if (bid, op.name) in label_defs:
+                    return Sym(unique(bid, op.name))
+            return op
+        if isinstance(op, Vec):
+            return Vec(tuple(rename(x, chain) for x in op.items))
+        return op
+
+    for ins, chain in zip(k.code, chains):
+        ops = tuple(rename(op, chain) for op in ins.operands)
+        if ops != ins.operands:
+            ins.operands = ops
 
 
 def _call_param_moves(ins: Instr, call_params: set) -> Instr:

@@ -238,6 +238,9 @@ def build_mbarrier(ins, d):
                 bar = _barrier_at(w, a, where)
                 if w.sched.race is not None:
                     w.sched.race.release(w, bar)
+                # the state token is the phase the arrive took part in, read before an arrive
+                # that completes it advances the barrier (PTX ISA 9.7.13.15.13 mbarrier.arrive)
+                state[np.nonzero(sel)[0][j]] = bar.phase
                 if expect:
                     bar.expect_tx(int(vals[j]))
                     bar.arrive(1, w.name)
@@ -246,7 +249,6 @@ def build_mbarrier(ins, d):
                 if kind == "arrive_drop":
                     bar.expected -= 1
                     bar.pending = min(bar.pending, bar.expected)
-                state[np.nonzero(sel)[0][j]] = bar.phase
             if wd is not None:
                 wd(w, state, m)
         return arrive

@@ -1,0 +1,105 @@
+"""Idioms of hand-written (non-porter) kernels in porter's simulator: each a minimal PTX
+kernel written here, in the shape NVRTC gives inline asm (every ``asm`` statement its own
+``{ }`` block), that the simulator got wrong or refused before (issue 18 items 1-2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from porter import emu
+
+HEAD = ".version 8.6\n.target sm_90a\n.address_size 64\n"
+DECLS = (".reg .pred %p<8>;\n.reg .b16 %rs<8>;\n.reg .b32 %r<64>;\n.reg .f32 %f<32>;\n"
+         ".reg .b64 %rd<32>;\n")
+
+
+def kernel(body: str, params: str = ".param .u64 out", pre: str = "", directives: str = "",
+           target: str = "sm_90a") -> str:
+    """An entry ``k`` whose lanes have %rd3 = &out[tid] (u32 elements) and %r0 = tid."""
+    head = HEAD.replace("sm_90a", target)
+    return head + pre + f".visible .entry k({params}){directives}\n{{\n{DECLS}" \
+        "ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\nmov.u32 %r0, %tid.x;\n" \
+        f"mul.wide.u32 %rd2, %r0, 4;\nadd.s64 %rd3, %rd1, %rd2;\n{body}\nret;\n}}\n"
+
+
+def run(body: str, n: int = 32, dtype=np.uint32, threads: int = 32, **kw):
+    pre = kw.pop("pre", "")
+    directives = kw.pop("directives", "")
+    target = kw.pop("target", "sm_90a")
+    kw.setdefault("budget", 200_000)        # a wrong wait fails in a second, not at the default budget
+    out = np.zeros(n, dtype=dtype)
+    res = emu.launch(kernel(body, pre=pre, directives=directives, target=target), "k", grid=1, block=threads,
+                     args=[out], **kw)
+    return res.outputs[0]
+
+
+BARRIER = ".shared .align 8 .b64 bar;\n"
+
+
+# ---- issue 18 item 1: two silent bugs ----------------------------------------------------------
+
+@pytest.mark.parametrize("wait", ["try_wait", "test_wait"])
+def test_wait_on_the_state_token_of_an_arrive_that_completed_the_phase(wait):
+    # cuda::barrier's arrive-then-wait: the token names the phase the arrive took part in
+    # (PTX ISA mbarrier.arrive: "the state of the mbarrier object before the arrive"), so a
+    # wait on the token of the arrive that completed that phase returns at once.
+    body = f"""
+    mov.u32 %r1, bar;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r1], 32;
+    bar.sync 0;
+    mbarrier.arrive.shared::cta.b64 %rd4, [%r1];
+    {{
+    .reg .pred P1;
+    LAB_WAIT:
+    mbarrier.{wait}.shared::cta.b64 P1, [%r1], %rd4;
+    @P1 bra DONE;
+    bra LAB_WAIT;
+    DONE:
+    }}
+    st.global.u32 [%rd3], 7;
+    """
+    out = run(body, pre=BARRIER)
+    assert (out == 7).all()
+
+
+def test_labels_repeated_in_inline_asm_blocks_resolve_in_their_own_block():
+    # Two copies of one inline-asm loop (a spin count to 3, then 5): each block's LOOP and
+    # DONE are its own, as ptxas scopes them; resolving both to the last definition sent
+    # the first block's branches into the second.
+    block = """
+    {{
+    .reg .pred P1;
+    .reg .b32 R;
+    mov.u32 R, 0;
+    LOOP:
+    setp.ge.u32 P1, R, {n};
+    @P1 bra DONE;
+    add.u32 R, R, 1;
+    bra LOOP;
+    DONE:
+    add.u32 %r{dst}, R, 0;
+    }}
+    """
+    body = block.format(n=3, dst=5) + block.format(n=5, dst=6) + """
+    mad.lo.u32 %r7, %r5, 10, %r6;
+    st.global.u32 [%rd3], %r7;
+    """
+    out = run(body)
+    assert (out == 35).all()
+
+
+def test_a_label_of_the_kernel_block_is_seen_from_an_inner_block():
+    body = """
+    mov.u32 %r5, 1;
+    {
+    .reg .pred P1;
+    setp.eq.u32 P1, %r0, %r0;
+    @P1 bra $L_out;
+    }
+    mov.u32 %r5, 2;
+    $L_out:
+    st.global.u32 [%rd3], %r5;
+    """
+    assert (run(body) == 1).all()
