@@ -314,7 +314,7 @@ def model_note(raw) -> str:
 
 
 def _check_line(c: dict) -> str:
-    where = c.get("shape") or c.get("model")
+    where = c.get("shape") or (f"{c['model']} position {c.get('pos')}" if "model" in c else None)
     if isinstance(where, dict):
         where = "x".join(str(v) for v in where.values())
     elif isinstance(where, (list, tuple)):
@@ -327,6 +327,10 @@ def _check_line(c: dict) -> str:
     for w in written if isinstance(written, list) else [written] if written else []:
         if not w["passed"]:
             bits.append(f"{w['unwritten']} of {w['elements']} {w['what']} elements unwritten")
+    for m in (c.get("mismatches") or []) if not c["passed"] else []:   # the first bad element, in its terms
+        from porter.validation.device_harness import describe_mismatch
+
+        bits.append(describe_mismatch(m))
     return "  " + ", ".join(bits)
 
 
