@@ -103,3 +103,56 @@ def test_a_label_of_the_kernel_block_is_seen_from_an_inner_block():
     st.global.u32 [%rd3], %r5;
     """
     assert (run(body) == 1).all()
+
+
+# ---- issue 18 item 2: forms ptxas accepts ---------------------------------------------------------
+
+def _scaled_mma(selectors: str, setup: str = "") -> str:
+    """One block-scaled mma.sync (sm_120a) over per-lane records: a (4 words), b (2), c (4),
+    scale words (2) in; d (4) out."""
+    op = "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0"
+    sa, sb = selectors.split("|")
+    return ".version 8.7\n.target sm_120a\n.address_size 64\n" + f"""
+.visible .entry k(.param .u64 p_in, .param .u64 p_out)
+{{
+    .reg .b16 %rs<8>;
+    .reg .b32 %r<16>;
+    .reg .f32 %f<12>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [p_in];
+    ld.param.u64 %rd2, [p_out];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 64;
+    add.s64 %rd4, %rd1, %rd3;
+    ld.global.v4.b32 {{%r2, %r3, %r4, %r5}}, [%rd4];
+    ld.global.v2.b32 {{%r6, %r7}}, [%rd4+16];
+    ld.global.v4.f32 {{%f1, %f2, %f3, %f4}}, [%rd4+32];
+    ld.global.v2.b32 {{%r8, %r9}}, [%rd4+48];
+    {setup}
+    {op} {{%f5, %f6, %f7, %f8}}, {{%r2, %r3, %r4, %r5}}, {{%r6, %r7}}, {{%f1, %f2, %f3, %f4}}, %r8, {sa}, %r9, {sb};
+    mul.wide.u32 %rd5, %r1, 16;
+    add.s64 %rd6, %rd2, %rd5;
+    st.global.v4.f32 [%rd6], {{%f5, %f6, %f7, %f8}};
+    ret;
+}}
+"""
+
+
+def test_block_scale_selectors_in_registers_match_the_immediate_form():
+    # CUTLASS passes the scale byte/thread ids as .u16 registers ("h" constraints)
+    rng = np.random.default_rng(3)
+    rec = rng.integers(0, 1 << 32, size=(32, 16), dtype=np.uint64).astype(np.uint32)
+    rec[:, 0:6] &= 0x3B3B3B3B                                   # finite e4m3 codes
+    rec[:, 8:12] = rng.standard_normal((32, 4)).astype(np.float32).view(np.uint32)
+    rec[:, 12:14] = rng.integers(120, 134, size=(32, 8)).astype(np.uint8).view("<u4").reshape(32, 2)
+
+    def go(text):
+        out = np.zeros((32, 4), np.float32)
+        return emu.launch(text, "k", grid=1, block=32, args=[rec, out]).outputs[1]
+    want = go(_scaled_mma("{3, 1}|{2, 3}"))
+    got = go(_scaled_mma("{%rs1, %rs2}|{%rs3, %rs4}",
+                         "mov.u16 %rs1, 3;\n mov.u16 %rs2, 1;\n mov.u16 %rs3, 2;\n mov.u16 %rs4, 3;"))
+    np.testing.assert_array_equal(got, want)
+    assert np.isfinite(want).all() and (want != 0).any()

@@ -25,7 +25,7 @@ import numpy as np
 from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER
-from porter.emu.errors import CheckFailed, EmuError
+from porter.emu.errors import CheckFailed, EmuError, Unsupported
 from porter.emu.ops.cp_async import check_not_in_flight
 from porter.emu.ops.memory import _track
 from porter.emu.units import mma_sync as unit
@@ -46,10 +46,22 @@ def _whole_warp(w, m, where: str, what: str):
     return None
 
 
-def _uniform_imm(d, op, what: str) -> int:
-    if not isinstance(op, ptx.Imm):
-        raise d.unsupported(f"({what} must be an immediate)")
-    return int(op.value)
+def _selector(d, op, what: str):
+    """fn(w, m) -> the selector's value: an immediate, or a .u16 register (CUTLASS passes the
+    byte/thread ids in registers); a register must hold one value across the executing lanes."""
+    if isinstance(op, ptx.Imm):
+        v = int(op.value)
+        return lambda w, m: v
+    r = d.src(op, "u16")
+    where = d.where()
+
+    def read(w, m):
+        vals = np.broadcast_to(np.asarray(r(w)), (32,))[w.live if m is None else m]
+        if vals.size and (vals != vals[0]).any():
+            raise Unsupported(f"{where}: {what} in {op.name} differs across the warp's lanes "
+                              f"({sorted(set(int(x) for x in vals))}): the simulator takes one value per warp")
+        return int(vals[0]) if vals.size else 0
+    return read
 
 
 def build_mma(ins, d):
@@ -116,12 +128,19 @@ def build_mma(ins, d):
         for op in (ops[5], ops[7]):
             if not isinstance(op, ptx.Vec) or len(op.items) != 2:
                 raise d.unsupported("(selectors must be {byte-id, thread-id})")
-            sel.append([_uniform_imm(d, x, "a scale selector") for x in op.items])
-        (byte_a, thread_a), (byte_b, thread_b) = sel
-        try:
-            unit.check_selectors(scale_vec, byte_a, thread_a, byte_b, thread_b)
-        except CheckFailed as exc:
-            raise CheckFailed(f"{where}: {exc}") from None
+            sel.append([_selector(d, x, "a scale selector") for x in op.items])
+        sel_fns = [f for pair in sel for f in pair]
+
+        def selectors(w, m):
+            byte_a, thread_a, byte_b, thread_b = (f(w, m) for f in sel_fns)
+            try:
+                unit.check_selectors(scale_vec, byte_a, thread_a, byte_b, thread_b)
+            except CheckFailed as exc:
+                raise CheckFailed(f"{where}: {exc}") from None
+            return byte_a, thread_a, byte_b, thread_b
+        if all(isinstance(x, ptx.Imm) for op in (ops[5], ops[7]) for x in op.items):
+            fixed = selectors(None, None)         # immediates: checked once, at decode
+            selectors = lambda w, m: fixed        # noqa: E731
     what = f"mma.sync.{shape}"
 
     def reader(items, readers):
@@ -147,6 +166,7 @@ def build_mma(ins, d):
             c = unit.accumulator(c_get(w))
             sa = sb = None
             if block_scale:
+                byte_a, thread_a, byte_b, thread_b = selectors(w, m)
                 sa = unit.scale_values(np.broadcast_to(np.asarray(sa_r(w)), (32,)), "a", scale_vec, byte_a,
                                        thread_a, stype)
                 sb = unit.scale_values(np.broadcast_to(np.asarray(sb_r(w)), (32,)), "b", scale_vec, byte_b,
