@@ -92,6 +92,8 @@ HOSTILE = {
     "exits": ("import os\ndef arguments(h):\n    os._exit(7)\n", r"harness process ended \(exit code 7\)"),
     "bad-map": ("import numpy as np\ndef arguments(h):\n    return [h.tensor_map(np.zeros((64, 64), np.float32), "
                 "box=(64, 64), swizzle='128B')]\n", r"bad\.py: line 3 in arguments: tensor map"),
+    "wrong-kind": ("import numpy as np\ndef arguments(h):\n    return [np.zeros(4), np.zeros(4), np.zeros(4), 1]\n",
+                   r"bad\.py: tma_wgmma\.ptx: argument 0 for \w+ is 8 bytes but the parameter takes 128"),
     "bad-reference": ("import numpy as np\nLAUNCH = {'grid': 2}\n"
                       "def arguments(h):\n    return [b'\\0' * 128, b'\\0' * 128, np.zeros((64, 128), np.float32), 128]\n"
                       "def reference(args):\n    return {2: np.zeros(3)}\n",
@@ -122,3 +124,5 @@ def test_bad_input_is_one_line(capsys, tmp_path):
     assert code == 2 and "no kernel 'nope'" in err
     code, _, err = _run(capsys, KERNEL, "--grid", "0")
     assert code == 2 and "positive integers" in err
+    code, _, err = _run(capsys, KERNEL, "--harness", HARNESS, "--grid", "3", "--cluster", "2")
+    assert code == 2 and "not a multiple of the cluster shape" in err and err.count("\n") == 1

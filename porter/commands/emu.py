@@ -83,7 +83,7 @@ def _nonneg(text: str) -> int:
 # ---- the command ---------------------------------------------------------------------------
 
 def run(args) -> int:
-    from porter.emu.errors import EmuError, Unsupported
+    from porter.emu.errors import CheckFailed, Deadlock, EmuError, Unsupported
     from porter.errors import PorterError
     from porter.runtime.emulated_harness import HarnessSpec, judge, run_harness
 
@@ -144,10 +144,13 @@ def run(args) -> int:
                          if args.seed >= 0 else None, regs_per_thread=regs.get(entry), file=ptx_file)
     except Unsupported:
         raise
-    except EmuError as exc:
-        if "parameter" in str(exc) and "argument" in str(exc):
-            raise PorterError(f"{args.harness}: {exc}") from None   # the harness's arguments do not fit the kernel
+    except (CheckFailed, Deadlock) as exc:          # a checker fired, a deadlock: the kernel's diagnostics
         report["diagnostics"].append(str(exc))
+        return _finish(report, args.json)
+    except EmuError as exc:
+        if not getattr(exc, "located", False):      # refused before any warp ran: the launch does not fit
+            raise PorterError(f"{Path(args.harness).name if args.harness else path.name}: {exc}") from None
+        report["diagnostics"].append(str(exc))      # raised by an instruction: the kernel's own fault
         return _finish(report, args.json)
     report["summary"] = res.summary.to_dict()
     report["diagnostics"] += [str(w) for w in getattr(res.summary, "warnings", None) or []]
