@@ -730,7 +730,7 @@ class Scheduler:
     def _diverged_collective(self, w: Warp) -> str:
         lines = sorted({w.prog.line(g[0]) for g in w.groups} or {w.prog.line(w.pc)})
         return (f"{w.prog.file}: {w.name}: a warp-collective (.sync/.aligned) instruction was reached by a diverged "
-                f"warp: its lanes wait at PTX lines {', '.join(map(str, lines))}")
+                f"warp: its lanes wait at {', '.join(f'{w.prog.file}:{n}' for n in lines)}")
 
     # -- reports ----------------------------------------------------------------------------------
     def report(self, headline: str) -> str:
