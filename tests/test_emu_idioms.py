@@ -156,3 +156,72 @@ def test_block_scale_selectors_in_registers_match_the_immediate_form():
                          "mov.u16 %rs1, 3;\n mov.u16 %rs2, 1;\n mov.u16 %rs3, 2;\n mov.u16 %rs4, 3;"))
     np.testing.assert_array_equal(got, want)
     assert np.isfinite(want).all() and (want != 0).any()
+
+
+@pytest.mark.parametrize("typ", ["u64", "s64"])
+def test_mul_hi_64_bit(typ):
+    # NVRTC's 64-bit division by a constant: the top half of the 128-bit product
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 1 << 63, size=32, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    b = np.full(32, 0xAAAAAAAAAAAAAAAB, dtype=np.uint64)
+    text = HEAD + f"""
+.visible .entry k(.param .u64 inp, .param .u64 out)
+{{
+{DECLS}
+    ld.param.u64 %rd1, [inp];
+    ld.param.u64 %rd5, [out];
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd2, %r0, 8;
+    add.s64 %rd3, %rd1, %rd2;
+    add.s64 %rd6, %rd5, %rd2;
+    ld.global.u64 %rd4, [%rd3];
+    mul.hi.{typ} %rd7, %rd4, -6148914691236517205;
+    st.global.u64 [%rd6], %rd7;
+    ret;
+}}
+"""
+    out = np.zeros(32, np.uint64)
+    got = emu.launch(text, "k", grid=1, block=32, args=[a, out]).outputs[1]
+
+    def signed(v):
+        return v - (1 << 64) if typ == "s64" and v >> 63 else v
+    want = [((signed(int(x)) * signed(int(y))) >> 64) & ((1 << 64) - 1) for x, y in zip(a, b)]
+    assert [int(v) for v in got] == want
+
+
+def test_a_one_element_vector_is_a_scalar():
+    body = """
+    mov.b32 {%r5}, 41;
+    add.u32 {%r6}, {%r5}, 1;
+    st.global.u32 [%rd3], {%r6};
+    """
+    assert (run(body) == 42).all()
+
+
+def test_maxntid_with_one_value():
+    assert (run("st.global.u32 [%rd3], 3;", directives="\n.maxntid 128") == 3).all()
+    with pytest.raises(emu.EmuError, match="at most"):
+        run("st.global.u32 [%rd3], 3;", directives="\n.maxntid 16")
+
+
+def test_mbarrier_complete_tx_without_an_arrive():
+    # expect 64 bytes with the arrive; a thread completes them by hand in two halves
+    body = """
+    mov.u32 %r1, bar;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r1], 1;
+    bar.sync 0;
+    @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r1], 64;
+    @%p1 mbarrier.complete_tx.shared::cta.relaxed.cta.b64 [%r1], 32;
+    bar.sync 0;
+    mbarrier.test_wait.parity.shared::cta.b64 %p2, [%r1], 0;
+    selp.u32 %r5, 1, 0, %p2;
+    bar.sync 0;
+    @%p1 mbarrier.complete_tx.shared::cta.b64 [%r1], 32;
+    bar.sync 0;
+    mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r1], 0;
+    selp.u32 %r6, 2, 0, %p3;
+    add.u32 %r7, %r5, %r6;
+    st.global.u32 [%rd3], %r7;
+    """
+    assert (run(body, pre=BARRIER) == 2).all()

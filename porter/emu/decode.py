@@ -55,6 +55,14 @@ def type_of(parts: list[str]) -> str:
     raise KeyError
 
 
+def scalar(op):
+    """A one-element vector ``{%r}`` where a scalar operand belongs is that scalar (ptxas
+    accepts it; inline asm with one output in braces gives it)."""
+    if isinstance(op, ptx.Vec) and len(op.items) == 1:
+        return op.items[0]
+    return op
+
+
 class Decoder:
     """Builds operand accessors for one kernel; ``build(instr)`` returns its function."""
 
@@ -79,6 +87,7 @@ class Decoder:
 
     # ---- registers -----------------------------------------------------------------------------
     def rid(self, op) -> int:
+        op = scalar(op)
         if not isinstance(op, ptx.Reg):
             raise self.unsupported(f"(operand {op!r} must be a register)")
         if op.name not in self.reg_index:
@@ -91,6 +100,7 @@ class Decoder:
     def src(self, op, t: str):
         """fn(warp) -> the operand's 32 lane values as numpy type ``t`` (or a numpy scalar)."""
         dt = NP[t]
+        op = scalar(op)
         if isinstance(op, ptx.Reg):
             if op.name in self.reg_index:
                 i = self.reg_index[op.name]
@@ -145,6 +155,7 @@ class Decoder:
 
     def dst(self, op, t: str):
         """fn(warp, values (array or scalar of type t), mask) storing into the register."""
+        op = scalar(op)
         if op is ptx.SINK or (isinstance(op, ptx.Sym) and op.name == "_"):
             return lambda w, v, m: None
         i = self.rid(op)

@@ -138,6 +138,8 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
             raise EmuError(f"{file}: grid {grid} is not a multiple of the cluster shape {cluster}")
     threads = block[0] * block[1] * block[2]
     limit = kernel.maxntid or kernel.reqntid
+    if limit is not None:                 # .maxntid 128 and .maxntid 128, 1, 1 say the same (PTX ISA "Performance-Tuning Directives: .maxntid": missing dimensions are 1)
+        limit = _dim3(limit)
     if limit is not None and threads > limit[0] * limit[1] * limit[2]:
         raise EmuError(f"{file}: {entry} takes at most {limit} threads (.maxntid) but was launched with {block}")
     if threads > 1024 or threads <= 0:

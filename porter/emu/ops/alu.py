@@ -103,6 +103,23 @@ def _wrap_int(f):
     return g
 
 
+def mul_hi_u64(a: np.ndarray, b: np.ndarray, signed: bool = False) -> np.ndarray:
+    """Bits 64..127 of the 128-bit product of uint64 lanes (two's complement when signed:
+    subtract b where a < 0 and a where b < 0, mod 2^64)."""
+    m32 = np.uint64(0xFFFFFFFF)
+    s32 = np.uint64(32)
+    a_lo, a_hi, b_lo, b_hi = a & m32, a >> s32, b & m32, b >> s32
+    with np.errstate(over="ignore"):
+        ll = a_lo * b_lo
+        lh = a_lo * b_hi
+        hl = a_hi * b_lo
+        mid = (ll >> s32) + (lh & m32) + (hl & m32)
+        hi = a_hi * b_hi + (lh >> s32) + (hl >> s32) + (mid >> s32)
+        if signed:
+            hi = hi - np.where(a >> np.uint64(63), b, np.uint64(0)) - np.where(b >> np.uint64(63), a, np.uint64(0))
+    return hi
+
+
 def build_mul(ins, d):
     t = type_of(ins.parts)
     mode = ins.parts[1] if len(ins.parts) > 2 else ""
@@ -121,8 +138,14 @@ def build_mul(ins, d):
         dst, a, b = ins.operands
         ra, rb, wd = d.src(a, t), d.src(b, t), d.dst(dst, t)
         nb = bits(t)
-        if nb == 64:
-            raise d.unsupported()
+        if nb == 64:                  # NVRTC's 64-bit division by a constant: the 128-bit product's top half
+            signed = is_signed(t)
+
+            def hi64(w, m):
+                a = np.broadcast_to(np.asarray(ra(w)), (32,)).view(np.uint64)
+                b = np.broadcast_to(np.asarray(rb(w)), (32,)).view(np.uint64)
+                wd(w, mul_hi_u64(a, b, signed).view(NP[t]), m)
+            return hi64
         wdt = np.int64 if is_signed(t) else np.uint64
 
         def hi(w, m):

@@ -239,7 +239,7 @@ def build_mbarrier(ins, d):
                 if w.sched.race is not None:
                     w.sched.race.release(w, bar)
                 # the state token is the phase the arrive took part in, read before an arrive
-                # that completes it advances the barrier (PTX ISA 9.7.13.15.13 mbarrier.arrive)
+                # that completes it advances the barrier (PTX ISA "mbarrier.arrive": state is the phase before the arrive)
                 state[np.nonzero(sel)[0][j]] = bar.phase
                 if expect:
                     bar.expect_tx(int(vals[j]))
@@ -252,15 +252,24 @@ def build_mbarrier(ins, d):
             if wd is not None:
                 wd(w, state, m)
         return arrive
-    if kind == "expect_tx":
+    if kind in ("expect_tx", "complete_tx"):
+        # mbarrier.expect_tx / mbarrier.complete_tx [addr], txCount: a tx-count change by the
+        # executing thread, without an arrive (PTX ISA "mbarrier.expect_tx", "mbarrier.complete_tx")
         addr_fn, _ = d.addr(ops[0], "shared")
         rtx = d.src(ops[1], "u32")
+        complete = kind == "complete_tx"
 
         def expect_tx(w, m):
             sel = w.live if m is None else m
             vals = np.broadcast_to(np.asarray(rtx(w)), (32,))[sel]
             for a, v in zip(_lane_addrs(w, m, addr_fn), vals):
-                _barrier_at(w, a, where).expect_tx(int(v))
+                bar = _barrier_at(w, a, where)
+                if complete:
+                    if w.sched.race is not None:
+                        w.sched.race.release(w, bar)
+                    bar.complete_tx(int(v))
+                else:
+                    bar.expect_tx(int(v))
         return expect_tx
     if kind in ("try_wait", "test_wait"):
         parity = "parity" in parts

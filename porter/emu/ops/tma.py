@@ -99,7 +99,9 @@ def build_cp(ins, d):
     where = d.where(ins)
     multicast = "multicast::cluster" in parts
     if "tensor" in parts:
-        if "tile" not in parts or "global" not in parts or not any(p.startswith("shared") for p in parts[4:6]):
+        # the load mode defaults to .tile when none is named (PTX ISA "Data Movement: cp.async.bulk.tensor": .load_mode defaults to .tile)
+        if any(p.startswith("im2col") or p in ("tile::gather4", "tile::scatter4") for p in parts) or \
+                "global" not in parts or not any(p.startswith("shared") for p in parts[4:6]):
             raise d.unsupported("(only tile-mode tensor loads from global into shared memory)")
         if parts.index("global") < parts.index(next(p for p in parts if p.startswith("shared"))):
             raise d.unsupported("(tensor stores to global memory)")
