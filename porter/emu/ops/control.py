@@ -104,37 +104,60 @@ def build_shfl(ins, d):
     if isinstance(c, ptx.Imm) and isinstance(mask, ptx.Imm):
         return _shfl_fixed_clamp(mode, ra, rb, int(rc(None)), int(rmask(None)), wd, wp)
 
+    # Source lanes and in-range flags are a pure function of the b and c operands' lanes;
+    # compilers keep c and the member mask in registers, so they are looked up by value.
+    lanes_for: dict = {}
+    members_for: dict = {}
+
     def shfl(w, m):
         mv = np.asarray(rmask(w))
-        mm, r = _members(w, m, mv if mv.ndim == 0 else mv[int(np.argmax(w.lanes(m)))])
-        if r is not None:
-            return r
-        lane = LANES
-        bval = np.asarray(rb(w)).astype(np.int64) & 0x1F
-        cv = np.asarray(rc(w)).astype(np.int64)
-        cval = cv & 0x1F
-        segmask = (cv >> 8) & 0x1F
-        max_lane = (lane & segmask) | (cval & ~segmask)
-        min_lane = lane & segmask
-        if mode == "idx":
-            j = min_lane | (bval & ~segmask)
-            ok = j <= max_lane
-        elif mode == "up":
-            j = lane - bval
-            ok = j >= max_lane
-        elif mode == "down":
-            j = lane + bval
-            ok = j <= max_lane
-        else:
-            j = lane ^ bval
-            ok = j <= max_lane
-        j = np.where(ok, j, lane)
+        mval = int(mv if mv.ndim == 0 else mv[int(np.argmax(w.lanes(m)))])
+        members = members_for.get(mval)
+        if members is None:
+            members = members_for[mval] = ((np.uint64(mval & 0xFFFFFFFF) >> LANES.astype(np.uint64))
+                                           & np.uint64(1)).astype(bool)
+        sel = w.live if m is None else m
+        if (members & w.live & ~sel).tobytes() != _NO_LANE:
+            return DEFER                         # a member lane is not here yet (diverged warp)
+        bw, cw = np.asarray(rb(w)), np.asarray(rc(w))
+        key = (bw.tobytes(), cw.tobytes())
+        hit = lanes_for.get(key)
+        if hit is None:
+            if len(lanes_for) > 256:
+                lanes_for.clear()
+            hit = lanes_for[key] = _shfl_lanes(mode, bw, cw)
+        src_lane, ok = hit
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
-        wd(w, src[np.clip(j, 0, 31)], m)
+        wd(w, src[src_lane], m)
         if wp is not None:
-            wp(w, np.broadcast_to(ok, (32,)), m)
+            wp(w, ok, m)
     return shfl
+
+
+def _shfl_lanes(mode, bw, cw):
+    """(source lane per lane, in range per lane) for shfl operands b and c (PTX ISA 9.7.8.6)."""
+    lane = LANES
+    bval = np.asarray(bw).astype(np.int64) & 0x1F
+    cv = np.asarray(cw).astype(np.int64)
+    cval = cv & 0x1F
+    segmask = (cv >> 8) & 0x1F
+    max_lane = (lane & segmask) | (cval & ~segmask)
+    min_lane = lane & segmask
+    if mode == "idx":
+        j = min_lane | (bval & ~segmask)
+        ok = j <= max_lane
+    elif mode == "up":
+        j = lane - bval
+        ok = j >= max_lane
+    elif mode == "down":
+        j = lane + bval
+        ok = j <= max_lane
+    else:
+        j = lane ^ bval
+        ok = j <= max_lane
+    j = np.where(ok, j, lane)
+    return np.clip(j, 0, 31), np.ascontiguousarray(np.broadcast_to(ok, (32,)))
 
 
 def _shfl_fixed(mode, ra, b, c, membermask, wd, wp):
