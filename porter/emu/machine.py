@@ -649,9 +649,9 @@ class Scheduler:
     def run_warp(self, w: Warp, quantum: int) -> int:
         """Step ``w`` up to ``quantum`` instructions (fewer when it parks, exits or a barrier
         phase completes). The hottest loop of the simulator: per instruction, one call of the
-        decoded function and a few attribute tests. A per-issued-instruction hook (a timed
-        mode) belongs beside the ``ops[pc](w, m)`` call, as a second copy of this loop chosen
-        once per call, so that it costs nothing when off."""
+        decoded function and a few attribute tests. The timed mode's per-issued-instruction
+        hook wraps the decoded functions (``self.timing.ops_for``), chosen once per call, so
+        that it costs nothing per instruction when off."""
         prog = w.prog
         ops, srcs, writes = prog.ops, prog.srcs, prog.writes
         if self.timing is not None:          # timed mode: the same functions, each behind its hook
