@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -99,6 +100,24 @@ class LocalExecutor:
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
+class _RayThreadsToStderr:
+    """sys.stdout while Ray is up: what Ray's own background threads print (the raylet's
+    "a worker died" notices) goes to stderr, so stdout stays the command's (--json)."""
+
+    def __init__(self, stdout):
+        self.stdout = stdout
+
+    def write(self, text):
+        import threading
+
+        if threading.current_thread().name.startswith("ray_"):
+            return sys.stderr.write(text)
+        return self.stdout.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stdout, name)
+
+
 def _loopback(address: str) -> bool:
     host = address.rsplit(":", 1)[0].strip("[]")
     return host in ("127.0.0.1", "localhost", "::1")
@@ -150,6 +169,8 @@ class RayExecutor:
             for s, h in old.items():
                 if h is not None:
                     signal.signal(s, h)
+        self._stdout = sys.stdout
+        sys.stdout = _RayThreadsToStderr(sys.stdout)
         self._remote = ray.remote(max_retries=0)(call_task)
         self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
@@ -204,6 +225,7 @@ class RayExecutor:
             if on_done:
                 on_done(out)
 
+        signals = self._note_signals()
         try:
             while queue or inflight:
                 while queue and len(inflight) < self.slots:
@@ -216,21 +238,53 @@ class RayExecutor:
                     try:
                         settle(task, OK, ray.get(ref))
                     except Exception as exc:  # the task raised or its worker died: classified, retried
-                        settle(task, *self._classify(exc))
+                        status, error = self._classify(exc)
+                        settle(task, status, error=error)
                 now = time.monotonic()
                 for ref, (task, deadline) in list(inflight.items()):
                     if now >= deadline and ref not in ready:
                         inflight.pop(ref)
                         ray.cancel(ref, force=True)   # kills the worker process running it
                         settle(task, TIMEOUT, error=f"no result within {task.timeout_s:g} s (per-task timeout)")
-        except BaseException:
+        except BaseException as exc:
             for ref in inflight:             # Ctrl-C, SIGTERM, a bug: nothing keeps running for us
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:
                     pass
+            # A signal that arrives inside ray.wait comes out of Ray as a bare KeyboardInterrupt:
+            # give it back its signal number, so porter exits 143 for SIGTERM, not 130.
+            if isinstance(exc, KeyboardInterrupt) and not hasattr(exc, "signum") and signals["got"]:
+                exc.signum = signals["got"][-1]
             raise
+        finally:
+            signals["restore"]()
         return done
+
+    @staticmethod
+    def _note_signals() -> dict:
+        """While tasks run: remember which of SIGTERM / SIGHUP arrived, then let the handler
+        that was there (porter's: raise Terminated) act as before."""
+        import signal
+        import threading
+
+        got: list[int] = []
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for name in ("SIGTERM", "SIGHUP"):
+                signum = getattr(signal, name, None)
+                prev = signal.getsignal(signum) if signum is not None else None
+                if callable(prev):
+                    def noted(s, frame, prev=prev):
+                        got.append(s)
+                        return prev(s, frame)
+                    old[signum] = prev
+                    signal.signal(signum, noted)
+
+        def restore():
+            for signum, prev in old.items():
+                signal.signal(signum, prev)
+        return {"got": got, "restore": restore}
 
     def close(self) -> None:
         """Disconnect; a runtime this process started is stopped with every worker it ran."""
@@ -238,6 +292,8 @@ class RayExecutor:
             self.ray.shutdown()
         except Exception:
             pass
+        if isinstance(sys.stdout, _RayThreadsToStderr):
+            sys.stdout = self._stdout
 
 
 def make_executor(kind: str = "ray", address: str | None = None, num_cpus: int | None = None):
@@ -249,3 +305,11 @@ def make_executor(kind: str = "ray", address: str | None = None, num_cpus: int |
     if kind != "ray":
         raise PorterError(f"--executor {kind!r}: expected local or ray")
     return RayExecutor(address=address, num_cpus=num_cpus)
+
+
+def add_executor_arguments(parser, what: str = "the emulation and prediction stages") -> None:
+    """--executor local|ray and --address for a command that can hand work to Ray."""
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help=f"where {what} run: local (this machine's worker pool, default) or ray "
+                             "(a local Ray runtime, or the cluster --address names); the results are the same")
+    parser.add_argument("--address", metavar="ADDR", help="with --executor ray: a running Ray cluster (auto or HOST:PORT)")
