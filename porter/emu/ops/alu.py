@@ -452,13 +452,17 @@ def _float_unary(ins, d, f):
     ftz = "ftz" in ins.parts
     out_t = NP[t]
 
+    def flush(x):                       # subnormals to a zero of their sign (zeros stay)
+        small = np.abs(x) < _F32_TINY
+        return np.where(small, np.float32(0) * np.sign(x), x) if np.count_nonzero(small) else x
+
     def g(a):                           # (inf/NaN without warnings: off in the scheduler)
         a = np.asarray(a)
         if ftz:
-            a = np.where(np.abs(a) < _F32_TINY, np.float32(0) * np.sign(a), a)
+            a = flush(a)
         r = f(a).astype(out_t)
         if ftz:
-            r = np.where(np.abs(r) < _F32_TINY, np.float32(0) * np.sign(r), r)
+            r = flush(r)
         return r
     return _unary(ins, d, g, t)
 
