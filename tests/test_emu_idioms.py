@@ -225,3 +225,161 @@ def test_mbarrier_complete_tx_without_an_arrive():
     st.global.u32 [%rd3], %r7;
     """
     assert (run(body, pre=BARRIER) == 2).all()
+
+
+# ---- TMA stores in bulk async-groups ------------------------------------------------------------
+
+from porter.runtime.tensormap import TensorMapParams  # noqa: E402  (test-side: builds the argument)
+
+
+def _store_kernel(before_wait: str = "", fence: str = "fence.proxy.async.shared::cta;",
+                  wait: str = "cp.async.bulk.wait_group.read 0;") -> str:
+    """32 threads write an 8 x 32 f32 tile (value r * 32 + c) into shared memory in the
+    128B-swizzled layout (address bits [4:6] ^= [7:9]), then thread 0 stores it to global
+    through the tensor map with one bulk group."""
+    return HEAD + f"""
+.visible .entry k(.param .align 64 .b8 tmap[128])
+{{
+{DECLS}
+    .shared .align 1024 .b8 tile[1024];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r2, 0;
+$row:
+    shl.b32 %r3, %r2, 7;
+    shl.b32 %r4, %r0, 2;
+    add.u32 %r5, %r3, %r4;
+    add.u32 %r5, %r5, %r1;            // linear address of element (r, c)
+    shr.u32 %r6, %r5, 7;
+    and.b32 %r6, %r6, 7;
+    shl.b32 %r6, %r6, 4;
+    xor.b32 %r7, %r5, %r6;            // where the 128B swizzle puts it
+    shl.b32 %r8, %r2, 5;
+    add.u32 %r8, %r8, %r0;
+    cvt.rn.f32.u32 %f1, %r8;
+    st.shared.f32 [%r7], %f1;
+    add.u32 %r2, %r2, 1;
+    setp.lt.u32 %p1, %r2, 8;
+    @%p1 bra $row;
+    {fence}
+    bar.sync 0;
+    setp.eq.u32 %p2, %r0, 0;
+    mov.u64 %rd1, tmap;
+    cvta.param.u64 %rd1, %rd1;
+    @%p2 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {{0, 0}}], [%r1];
+    @%p2 cp.async.bulk.commit_group;
+    {before_wait}
+    @%p2 {wait}
+    ret;
+}}
+"""
+
+
+def _store(text, rows=8):
+    out = np.full((rows, 32), -1, np.float32)
+    p = TensorMapParams("out", "FLOAT32", dims=(32, rows), strides=(128,), box=(32, 8), swizzle="128B")
+    res = emu.launch(text, "k", grid=1, block=32, args=[emu.tensor_map(p, out)], budget=200_000)
+    return res.outputs[0]
+
+
+def test_tma_store_epilogue_with_bulk_groups():
+    got = _store(_store_kernel())
+    np.testing.assert_array_equal(got, np.arange(256, dtype=np.float32).reshape(8, 32))
+
+
+def test_tma_store_clips_rows_outside_the_tensor():
+    got = _store(_store_kernel(), rows=5)                   # box of 8 rows, tensor of 5: rows 5-7 dropped
+    np.testing.assert_array_equal(got, np.arange(160, dtype=np.float32).reshape(5, 32))
+
+
+def test_shared_source_rewritten_before_wait_group_read_is_reported():
+    bad = "@%p2 st.shared.f32 [%r1], 0f40000000;"
+    with pytest.raises(emu.CheckFailed, match="rewritten before the cp.async.bulk.wait_group.read"):
+        _store(_store_kernel(before_wait=bad))
+
+
+def test_tma_store_without_fence_proxy_async_is_reported():
+    with pytest.raises(emu.CheckFailed, match="fence.proxy.async"):
+        _store(_store_kernel(fence=""))
+
+
+def test_bulk_store_non_tensor_and_plain_wait_group():
+    text = HEAD + f"""
+.visible .entry k(.param .u64 out)
+{{
+{DECLS}
+    .shared .align 128 .b8 buf[128];
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, buf;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r3, %r1, %r2;
+    add.u32 %r4, %r0, 100;
+    st.shared.u32 [%r3], %r4;
+    fence.proxy.async.shared::cta;
+    bar.sync 0;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 cp.async.bulk.global.shared::cta.bulk_group [%rd1], [%r1], 128;
+    @%p1 cp.async.bulk.commit_group;
+    @%p1 cp.async.bulk.wait_group 0;
+    ret;
+}}
+"""
+    out = np.zeros(32, np.uint32)
+    got = emu.launch(text, "k", grid=1, block=32, args=[out], budget=200_000).outputs[0]
+    np.testing.assert_array_equal(got, np.arange(32) + 100)
+
+
+# ---- issue 18 item 3: shared memory as the hardware lays it out -------------------------------
+
+def test_swizzled_tma_load_to_a_destination_off_the_pattern_boundary():
+    # an 8-byte barrier then a 128-byte aligned tile: the tile is not on a 1024 B boundary; the
+    # 128B swizzle is a function of the address bits, so the box lands with the pattern shifted
+    text = HEAD + f"""
+.visible .entry k(.param .align 64 .b8 tmap[128], .param .u64 out)
+{{
+{DECLS}
+    .shared .align 8 .b64 bar;
+    .shared .align 128 .b8 tile[1024];
+    ld.param.u64 %rd9, [out];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    mov.u32 %r9, bar;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
+    bar.sync 0;
+    mov.u64 %rd1, tmap;
+    cvta.param.u64 %rd1, %rd1;
+    @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], 1024;
+    @%p1 cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {{0, 0}}], [%r9];
+$w:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
+    @!%p2 bra $w;
+    mov.u32 %r2, 0;
+$copy:                                   // out[i] = the tile's word i as it lies in shared memory
+    shl.b32 %r3, %r2, 5;
+    add.u32 %r3, %r3, %r0;
+    shl.b32 %r4, %r3, 2;
+    add.u32 %r5, %r1, %r4;
+    ld.shared.u32 %r6, [%r5];
+    mul.wide.u32 %rd3, %r3, 4;
+    add.s64 %rd4, %rd9, %rd3;
+    st.global.u32 [%rd4+4], %r6;
+    add.u32 %r2, %r2, 1;
+    setp.lt.u32 %p3, %r2, 8;
+    @%p3 bra $copy;
+    @%p1 st.global.u32 [%rd9], %r1;      // out[0]: the tile's address
+    ret;
+}}
+"""
+    src = np.arange(256, dtype=np.uint32).reshape(8, 32)
+    p = TensorMapParams("in", "UINT32", dims=(32, 8), strides=(128,), box=(32, 8), swizzle="128B")
+    out = np.zeros(257, np.uint32)
+    got = emu.launch(text, "k", grid=1, block=32, args=[emu.tensor_map(p, src), out], budget=200_000).outputs[1]
+    base = int(got[0])
+    assert base % 1024                                   # the case: off the pattern boundary
+    addr = base + np.arange(1024)
+    landed = (addr ^ (((addr >> 7) & 7) << 4)) - base    # PTX ISA 5.5.7, from the address bits
+    want = np.zeros(1024, np.uint8)
+    want[landed] = src.view(np.uint8).reshape(-1)
+    np.testing.assert_array_equal(got[1:], want.view(np.uint32))

@@ -17,6 +17,7 @@ import numpy as np
 from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.errors import CheckFailed
+from porter.emu.ops.memory import check_async_read
 from porter.emu.units import tma as tma_unit
 
 
@@ -91,6 +92,102 @@ def _land(w, targets, data: np.ndarray, what: str):
     return complete
 
 
+# ---- stores shared -> global in bulk async-groups -----------------------------------------------
+
+class _BulkStore:
+    """One lane's bulk store: its shared source, the bytes there at issue, and the global
+    write it performs. ``group`` is None until the lane's next cp.async.bulk.commit_group."""
+    __slots__ = ("lane", "cta", "lo", "size", "before", "write", "line", "group")
+
+    def __init__(self, lane, cta, lo, size, before, write, line):
+        self.lane, self.cta, self.lo, self.size, self.before = lane, cta, lo, size, before
+        self.write, self.line, self.group = write, line, None
+
+
+class BulkGroups:
+    """A warp's bulk async-groups, per lane (PTX ISA "cp.async.bulk.commit_group",
+    "cp.async.bulk.wait_group"): the stores each lane issued and the groups it committed."""
+
+    def __init__(self):
+        self.committed = np.zeros(32, dtype=np.int64)
+        self.stores: list[_BulkStore] = []
+
+    def commit(self, sel: np.ndarray) -> None:
+        for st in self.stores:
+            if st.group is None and sel[st.lane]:
+                st.group = int(self.committed[st.lane])
+        self.committed = self.committed + sel
+
+    def complete(self, w, due) -> None:
+        """Finish the stores ``due(store)`` names: the ISA lets the source be reused only after
+        the wait_group(.read) that covers the store's group, so bytes that changed since issue
+        were rewritten too early (the store may have read either value)."""
+        keep = []
+        for st in self.stores:
+            if not due(st):
+                keep.append(st)
+                continue
+            now = st.cta.smem.data[st.lo:st.lo + st.size]
+            if not np.array_equal(now, st.before):
+                off = st.lo + int(np.argmax(now != st.before))
+                raise CheckFailed(f"{st.cta.name} shared 0x{off:x}, the source of the bulk store at "
+                                  f"{w.prog.file}:{st.line} (lane {st.lane}), was rewritten before the "
+                                  "cp.async.bulk.wait_group.read that covers the store (PTX ISA "
+                                  "\"cp.async.bulk.wait_group\": the source may be reused only after it)")
+            st.write(st.before)
+        self.stores = keep
+
+
+def _bulk_groups(w) -> BulkGroups:
+    g = w.units.get("bulk_groups")
+    if g is None:
+        g = w.units["bulk_groups"] = BulkGroups()
+
+        def at_exit(w, g=g):
+            # a thread that exits with stores outstanding: they still complete (nothing can
+            # wait for them), with the same check on their sources
+            g.complete(w, lambda st: True)
+        w.units.setdefault("exit_checks", []).append(at_exit)
+    return g
+
+
+def _issue_store(w, lane: int, src: int, size: int, write, where: str) -> None:
+    rank, off = mem.split_cluster_address(src, w.cta.rank)
+    if rank != w.cta.rank:
+        raise CheckFailed(f"{where}: a bulk store's source must be the executing CTA's shared memory (.shared::cta)")
+    cta = w.cta
+    cta.smem.check_span(off, size, "bulk store source")
+    check_async_read(cta, np.arange(off, off + size), f"{where}: the bulk store of {w.name}")
+    race = w.sched.race
+    if race is not None:
+        race.access(w, cta, np.arange(off, off + size), False, w.prog.line(w.cur), "bulk store source")
+    before = cta.smem.data[off:off + size].copy()
+    _bulk_groups(w).stores.append(_BulkStore(lane, cta, off, size, before, write, w.prog.line(w.cur)))
+    w.sched.counters["tma"] += 1
+
+
+def _build_bulk_group_op(ins, d, op: str):
+    where = d.where(ins)
+    if op == "commit_group":
+        if ins.operands:
+            raise d.unsupported("(cp.async.bulk.commit_group takes no operands)")
+
+        def commit(w, m):
+            _bulk_groups(w).commit(w.live if m is None else m)
+        return commit
+    if len(ins.operands) != 1 or not isinstance(ins.operands[0], ptx.Imm) or int(ins.operands[0].value) < 0:
+        raise d.unsupported("(cp.async.bulk.wait_group N: N a non-negative integer constant)")
+    n = int(ins.operands[0].value)
+
+    def wait(w, m):
+        sel = w.live if m is None else m
+        g = _bulk_groups(w)
+        limit = g.committed - n
+        g.complete(w, lambda st: st.group is not None and sel[st.lane] and st.group < limit[st.lane])
+    del where
+    return wait
+
+
 def build_cp(ins, d):
     parts = ins.parts
     if parts[1] != "async" or len(parts) < 3 or parts[2] != "bulk":
@@ -98,6 +195,11 @@ def build_cp(ins, d):
     ops = ins.operands
     where = d.where(ins)
     multicast = "multicast::cluster" in parts
+    if len(parts) >= 4 and parts[3] in ("commit_group", "wait_group"):
+        return _build_bulk_group_op(ins, d, parts[3])
+    if "bulk_group" in parts and "global" in parts and "shared::cta" in parts and \
+            parts.index("global") < parts.index("shared::cta"):
+        return _build_store(ins, d, "tensor" in parts)
     if "tensor" in parts:
         # the load mode defaults to .tile when none is named (PTX ISA "Data Movement: cp.async.bulk.tensor": .load_mode defaults to .tile)
         if any(p.startswith("im2col") or p in ("tile::gather4", "tile::scatter4") for p in parts) or \
@@ -163,6 +265,60 @@ def build_cp(ins, d):
                                       f"bulk copy {size} B -> 0x{dst:x}")
         return bulk
     raise d.unsupported()
+
+
+def _build_store(ins, d, tensor: bool):
+    """``cp.async.bulk.tensor.Nd.global.shared::cta{.tile}.bulk_group [map, {c}], [src]`` and
+    ``cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size``: the source is read
+    asynchronously, until the wait_group(.read) that covers the store's group."""
+    parts = ins.parts
+    ops = ins.operands
+    where = d.where(ins)
+    if any(p.startswith("im2col") or p.startswith("tile::") for p in parts):
+        raise d.unsupported("(only tile-mode tensor stores)")
+    if tensor:
+        tm = ops[0]
+        if not isinstance(tm, ptx.TmaAddr):
+            raise d.unsupported("(expected [tensormap, {coordinates}])")
+        map_fn, _ = d.addr(ptx.Addr(tm.map, 0), "generic")
+        coord_fns = [d.src(c, "s32") for c in tm.coords]
+        src_fn, _ = d.addr(ops[1], "shared")
+
+        def tstore(w, m):
+            sel = w.live if m is None else m
+            maps, srcs = map_fn(w), src_fn(w)
+            coords = [np.broadcast_to(np.asarray(f(w)), (32,)) for f in coord_fns]
+            gmem = w.cta.launch.gmem
+            for lane in np.nonzero(sel)[0]:
+                tmap = _read_map(w, int(maps[lane]), where)
+                c = tuple(int(x[lane]) for x in coords)
+                src = int(srcs[lane])
+                src_off = mem.split_cluster_address(src, w.cta.rank)[1]
+
+                def write(data, tmap=tmap, c=c, src_off=src_off):
+                    tma_unit.store_tile(tmap, c, data, src_off, gmem.write, where)
+                if len(c) != tmap.rank:
+                    raise CheckFailed(f"{where}: {len(c)} coordinates for a rank-{tmap.rank} tensor map")
+                _issue_store(w, int(lane), src, tmap.box_bytes, write, where)
+        return tstore
+    dst_fn, _ = d.addr(ops[0], "global")
+    src_fn, _ = d.addr(ops[1], "shared")
+    size_fn = d.src(ops[2], "u32")
+
+    def bstore(w, m):
+        sel = w.live if m is None else m
+        dsts, srcs = dst_fn(w), src_fn(w)
+        sizes = np.broadcast_to(np.asarray(size_fn(w)), (32,))
+        gmem = w.cta.launch.gmem
+        for lane in np.nonzero(sel)[0]:
+            dst, src, size = int(dsts[lane]), int(srcs[lane]), int(sizes[lane])
+            tma_unit.check_bulk(dst, src, size, where)
+            gmem.read(dst, size)                  # bounds of the destination, checked at issue
+
+            def write(data, dst=dst):
+                gmem.write(dst, data)
+            _issue_store(w, int(lane), src, size, write, where)
+    return bstore
 
 
 build_cp.n_dst = 0

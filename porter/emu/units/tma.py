@@ -20,7 +20,7 @@ API
     "128B"), oob_fill ("NONE" or "NAN_REQUEST_ZERO_FMA"), l2_promotion (kept, unused).
     The driver's documented rules are checked here (EmuError naming the rule).
 ``decode(raw) -> TensorMap``
-``load_tile(tmap, coords, read_global, dst_address, where="", require_atom_alignment=True) -> uint8``
+``load_tile(tmap, coords, read_global, dst_address, where="") -> uint8``
     The bytes as they land in shared memory from ``dst_address`` on (len = the box's
     bytes = the complete-tx count). Box elements are laid out innermost dimension first,
     box rows consecutive; element i of the box along dimension d (d >= 1) is tensor
@@ -37,11 +37,13 @@ API
 
 Destination alignment: the ISA asks 16 bytes of a bounding box address; the CUDA
 programming guide's TMA rules ask 128 bytes of the shared-memory destination, which is
-checked. With a swizzle the ISA's patterns are drawn from a 1024/512/256-byte aligned
-start and other starts shift the pattern by a "base offset"; porter keeps swizzled
-tiles on the pattern boundary, so ``require_atom_alignment`` (default) raises on any
-other start. A box whose inner row is narrower than the swizzle width is Unsupported
-(the ISA does not say how such rows are packed).
+checked. The swizzle is a function of the destination's shared-memory address bits
+(5.5.7: bits [4, 4+B) ^= bits [7, 7+B)), so a destination that is not on the 1024/512/256-byte
+pattern boundary gets the pattern shifted by its "base offset", as the hardware lays it out
+(the descriptors of wgmma/tcgen05 carry that base offset for their readers).
+``store_tile`` is the tensor store (shared -> global): the inverse permutation, and elements
+outside the tensor are not written. A box whose inner row is narrower than the swizzle
+width is Unsupported (the ISA does not say how such rows are packed).
 """
 
 from __future__ import annotations
@@ -226,7 +228,7 @@ def swizzle(address: int, mode: str) -> int:
 
 
 def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[int, int], np.ndarray],
-              dst_address: int, where: str = "", require_atom_alignment: bool = True) -> np.ndarray:
+              dst_address: int, where: str = "") -> np.ndarray:
     """The box at ``coords`` as it lands in shared memory at ``dst_address`` (uint8)."""
     w = _at(where)
     if len(coords) != tmap.rank:
@@ -240,17 +242,34 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
     eb = tmap.element_bytes
     row_bytes = tmap.box[0] * eb
     if width:
-        if require_atom_alignment and dst_address % SWIZZLE_ATOM[width]:
-            raise EmuError(f"{w}cp.async.bulk.tensor destination {dst_address:#x} with {tmap.swizzle} swizzle is not "
-                           f"aligned to the {SWIZZLE_ATOM[width]} B swizzle pattern (non-zero base offset)")
         if row_bytes != width:
             raise Unsupported(f"{w}{tmap.swizzle} swizzle with a {row_bytes} B inner box row: only rows of exactly "
                               f"the swizzle width are simulated")
-    n = tmap.box_elements
     data = np.zeros(tmap.box_bytes, dtype=np.uint8)
     if tmap.oob_fill != "NONE":
         bits, dt = _NAN_BITS[tmap.data_type]
         data.view(dt)[:] = bits
+    for row_at, gaddr, nbytes in _rows(tmap, coords):
+        data[row_at:row_at + nbytes] = np.asarray(read_global(gaddr, nbytes), dtype=np.uint8).reshape(-1)
+    if not width:
+        return data
+    out = np.empty_like(data)
+    out[_landed(dst_address, data.size, width)] = data
+    return out
+
+
+def _landed(address: int, size: int, width: int) -> np.ndarray:
+    """Per byte of a box in its linear order: its offset from ``address`` once swizzled. The
+    swizzle is a function of the shared-memory address bits (5.5.7), so a start that is not on
+    the pattern's boundary gets the pattern shifted, as the hardware lays it out."""
+    return swizzle_array(address + np.arange(size, dtype=np.int64), width) - address
+
+
+def _rows(tmap: TensorMap, coords: tuple[int, ...]):
+    """(byte offset in the box, global address, bytes) of each box row's in-tensor span."""
+    n = tmap.box_elements
+    eb = tmap.element_bytes
+    row_bytes = tmap.box[0] * eb
     x0 = int(coords[0])
     lo, hi = max(x0, 0), min(x0 + tmap.box[0], tmap.dims[0])
     for outer in product(*(range(k) for k in reversed(n[1:]))):      # slowest dimension first
@@ -266,15 +285,28 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         linear = 0
         for d in range(len(idx), 0, -1):
             linear = linear * n[d] + idx[d - 1]
-        row_at = linear * row_bytes + (lo - x0) * eb
-        span = read_global(offset + lo * eb, (hi - lo) * eb)
-        data[row_at:row_at + (hi - lo) * eb] = np.asarray(span, dtype=np.uint8).reshape(-1)
-    if not width:
-        return data
-    out = np.empty_like(data)
-    landed = swizzle_array(dst_address + np.arange(data.size, dtype=np.int64), width) - dst_address
-    out[landed] = data
-    return out
+        yield linear * row_bytes + (lo - x0) * eb, offset + lo * eb, (hi - lo) * eb
+
+
+def store_tile(tmap: TensorMap, coords: tuple[int, ...], smem_bytes: np.ndarray, src_address: int,
+               write_global: Callable[[int, np.ndarray], None], where: str = "") -> None:
+    """The tensor store (shared -> global, 9.7.9.25.5.2): the box read from shared memory at
+    ``src_address`` (``smem_bytes``, as laid out there, swizzled per the map) is written at
+    ``coords``; elements outside the tensor are not written (5.5.3.3)."""
+    w = _at(where)
+    if len(coords) != tmap.rank:
+        raise EmuError(f"{w}cp.async.bulk.tensor gives {len(coords)} coordinates for a rank-{tmap.rank} map")
+    if src_address % SMEM_ALIGN:
+        raise EmuError(f"{w}cp.async.bulk.tensor shared source {src_address:#x} is not {SMEM_ALIGN}-byte aligned")
+    width = SWIZZLE_WIDTH[tmap.swizzle]
+    if width and tmap.box[0] * tmap.element_bytes != width:
+        raise Unsupported(f"{w}{tmap.swizzle} swizzle with a {tmap.box[0] * tmap.element_bytes} B inner box row: "
+                          "only rows of exactly the swizzle width are simulated")
+    data = np.asarray(smem_bytes, dtype=np.uint8).reshape(-1)
+    if width:
+        data = data[_landed(src_address, data.size, width)]
+    for row_at, gaddr, nbytes in _rows(tmap, coords):
+        write_global(gaddr, data[row_at:row_at + nbytes])
 
 
 def check_bulk(src: int, dst: int, size: int, where: str = "") -> None:
