@@ -3,14 +3,12 @@ simulator's timed mode (porter.emu.timed) on a reduced problem, one worker (one 
 for a CTA pair or cluster) walking a few tiles, instead of L0's period from the
 configuration. L2 (porter.timing.schedule) extrapolates it the same way.
 
-Three timed runs of the kernel's own harness (its inputs, checks and tolerances: the
-functional results are checked as in any emulation) fit
-
-    cycles(tiles, steps) = prologue + tiles x (fixed + steps x step)
-
-where ``steps`` is the tile's inner length (K blocks of a GEMM tile, K/V tiles of an
-attention Q tile): runs at (2, s), (3, s) and (2, 2s) give the step's period, the tile's
-fixed part (its epilogue, exposed or not) and the prologue. Every parameter is the
+Four timed runs of the kernel's own harness (its inputs, checks and tolerances: the
+functional results are checked as in any emulation), 2 and 3 tiles at ``s`` and ``2s``
+steps (a step is a GEMM tile's K block, an attention Q tile's K/V tile), give a tile's
+period at each step count (3 tiles minus 2: the prologue and the last epilogue cancel),
+the period's slope per step, and the prologue; a full shape's tile period is the longer
+run's period extrapolated along the slope. Every parameter is the
 descriptor's perf: figure (``params``); the SASS expansion comes from the kernel's own
 disassembly (``expansion``). Its figures are predicted by porter's timing model, not
 measured on a GPU.
@@ -79,18 +77,17 @@ def expansion(spec, arch) -> dict:
     return table(ptx_counts, sass_counts)
 
 
-def _reduced_shapes(spec, steps: int) -> list:
-    """(tiles, steps, shape) of the three runs for one worker."""
+def _reduced_shape(spec, tiles: int, steps: int):
+    """One worker's problem of ``tiles`` tiles, each ``steps`` steps long."""
     c = spec.config
     if spec.family == "gemm":
         from porter.kernels import gemm
 
         um, un, uk = gemm.shape_multiples(spec)
         kb = max(uk, int(c.get("tile_k", uk)))
-        return [(t, s, (t * um, un, s * kb)) for t, s in ((TILES[0], steps), (TILES[1], steps), (TILES[0], 2 * steps))]
+        return (tiles * um, un, steps * kb)
     if spec.family == "attention":
-        bm, bn = int(c["block_m"]), int(c["block_n"])
-        return [(t, s, (1, t, 1, bm, s * bn)) for t, s in ((TILES[0], steps), (TILES[1], steps), (TILES[0], 2 * steps))]
+        return (1, tiles, 1, int(c["block_m"]), steps * int(c["block_n"]))
     raise PorterError(f"L1: no reduced problem for the {spec.family} family ({spec.name}); L0 predicts it")
 
 
@@ -113,8 +110,11 @@ def _simulate(arch, spec, params_json: str, expansion_json: str) -> dict:
     exp = json.loads(expansion_json)
     steps = max(4, int(spec.config.get("stages", 2)))
     cluster = max(1, spec.cluster[0] * spec.cluster[1] * spec.cluster[2])
-    cycles, cpu, busies = [], 0.0, []
-    for tiles, s, shape in _reduced_shapes(spec, steps):
+    cpu = 0.0
+
+    def run(tiles: int, steps: int) -> tuple[float, dict]:
+        nonlocal cpu
+        shape = _reduced_shape(spec, tiles, steps)
         t0 = time.process_time()
         with timed(p, exp) as runs:
             res = emulate(spec, arch, shapes=[shape], seeds=1, device=EmuDevice(sm_count=cluster, seed=-1))
@@ -123,17 +123,31 @@ def _simulate(arch, spec, params_json: str, expansion_json: str) -> dict:
             raise PorterError(f"L1: {spec.name} at the reduced shape {shape} did not pass in the timed simulator: "
                               f"{res['reason'] or res['status']}")
         last = max(runs, key=lambda r: r["cycles"])
-        cycles.append(last["cycles"])
-        busies.append({u: max(b[u] for b in last["busy"]) for u in last["busy"][0]})
-    t2, t3, t2k = cycles
-    # each unit's share of the steady-state tile: the third tile's busy cycles over its cycles
-    busy = {u: max(0.0, busies[1][u] - busies[0][u]) / max(1.0, t3 - t2) for u in busies[0]}
-    step = max(0.0, (t2k - t2) / (TILES[0] * steps))
-    tile = max(0.0, t3 - t2)
-    fixed = max(0.0, tile - steps * step)
-    prologue = max(0.0, t2 - TILES[0] * (fixed + steps * step))
-    return {"step_cycles": step, "tile_fixed_cycles": fixed, "prologue_cycles": prologue, "steps": steps,
-            "runs_cycles": cycles, "cpu_seconds": cpu, "busy": busy,
+        return last["cycles"], {u: max(b[u] for b in last["busy"]) for u in last["busy"][0]}
+
+    def period(steps: int) -> tuple[float, float, dict]:
+        """(the third tile's cycles, the two-tile run's cycles, units' busy cycles in the third tile)"""
+        (c2, b2), (c3, b3) = run(TILES[0], steps), run(TILES[1], steps)
+        return max(0.0, c3 - c2), c2, {u: max(0.0, b3[u] - b2[u]) for u in b2}
+
+    # A tile's period is the third tile's cycles (the two-tile run's prologue and last
+    # epilogue cancel); its slope per step is read between two step counts. Where a
+    # double-buffered accumulator overlaps a tile's epilogue with the next mainloop, the
+    # shorter tile's period hides part of its mainloop and the slope reads low: a step
+    # then costs at least what each unit (tensor core, shared-memory port, ...) is busy
+    # per added step, which no overlap hides.
+    s1, s2 = steps, 2 * steps
+    p1, _, b1 = period(s1)
+    p2, c2, busy_cycles = period(s2)
+    history = [(s1, p1), (s2, p2)]
+    marginal = max(max(0.0, busy_cycles[u] - b1[u]) / (s2 - s1) for u in b1)
+    step = max(0.0, (p2 - p1) / (s2 - s1), marginal)
+    fixed = max(0.0, p2 - s2 * step)
+    prologue = max(0.0, c2 - TILES[0] * p2)
+    busy = {u: b / max(1.0, p2) for u, b in busy_cycles.items()}     # each unit's share of a tile
+    return {"step_cycles": step, "tile_fixed_cycles": fixed, "prologue_cycles": prologue,
+            "steps": [h[0] for h in history], "tile_cycles": [round(h[1], 1) for h in history],
+            "cpu_seconds": cpu, "busy": busy,
             "bound": max(busy, key=busy.get) if max(busy.values()) >= BUSY_BOUND else "latency (timed)"}
 
 

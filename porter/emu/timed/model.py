@@ -62,12 +62,13 @@ class SM:
         self.tmem = Calendar(p.get("tmem_bytes_per_clk_per_sm") or 1.0, 16, "tmem")
         self.tma: list = []                                 # (done, bytes) of copies in flight
         self.mma_done = 0.0
+        self.wgmma: dict = {}                               # (warpgroup, sequence) -> [done, warps seen]
         self.end = 0.0
 
 
 class WarpTime:
     __slots__ = ("t", "ready", "sched", "sm", "retry", "barw", "clw", "wg_open", "wg_groups", "tc_ld", "tc_st",
-                 "issued")
+                 "issued", "wg_seq")
 
     def __init__(self, nregs: int, sched: int, sm: SM):
         self.t = 0.0
@@ -82,6 +83,7 @@ class WarpTime:
         self.tc_ld = 0.0
         self.tc_st = 0.0
         self.issued = 0
+        self.wg_seq = 0
 
 
 class TimedModel:
@@ -263,16 +265,27 @@ class TimedModel:
         bits = info["in_bits"]
         a_bytes = 0 if info["rs"] else mm * kk * bits / 8
         b_bytes = nn * kk * bits / 8
-        tensor = 2.0 * mm * nn * kk / rate / 4           # each of the warpgroup's 4 warps books a quarter
-        smem = (a_bytes + b_bytes) / 4
+        tensor = 2.0 * mm * nn * kk / rate
+        smem = a_bytes + b_bytes
         lat = p["mma_latency_base_cycles"] + p["mma_latency_per_n_cycles"] * nn
         model = self
 
         def cost(w, m, wt, t, res, pre):
+            # a wgmma is one warpgroup-wide operation: booked whole when the warpgroup's first
+            # warp issues it; its other warps take the same completion
             sm = wt.sm
-            done = max(sm.tensor.reserve(t, tensor), sm.smem.reserve(t, smem)) + lat
-            wt.wg_open = max(wt.wg_open, done)
-            model._event(done)
+            key = (w.index // 4, wt.wg_seq)
+            wt.wg_seq += 1
+            shared = sm.wgmma.get(key)
+            if shared is None:
+                done = max(sm.tensor.reserve(t, tensor), sm.smem.reserve(t, smem)) + lat
+                shared = sm.wgmma[key] = [done, 1]
+                model._event(done)
+            else:
+                shared[1] += 1
+                if shared[1] >= 4:
+                    del sm.wgmma[key]
+            wt.wg_open = max(wt.wg_open, shared[0])
             return t
         return cost
 
