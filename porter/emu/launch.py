@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from porter.emu import launch_args
 from porter.emu import memory as mem
 from porter.emu import ptx, srcloc
 from porter.emu.errors import EmuError
@@ -44,7 +45,8 @@ class Buffer:
     nbytes: int
 
     def to_host(self, shape=None, dtype=np.uint8) -> np.ndarray:
-        raw = self.memory.gmem.read(self.ptr, self.nbytes)
+        n = self.nbytes if shape is None else int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        raw = self.memory.gmem.read(self.ptr, n) if n else np.zeros(0, np.uint8)   # (0-size arrays too)
         arr = raw.view(dtype)
         return arr.reshape(shape) if shape is not None else arr
 
@@ -104,28 +106,35 @@ def _dim3(v) -> tuple[int, int, int]:
     return (t + (1, 1, 1))[:3]
 
 
-_PACK = {"u8": "<B", "s8": "<b", "b8": "<B", "u16": "<H", "s16": "<h", "b16": "<H", "u32": "<I", "s32": "<i",
-         "b32": "<I", "u64": "<Q", "s64": "<q", "b64": "<Q", "f32": "<f", "f64": "<d"}
-
 
 def launch(ptx_text: str, entry: str, grid, block, args: list, cluster=(1, 1, 1), smem: int = 0,
            memory: Memory | None = None, seed: int | None = None, regs_per_thread: int | None = None,
-           cooperative: bool = False, budget: int | None = None, file: str = "<ptx>") -> LaunchResult:
+           cooperative: bool = False, budget: int | None = None, file: str = "<ptx>",
+           races: bool = True) -> LaunchResult:
     """Run ``entry`` of ``ptx_text`` on a fresh (or the given) simulated device. Errors name
-    the .cu line beside each PTX line when the PTX carries line info (porter.emu.srcloc)."""
+    the .cu line beside each PTX line when the PTX carries line info (porter.emu.srcloc).
+    The shared-memory race detector runs unless ``races=False``. Bad arguments are one
+    EmuError naming the parameter; grids beyond ``launch_args.MAX_CTAS`` CTAs are refused."""
     try:
         return _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, regs_per_thread,
-                       cooperative, budget, file)
+                       cooperative, budget, file, races)
     except EmuError as exc:
         raise srcloc.with_source(exc, ptx_text, file) from None
 
 
 def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, regs_per_thread, cooperative,
-            budget, file) -> LaunchResult:
+            budget, file, races) -> LaunchResult:
+    if not isinstance(ptx_text, str) or not isinstance(entry, str):
+        raise EmuError("launch: ptx_text and entry must be strings")
+    if memory is not None and not isinstance(memory, Memory):
+        raise EmuError(f"launch: memory must be a porter.emu.Memory, got {type(memory).__name__}")
+    if not isinstance(args, (list, tuple)):
+        raise EmuError(f"launch: args must be a list of kernel arguments, got {type(args).__name__}")
+    grid, block, cluster = launch_args.grid_block_cluster(grid, block, cluster)
+    smem, seed, budget, regs_per_thread = launch_args.options(smem, seed, budget, regs_per_thread)
     memory = memory or Memory()
     prog = memory.program(ptx_text, entry, file)
     kernel = prog.kernel
-    grid, block, cluster = _dim3(grid), _dim3(block), _dim3(cluster)
     if kernel.cluster is not None:
         want = _dim3(kernel.cluster)
         if cluster == (1, 1, 1):
@@ -159,18 +168,22 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
 
     for i, (p, a) in enumerate(zip(kernel.params, args)):
         if isinstance(a, TensorMapArg):
+            if not isinstance(a.source, (np.ndarray, Buffer)):
+                raise EmuError(f"launch: argument {i} for {p.name}: a tensor_map's source must be a numpy array or "
+                               f"a Buffer, got {type(a.source).__name__}")
             buf = device_copy(a.source)
-            raw = tma_unit.encode(a.params, buf.ptr)
+            try:
+                raw = tma_unit.encode(a.params, buf.ptr)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise EmuError(f"launch: argument {i} for {p.name}: tensor-map parameters unusable ({exc})") from None
         elif isinstance(a, (bytes, bytearray)):
             raw = bytes(a)
         elif isinstance(a, (np.ndarray, Buffer)):
+            if isinstance(a, np.ndarray):
+                launch_args.array(a, i, p.name)
             raw = struct.pack("<Q", device_copy(a).ptr)
         elif isinstance(a, (bool, int, float, np.integer, np.floating)):
-            fmt = _PACK.get(p.type)
-            if fmt is None or p.size != struct.calcsize(fmt):
-                raise EmuError(f"{file}: parameter {i} ({p.name}, .{p.type}[{p.size}]) cannot take the scalar {a!r}")
-            v = float(a) if p.type[0] == "f" else int(a) & ((1 << (8 * p.size)) - 1)
-            raw = struct.pack(fmt, v)
+            raw = launch_args.scalar(p, a, i)
         else:
             raise EmuError(f"{file}: argument {i} for {p.name} is a {type(a).__name__}; pass a numpy array, a "
                            "Buffer, a number, a tensor_map(...) or 128 bytes")
@@ -179,7 +192,7 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
         params[p.offset:p.offset + p.size] = raw
     state = LaunchState(prog, grid, block, cluster, int(smem), bytes(params), memory.gmem, regs_per_thread,
                         cooperative)
-    sched = Scheduler(state, seed=seed, **({"budget": budget} if budget else {}))
+    sched = Scheduler(state, seed=seed, check_races=bool(races), **({"budget": budget} if budget else {}))
     summary = sched.run()
     for i, a in enumerate(args):
         if isinstance(a, np.ndarray):

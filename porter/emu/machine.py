@@ -18,6 +18,7 @@ warp-instruction, jumping ahead when every warp sleeps.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -344,6 +345,16 @@ class CTA:
             "total_smem_size": full(self.smem.size - mem.SHARED_RESERVED),
         }
 
+    def release(self) -> None:
+        """Drop a finished CTA's memory, barriers and register files (a grid of many CTAs must
+        not keep ~17 KB per finished CTA); its name, warps and their counts stay for the summary.
+        Anything that would still touch it checks ``done`` first and reports the exit."""
+        self.smem.data = np.zeros(0, dtype=np.uint8)
+        self.generic_written = np.zeros(0, dtype=bool)
+        self.mbarriers, self.named_barriers, self.inflight_reads = {}, {}, {}
+        for w in self.warps:
+            w.r, w.special = [], {}
+
     def peer(self, rank: int, who: str) -> "CTA":
         """CTA ``rank`` of this cluster, checked to be there and not exited."""
         ctas = self.cluster.ctas
@@ -505,7 +516,7 @@ class Scheduler:
         self._quiet, self._quiet_effects = 0, -1
         self.counters = {"wgmma": 0, "tma": 0}
         self.warps: list[Warp] = []
-        self.clusters_waiting: list[tuple] = []
+        self.clusters_waiting: deque = deque()
         self.resident: list[Cluster] = []
         self.all_ctas: list[CTA] = []
         self.max_resident = max_resident_clusters
@@ -526,7 +537,7 @@ class Scheduler:
     def _start_clusters(self) -> None:
         limit = len(self.clusters_waiting) + len(self.resident) if self.launch.cooperative else self.max_resident
         while self.clusters_waiting and len(self.resident) < limit:
-            cid = self.clusters_waiting.pop(0)
+            cid = self.clusters_waiting.popleft()
             cl = Cluster(cid)
             dims = self.launch.cluster_dims
             rank = 0
@@ -564,6 +575,7 @@ class Scheduler:
                 hook(cta)
             cta.done = True
             cta.smem.exited = True
+            cta.release()
 
     # -- running ----------------------------------------------------------------------------------
     def run(self) -> RunSummary:
