@@ -116,7 +116,7 @@ MUTATIONS = [
     # A's scale chunks 2 and 3 swapped in TMEM: the MMAs scale K blocks with the wrong factors
     ("scale-factor-column", "gemm", "gemm.nvfp4",
      [("SFA_CHUNK_COLUMN[SFA_CHUNKS] = { 0u, 4u, 8u, 12u }", "SFA_CHUNK_COLUMN[SFA_CHUNKS] = { 0u, 4u, 12u, 8u }")],
-     (128, 128, 256), "outside tolerance"),
+     (128, 256, 256), "outside tolerance"),     # one 128 x 256 tile (N = 256 since issue 17)
     # the stage is released (commit) before its MMAs: the producer refills it under them
     ("stage-released-before-mma", "gemm", "gemm.bf16",
      [("#pragma unroll\n                    for (int j = 0; j < MMAS_PER_STAGE; ++j) {\n"
@@ -126,6 +126,19 @@ MUTATIONS = [
       ("// Frees the stage once these MMAs have read it.\n"
        "                    porter::tc::commit(bar(bars.empty[stage]));", "")],
      (128, 256, 512), "changed before the operation completed"),
+    # block-scaled pair with N = 256 and a single TMEM accumulator (issue 17 item 2): the epilogue
+    # hands the accumulator back after its first tcgen05.ld instead of its last, so the next
+    # tile's MMAs overwrite columns the epilogue still reads (the TMEM hand-off check)
+    ("single-accumulator-early-release", "gemm", "gemm.nvfp4.pair",
+     [("if (col + EPI_COLS == MMA_N) {", "if (col == 0) {")],
+     (768, 256, 256), ("without tcgen05.fence::before_thread_sync", "TMEM hand-off race in CTA")),
+    # ... and the MMA issuer waits on the one accumulator's acc_empty with the epilogue's parity
+    # (acc_phase, not acc_phase ^ 1): with one buffer the phase flips every tile, and the first
+    # wait already blocks on a release that only follows the MMAs it holds back
+    ("single-accumulator-wrong-phase", "gemm", "gemm.nvfp4.pair",
+     [("porter::mbar_wait_cluster(bar(bars.acc_empty[buf]), acc_phase ^ 1);",
+       "porter::mbar_wait_cluster(bar(bars.acc_empty[buf]), acc_phase);")],
+     (768, 256, 256), "deadlock"),
     # attention: the softmax corrects O without waiting for the previous P V (pv_done): its
     # tcgen05.ld of O is ordered after no commit of the MMA writing O (the TMEM
     # happens-before check, in any order); without it, depending on the seeded order, the ld

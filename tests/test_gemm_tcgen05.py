@@ -93,7 +93,12 @@ def test_config_fits_the_descriptor(arch, builds, case):
     tmem = cfg["tmem_budget"]
     assert tmem["used"] <= tmem["allocated"] == spec.tmem_columns <= arch.tmem.columns
     assert spec.tmem_columns & (spec.tmem_columns - 1) == 0 and spec.tmem_columns >= 32
-    assert cfg["acc_buffers"] == 2      # B200's 512 columns hold two accumulators for every variant
+    # B200's 512 columns hold two 256-column accumulators for the unscaled variants; the
+    # block-scaled ones take N = 256 too, and their scale slots leave room for one.
+    assert cfg["mma_n"] == 256
+    assert cfg["acc_buffers"] == (1 if v in ("mxfp8", "nvfp4") else 2)
+    assert cfg["acc_buffers"] * cfg["mma_n"] + tmem["scale_slots"] * (tmem["sfa_per_slot"] + tmem["sfb_per_slot"]) \
+        == tmem["used"] <= arch.tmem.columns
     assert cfg["params"] == gemm.kernel_params(gemm.VARIANTS[v])
     assert cfg["tile_m"] == cfg["mma_m"] and cfg["tile_n"] == cfg["mma_n"]
     assert cfg["tile_k"] * {"bf16": 16, "fp8": 8, "mxfp8": 8, "nvfp4": 4}[v] == 128 * 8
@@ -111,9 +116,10 @@ def test_expected_kinds_and_shapes(arch):
            for v, p in CASES for s in [gemm.make_spec(arch, v, p)]}
     assert got[("bf16", False)] == ("f16", 128, 256)
     assert got[("fp8", True)] == ("f8f6f4", 256, 256)
-    # Block-scaled: N = 128 so two accumulators + one scale slot per stage fit 512 columns.
-    assert got[("mxfp8", False)] == ("mxf8f6f4", 128, 128)
-    assert got[("nvfp4", True)] == ("mxf4nvf4", 256, 128)
+    # Block-scaled: the widest N (256) with one accumulator next to a scale slot per stage
+    # (issue 17 item 2), not N = 128 double-buffered.
+    assert got[("mxfp8", False)] == ("mxf8f6f4", 128, 256)
+    assert got[("nvfp4", True)] == ("mxf4nvf4", 256, 256)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -149,17 +155,24 @@ def test_mxfp8_sf_ids_step_through_the_word(arch):
 
 def test_stages_after_the_epilogue_staging(arch):
     """The 16 KiB of epilogue staging costs a stage where the ring filled shared memory:
-    bf16/fp8 pair 7 -> 6, nvfp4 6 -> 5, nvfp4 pair 8 -> 7; the others keep theirs."""
+    bf16/fp8 pair 7 -> 6, nvfp4 (54 KiB stages at N = 256) 4 -> 3; the others keep theirs."""
     got = {f"{v}{'.pair' if p else ''}": gemm.make_spec(arch, v, p).config["stages"] for v, p in CASES}
-    assert got == {"bf16": 4, "fp8": 4, "mxfp8": 6, "nvfp4": 5,
-                   "bf16.pair": 6, "fp8.pair": 6, "mxfp8.pair": 8, "nvfp4.pair": 7}
+    assert got == {"bf16": 4, "fp8": 4, "mxfp8": 4, "nvfp4": 3,
+                   "bf16.pair": 6, "fp8.pair": 6, "mxfp8.pair": 6, "nvfp4.pair": 5}
 
 
 def test_smaller_tmem_shrinks_the_tile(arch):
-    """The chooser reads the TMEM budget: with 256 columns bf16 keeps two accumulators of 128."""
-    small = dataclasses.replace(arch, tmem=dataclasses.replace(arch.tmem, columns=256))
-    cfg = gemm_tcgen05.make_spec(small, gemm.VARIANTS["bf16"], False).config
-    assert (cfg["mma_n"], cfg["acc_buffers"], cfg["tmem_budget"]["allocated"]) == (128, 2, 256)
+    """The chooser reads the TMEM budget (widest N first, two accumulators where they fit):
+    with 256 columns bf16 keeps N = 256 in one accumulator, with 128 columns N shrinks to 128;
+    nvfp4 with 256 columns has no room beside its scale slots for N = 256 and takes 128."""
+    def cfg_of(columns, variant="bf16", pair=False):
+        small = dataclasses.replace(arch, tmem=dataclasses.replace(arch.tmem, columns=columns))
+        c = gemm_tcgen05.make_spec(small, gemm.VARIANTS[variant], pair).config
+        return c["mma_n"], c["acc_buffers"], c["tmem_budget"]["allocated"]
+    assert cfg_of(256) == (256, 1, 256)
+    assert cfg_of(128) == (128, 1, 128)
+    n, buffers, allocated = cfg_of(256, "nvfp4", True)
+    assert n == 128 and allocated == 256
 
 
 def test_path_needs_tcgen05(arch):

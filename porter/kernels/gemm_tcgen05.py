@@ -9,7 +9,8 @@ Layout of the kernel (templates/gemm/tcgen05.cu.j2), 6 warps per CTA:
               64 columns (128 B per row) in the warp's own swizzled shared-memory buffer,
               read back row-contiguously and store whole 128-byte lines of C
 The accumulator is double-buffered in TMEM when the columns allow, so the epilogue of
-tile i overlaps the MMAs of tile i+1. A persistent grid walks the tiles
+tile i overlaps the MMAs of tile i+1; a single accumulator is handed back right after the
+epilogue's last tcgen05.ld, so tile i+1's MMAs still overlap tile i's staging and stores. A persistent grid walks the tiles
 (gemm::TileScheduler from templates/gemm.cu.j2).
 
 Choices, each from a descriptor figure:
@@ -20,10 +21,11 @@ Choices, each from a descriptor figure:
     each CTA owns 128 accumulator rows = the 128 TMEM lanes.
   * TILE_K: one 128-byte swizzle row of K (64 bf16, 128 e4m3, 256 packed e2m1), i.e.
     four MMAs of 32 bytes of K each per stage.
-  * N: the largest legal N (``mma_shapes``) whose accumulators fit ``tmem.columns``
-    double-buffered next to one scale-factor slot per stage, with B's share a TMA box
-    (<= 256 rows) and at least MIN_STAGES stages in shared memory. Block-scaled kinds
-    need N a multiple of 128 (scale chunks of 128 rows).
+  * N: the largest legal N (``mma_shapes``) whose accumulator fits ``tmem.columns``
+    next to one scale-factor slot per stage - double-buffered where two fit, else one -
+    with B's share a TMA box (<= 256 rows) and at least MIN_STAGES stages in shared
+    memory. Block-scaled kinds need N a multiple of 128 (scale chunks of 128 rows); with
+    N = 256 their scale slots leave room for one accumulator only.
   * STAGES: as many stages as ``smem_per_block_bytes`` holds after barriers, the
     epilogue staging (4 warps x 32 rows x 128 B = 16 KiB) and the 1 KiB alignment slack
     (capped at MAX_STAGES).
@@ -98,7 +100,8 @@ def _legal_n(arch, kind, mma_m, cta_group, scheme) -> tuple[int, ...]:
 
 
 def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None, name=""):
-    """(N, stages, acc_buffers, layout dict) - the first fit, double buffering preferred.
+    """(N, stages, acc_buffers, layout dict) - the first fit, widest N first, double buffering
+    preferred at that N.
     ``knobs`` (tile_n, stages, acc_buffers) fix those choices; each is held to the same
     shared-memory and TMEM budgets, and a value that breaks one is a PorterError naming it."""
     from porter.kernels import knob_rules as kr
@@ -120,8 +123,15 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None,
         kr.check_int(name, "stages", knobs["stages"], MIN_KNOB_STAGES, MAX_STAGES, "the ring depth")
     min_stages = knobs.get("stages", MIN_STAGES)
     why_not = ""     # the reason the last (narrowest) candidate failed: what a knob error names
-    for acc_buffers in (knobs["acc_buffers"],) if "acc_buffers" in knobs else (2, 1):
-        for n in n_values:
+    # Widest N first, double-buffered where that N allows it: porter's timing model puts the
+    # shared-memory port (stage writes + MMA operand reads per FLOP ~ 1/N + 1/M) above the
+    # tensor core for every tcgen05 form narrower than 256, and an exposed epilogue costs less
+    # than that (block-scaled pair 256 x 256 with one accumulator: predicted 1.39x over
+    # 256 x 128 with two at 8192^3 on B200; issue 17 item 2). The epilogue hands the single
+    # accumulator back after its last tcgen05.ld, before the stores, so the next tile's MMAs
+    # overlap the staging and stores even then.
+    for n in n_values:
+        for acc_buffers in (knobs["acc_buffers"],) if "acc_buffers" in knobs else (2, 1):
             b_rows = n // cta_group
             sfa = sfb = None
             sf_bytes = sf_cols = 0

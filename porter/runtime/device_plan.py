@@ -37,7 +37,18 @@ PAIR_ROLES = {"ab-old": "A/B: {kernel} new form vs old ({sets})",
 # The previous form of each kernel the performance wave (issue 17) changed, as --set
 # knob settings: (kernel, (key=value, ...), what the pair decides). The device check
 # benchmarks both forms back to back. Add a row when a kernel's default changes.
-AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    # issue 17 item 2 (wave-bw): block-scaled tcgen05 GEMMs take N = 256 with one TMEM accumulator
+    # (the scale slots leave no room for two) over N = 128 double-buffered
+    ("gemm.mxfp8", ("tile_n=128",), "block-scaled N 256 x 1 accumulator vs N 128 x 2"),
+    ("gemm.nvfp4", ("tile_n=128",), "block-scaled N 256 x 1 accumulator vs N 128 x 2"),
+    ("gemm.mxfp8.pair", ("tile_n=128",), "block-scaled pair 256 x 256, 1 accumulator vs 256 x 128 x 2"),
+    ("gemm.nvfp4.pair", ("tile_n=128",), "block-scaled pair 256 x 256, 1 accumulator vs 256 x 128 x 2"),
+    # issue 17 item 5 (wave-hopper): Hopper fp8 accumulates the whole K in the wgmma accumulator
+    # (FAST_ACCUM) at 128 x 256 over promotion into fp32 registers every 128 of K at 128 x 128
+    ("gemm.fp8", ("accumulation=promoted", "tile_n=128"),
+     "fp8 fast accumulation 128 x 256 vs promoted 128 x 128"),
+)
 
 # ---- the cost model (seconds on the GPU machine) -----------------------------------------------
 # Host figures measured here (2 cores, load ~6) with the command in the README's device-check
