@@ -534,3 +534,18 @@ def test_handshake_model_catches_a_broken_rule(fault):
     with pytest.raises(AssertionError):
         for seed in range(40):
             _replay_protocol([3, 4, 2], 4, seed, fault=fault)
+
+
+def test_row_max_and_sum_are_tree_reductions(specs, tc_arch):
+    """FA4's reduction: independent partial maxima / sums combined pairwise, so the dependent
+    depth per S row is block_n / partials + log2(partials), not block_n."""
+    spec = specs["attention.hd128"]
+    red = spec.config["row_reduction"]
+    parts, bn = red["partials"], spec.config["block_n"]
+    assert red["kind"] == "tree" and parts > 1 and parts & (parts - 1) == 0
+    assert red["max_depth"] == bn // parts + parts.bit_length() - 1 < bn // 2
+    src = attention.render(spec, tc_arch)
+    assert f"constexpr int kRowParts = {parts};" in src
+    assert "const float mx = tree_max(part);" in src and "l = l * alpha + tree_sum(part);" in src
+    # no running chain over the row is left
+    assert "mx = fmaxf(mx," not in src and "sum += p0 + p1" not in src

@@ -56,6 +56,9 @@ BOX_COLS = SWIZZLE_BYTES // 2   # bf16 columns per TMA box
 ALIGN_SLACK = 1024          # dynamic smem base rounded up to the swizzle atom
 TMEM_CHUNK = 32             # tcgen05.ld / st .32x32b.x32: 32 columns per step
 MMA_K = 16                  # kind::f16: 256 bits of K per MMA
+# Row max / row sum as tree reductions over this many independent partials (FA4): the
+# dependent depth per S row is block_n / ROW_PARTS + log2(ROW_PARTS) instead of block_n.
+ROW_PARTS = 8
 
 
 def barrier_count(stages: int) -> int:
@@ -255,6 +258,11 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         "desc_k_major": f"0x{enc.kmajor_sw128_operand_desc():016X}",
         "desc_v_mn_major": f"0x{desc_v:016X}",
         "s_buffers": S_BUFFERS,
+        # Row max and row sum per thread (one S row): independent partials combined pairwise;
+        # depth = the dependent ALU ops of the max (sum: of the column-pair adds) per row.
+        "row_reduction": {"kind": "tree", "partials": ROW_PARTS,
+                          "max_depth": block_n // ROW_PARTS + ROW_PARTS.bit_length() - 1,
+                          "sum_depth": block_n // (2 * ROW_PARTS) + ROW_PARTS.bit_length() - 1},
         "tmem_chunk": TMEM_CHUNK,
         "tmem_columns": {"s": tmem["s"], "o": tmem["o"], "p": tmem["p"],
                          "used": tmem["used"], "allocated": tmem["allocated"]},
