@@ -383,3 +383,92 @@ $copy:                                   // out[i] = the tile's word i as it lie
     want = np.zeros(1024, np.uint8)
     want[landed] = src.view(np.uint8).reshape(-1)
     np.testing.assert_array_equal(got[1:], want.view(np.uint32))
+
+
+def test_peer_barrier_by_masking_the_rank_bit():
+    # CUTLASS's 2-SM idiom: both CTAs of a pair arrive on the even CTA's barrier, addressed by
+    # clearing bit 24 of their own shared address (addr & 0xFEFFFFFF); the odd CTA's own
+    # addresses carry its rank there, as the hardware's do
+    text = HEAD + f"""
+.visible .entry k(.param .u64 out) .reqnctapercluster 2, 1, 1
+{{
+{DECLS}
+    .shared .align 8 .b64 bar;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r10, %cluster_ctarank;
+    mov.u32 %r1, bar;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 mbarrier.init.shared::cta.b64 [%r1], 2;
+    fence.mbarrier_init.release.cluster;
+    barrier.cluster.arrive.release.aligned;
+    barrier.cluster.wait.acquire.aligned;
+    and.b32 %r2, %r1, -16777217;          // 0xFEFFFFFF: the even CTA's barrier
+    @%p1 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r2];
+    setp.eq.u32 %p2, %r10, 0;
+    @!%p2 bra $out;
+$w:
+    mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r1], 0;
+    @!%p3 bra $w;
+$out:
+    mul.wide.u32 %rd2, %r10, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    @%p1 st.global.u32 [%rd3], %r1;
+    barrier.cluster.arrive.release.aligned;
+    barrier.cluster.wait.acquire.aligned;
+    ret;
+}}
+"""
+    out = np.zeros(2, np.uint32)
+    got = emu.launch(text, "k", grid=2, block=32, args=[out], budget=200_000).outputs[0]
+    assert int(got[1]) == int(got[0]) | 1 << 24          # rank 1's address of the same variable
+
+
+def test_cluster_launch_control_takes_over_clusters_not_yet_started():
+    # a persistent-style loop: do tile ctaid, then try_cancel a not-yet-launched CTA and do its
+    # tile, until a try_cancel cancels nothing; every tile is done once, some by another CTA
+    text = HEAD.replace("sm_90a", "sm_100a") + f"""
+.visible .entry k(.param .u64 out, .param .u64 who)
+{{
+{DECLS}
+    .reg .b128 %q<2>;
+    .shared .align 16 .b8 resp[16];
+    .shared .align 8 .b64 bar;
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd5, [who];
+    mov.u32 %r0, %tid.x;
+    setp.ne.u32 %p1, %r0, 0;
+    @%p1 bra $end;
+    mov.u32 %r1, bar;
+    mov.u32 %r2, resp;
+    mbarrier.init.shared::cta.b64 [%r1], 1;
+    mov.u32 %r3, %ctaid.x;             // the tile to do
+    mov.u32 %r4, 0;                    // phase
+$tile:
+    mul.wide.u32 %rd2, %r3, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    add.u32 %r5, %r3, 1;
+    st.global.u32 [%rd3], %r5;
+    add.s64 %rd6, %rd5, %rd2;
+    mov.u32 %r6, %ctaid.x;
+    st.global.u32 [%rd6], %r6;
+    mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r1], 16;
+    clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%r2], [%r1];
+$w:
+    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r1], %r4;
+    @!%p2 bra $w;
+    xor.b32 %r4, %r4, 1;
+    ld.shared.b128 %q1, [%r2];
+    clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 %p3, %q1;
+    @!%p3 bra $end;
+    clusterlaunchcontrol.query_cancel.get_first_ctaid::x.b32.b128 %r3, %q1;
+    bra $tile;
+$end:
+    ret;
+}}
+"""
+    n = 40                                   # more CTAs than the simulator keeps resident at once
+    out, who = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    res = emu.launch(text, "k", grid=n, block=32, args=[out, who], budget=2_000_000)
+    np.testing.assert_array_equal(res.outputs[0], np.arange(n) + 1)
+    assert (res.outputs[1] != np.arange(n)).any()          # some tiles taken over

@@ -27,9 +27,11 @@ NP = {"pred": np.bool_, "b8": np.uint8, "u8": np.uint8, "s8": np.int8,
       "b16": np.uint16, "u16": np.uint16, "s16": np.int16, "f16": np.float16,
       "b32": np.uint32, "u32": np.uint32, "s32": np.int32, "f32": np.float32,
       "b64": np.uint64, "u64": np.uint64, "s64": np.int64, "f64": np.float64,
-      "bf16": np.uint16, "bf16x2": np.uint32, "f16x2": np.uint32, "tf32": np.uint32}
-STORE = {1: np.bool_, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+      "bf16": np.uint16, "bf16x2": np.uint32, "f16x2": np.uint32, "tf32": np.uint32,
+      "b128": np.dtype("V16")}
+# .b128 registers (PTX ISA 8.3+: clusterlaunchcontrol responses, ld/st.b128) are 16 raw bytes a lane
+STORE = {1: np.bool_, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64, 128: np.dtype("V16")}
+UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64, 128: np.dtype("V16")}
 SINT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
 TYPES = set(NP)
@@ -122,8 +124,10 @@ class Decoder:
         if isinstance(op, ptx.Imm):
             return self._imm(op, t)
         if isinstance(op, ptx.Sym):
-            addr = self.layout.symbol_value(op.name, self)
+            space, addr = self.layout.symbol_address(op.name, self)
             val = np.array(addr).astype(dt)
+            if space == "shared":       # a CTA's shared addresses carry its cluster rank (memory.py)
+                return lambda w: (val + w.cta.smem.base).astype(dt) if w.cta.smem.base else val
             return lambda w: val
         raise self.unsupported(f"(operand {op!r} as a {t} source)")
 
@@ -203,6 +207,8 @@ class Decoder:
         if isinstance(op.base, ptx.Sym):
             space, base = self.layout.symbol_address(op.base.name, self)
             val = np.full(32, base + off, dtype=np.int64)
+            if space == "shared":
+                return (lambda w: val + w.cta.smem.base if w.cta.smem.base else val), space
             return (lambda w: val), space
         i = self.rid(op.base)
         sb = self.reg_bits[i]

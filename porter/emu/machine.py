@@ -296,7 +296,7 @@ class CTA:
         self.rank = rank
         self.block = launch.block
         self.name = f"CTA {ctaid[0]}" if launch.grid[1] * launch.grid[2] == 1 else f"CTA {ctaid}"
-        self.smem = mem.SharedMemory(launch.prog.layout.shared_size(launch.smem_dynamic), self.name)
+        self.smem = mem.SharedMemory(launch.prog.layout.shared_size(launch.smem_dynamic), self.name, rank)
         self.mbarriers: dict = {}
         self.named_barriers: dict = {}
         self.units: dict = {}

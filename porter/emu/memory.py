@@ -7,12 +7,17 @@ Address map (the simulator's own; the PTX ISA leaves it to the implementation):
   address of global memory equals its global address (``cvta.to.global`` is identity).
 * param: a launch's parameter buffer is the ``.param`` space, addressed from 0; its
   generic window starts at ``PARAM_GENERIC``.
-* shared: each CTA's shared memory is addressed from 0 in ``.shared::cta``, with the
-  first ``SHARED_RESERVED`` bytes reserved (as the hardware's system reserve is), so
-  address 0 is never valid; its generic window starts at ``SHARED_GENERIC``.
-* shared::cluster: ``CLUSTER_BIT | rank << 24 | offset`` names CTA ``rank``'s shared
-  memory; an address without ``CLUSTER_BIT`` is the executing CTA's own (as the ISA says,
-  the shared::cta window is contained in the shared::cluster window).
+* shared: each CTA's shared memory, the first ``SHARED_RESERVED`` bytes reserved (the
+  driver's 1 KB of system-reserved shared memory per block on sm_80+,
+  ``cudaDevAttrReservedSharedMemoryPerBlock``), so offset 0 is never valid; then the static
+  ``.shared`` variables, then dynamic shared memory. Its generic window starts at
+  ``SHARED_GENERIC``.
+* shared::cluster: ``rank << RANK_SHIFT | offset`` names CTA ``rank``'s shared memory. A
+  CTA's own shared::cta addresses are the same addresses (the ISA: the shared::cta window
+  is contained in the shared::cluster window), so they carry the CTA's rank in bits 24 and
+  up, as the hardware's do: clearing bit 24 (CUTLASS's ``addr & 0xFEFFFFFF``) names the
+  even CTA of a pair, and ``mapa`` replaces the rank bits. A shared::cta access must stay in
+  the executing CTA's window.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ PARAM_GENERIC = 0x5000_0000_0000
 SHARED_GENERIC = 0x6000_0000_0000
 WINDOW = 1 << 32
 SHARED_RESERVED = 1024
-CLUSTER_BIT = 1 << 31
 RANK_SHIFT = 24
+RANK_MASK = 0x7F
 OFFSET_MASK = (1 << RANK_SHIFT) - 1
 
 
@@ -147,43 +152,48 @@ def scatter(buf: np.ndarray, offs: np.ndarray, nbytes: int, values: np.ndarray) 
         view[base[:, None] + np.arange(count)] = values
 
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.dtype("V16")}
 
 
 class SharedMemory:
-    """One CTA's shared memory: ``size`` bytes addressed from 0, the first SHARED_RESERVED reserved."""
+    """One CTA's shared memory: ``size`` bytes from offset 0, the first SHARED_RESERVED reserved;
+    addressed as ``rank << RANK_SHIFT | offset``."""
 
-    def __init__(self, size: int, cta_name: str):
+    def __init__(self, size: int, cta_name: str, rank: int = 0):
         self.data = np.zeros(max(size, SHARED_RESERVED + 16), dtype=np.uint8)
         self.size = size
         self.cta_name = cta_name
+        self.rank = rank
+        self.base = rank << RANK_SHIFT
         self.exited = False
 
     def check_lanes(self, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+        """Offsets into ``data`` of the lanes' shared::cta addresses (checked in bounds)."""
         a = addrs.astype(np.int64, copy=False)
+        if self.base:
+            a = a - self.base
         bad = (a < SHARED_RESERVED) | (a + nbytes > self.size)
-        if np.count_nonzero(bad):
+        if bad.any():
             lane = int(np.argmax(bad))
-            raise CheckFailed(f"shared {what} of {nbytes} B at 0x{int(a[lane]):x} (lane {lane}) is outside "
-                              f"{self.cta_name}'s shared memory (0x{SHARED_RESERVED:x}..0x{self.size:x})")
+            raise CheckFailed(f"shared {what} of {nbytes} B at 0x{int(a[lane]) + self.base:x} (lane {lane}) is outside "
+                              f"{self.cta_name}'s shared memory ({self._window()})")
         return a
 
     def check_span(self, addr: int, nbytes: int, what: str) -> None:
+        """``addr``: an offset into ``data`` (rank bits already split off)."""
         if addr < SHARED_RESERVED or addr + nbytes > self.size:
-            raise CheckFailed(f"shared {what} of {nbytes} B at 0x{addr:x} is outside {self.cta_name}'s "
-                              f"shared memory (0x{SHARED_RESERVED:x}..0x{self.size:x})")
+            raise CheckFailed(f"shared {what} of {nbytes} B at offset 0x{addr:x} is outside {self.cta_name}'s "
+                              f"shared memory ({self._window()})")
+
+    def _window(self) -> str:
+        return f"0x{self.base + SHARED_RESERVED:x}..0x{self.base + self.size:x}"
 
 
-def split_cluster_address(addr: int, own_rank: int) -> tuple[int, int]:
-    """(rank, shared::cta offset) of a shared::cluster address."""
-    if addr & CLUSTER_BIT:
-        return (addr >> RANK_SHIFT) & 0x7F, addr & OFFSET_MASK
-    return own_rank, addr
+def split_cluster_address(addr: int, own_rank: int = 0) -> tuple[int, int]:
+    """(rank, offset) of a shared::cluster (or shared::cta) address."""
+    return (addr >> RANK_SHIFT) & RANK_MASK, addr & OFFSET_MASK
 
 
 def cluster_address(offset: int, rank: int) -> int:
-    if offset & CLUSTER_BIT:
-        offset &= OFFSET_MASK
-    if offset > OFFSET_MASK:
-        raise EmuError(f"shared address 0x{offset:x} does not fit the simulator's shared::cluster window")
-    return CLUSTER_BIT | (rank << RANK_SHIFT) | offset
+    """The shared::cluster address of ``offset`` (an offset or any CTA's address) in CTA ``rank``."""
+    return (rank << RANK_SHIFT) | (offset & OFFSET_MASK)

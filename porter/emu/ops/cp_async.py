@@ -193,7 +193,7 @@ def _copy(ins, d):
         src = np.asarray(src_fn(w)).astype(np.int64)[sel]
         mem.check_aligned(dst, size, f"{what} destination")
         mem.check_aligned(src, size, f"{what} source")
-        w.cta.smem.check_lanes(dst, size, f"{what} destination")
+        dst = w.cta.smem.check_lanes(dst, size, f"{what} destination")     # offsets from here on
         n = np.full(lanes.size, size, dtype=np.int64)
         if src_size_fn is not None:
             n = np.broadcast_to(np.asarray(src_size_fn(w)), (32,)).astype(np.int64)[sel]

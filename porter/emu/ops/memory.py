@@ -85,12 +85,12 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
         return w.cta.smem.data, offs
     if space == "shared_cluster":
         a = addrs.astype(np.int64)
-        ranks = np.where(a & mem.CLUSTER_BIT, (a >> mem.RANK_SHIFT) & 0x7F, w.cta.rank)
+        ranks = (a >> mem.RANK_SHIFT) & mem.RANK_MASK
         if (ranks != ranks[0]).any():
             raise CheckFailed(f"shared::cluster {what} whose lanes address several CTAs; the simulator "
                               "takes one CTA per instruction")
         peer = w.cta.peer(int(ranks[0]), w.name) if int(ranks[0]) != w.cta.rank else w.cta
-        offs = peer.smem.check_lanes(np.where(a & mem.CLUSTER_BIT, a & mem.OFFSET_MASK, a), nbytes, what)
+        offs = peer.smem.check_lanes(a, nbytes, what)
         _track(w, peer, offs, nbytes, write, what)
         return peer.smem.data, offs
     if space == "param":

@@ -236,7 +236,7 @@ def _matrix_op(ins, d, store: bool):
         offs = _shared_offsets(w, np.asarray(addr_fn(w))[:n_used], space, where)
         smem = w.cta.smem
         mem.check_aligned(offs, 16, f"{what} row address")
-        smem.check_lanes(offs, 16, f"{what} row")
+        offs = smem.check_lanes(offs, 16, f"{what} row")
         check_not_in_flight(w, offs, 16, what)
         _track(w, w.cta, offs, 16, store, what)         # race detector; a store marks the generic proxy
         if not store:

@@ -233,8 +233,10 @@ def build_mbarrier(ins, d):
             vals = np.broadcast_to(np.asarray(extra(w)), (32,))[sel] if extra is not None else None
             state = np.zeros(32, dtype=np.uint64)
             for j, a in enumerate(_lane_addrs(w, m, addr_fn)):
-                if not remote and a & mem.CLUSTER_BIT:
-                    raise CheckFailed(f"{where}: a shared::cluster address in a shared::cta mbarrier.arrive")
+                if not remote and mem.split_cluster_address(a)[0] != w.cta.rank:
+                    raise CheckFailed(f"{where}: mbarrier.arrive.shared::cta on 0x{a:x}, an address of another CTA's "
+                                      "shared memory (PTX ISA \"mbarrier.arrive\": a .shared::cta address must be in "
+                                      "the executing CTA's window)")
                 bar = _barrier_at(w, a, where)
                 if w.sched.race is not None:
                     w.sched.race.release(w, bar)
@@ -387,8 +389,7 @@ def build_mapa(ins, d):
         sel = w.lanes(m)
         if (rank[sel] >= n).any():
             raise CheckFailed(f"{where}: mapa to CTA rank {int(rank[sel].max())} of a {n}-CTA cluster")
-        off = np.where(addr & mem.CLUSTER_BIT, addr & mem.OFFSET_MASK, addr)
-        wd(w, (mem.CLUSTER_BIT | (rank << mem.RANK_SHIFT) | off).astype(np.uint64 if t == "u64" else np.uint32), m)
+        wd(w, ((rank << mem.RANK_SHIFT) | (addr & mem.OFFSET_MASK)).astype(np.uint64 if t == "u64" else np.uint32), m)
     return mapa
 
 

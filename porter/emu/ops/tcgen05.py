@@ -338,8 +338,10 @@ def _build_alloc(ins, d, g: int):
         raise d.unsupported("(only the .shared::cta destination)")
 
     def write_addr(cta, dst: int, value: int, who: str):
-        if dst & mem.CLUSTER_BIT:
-            raise CheckFailed(f"{where}: {who}: tcgen05.alloc destination 0x{dst:x} is not a shared::cta address")
+        rank, dst = mem.split_cluster_address(dst)
+        if rank != cta.rank:
+            raise CheckFailed(f"{where}: {who}: tcgen05.alloc destination 0x{(rank << mem.RANK_SHIFT) | dst:x} is not "
+                              "in the executing CTA's shared::cta window")
         if dst % 4:
             raise CheckFailed(f"{where}: {who}: tcgen05.alloc destination 0x{dst:x} is not 4-byte aligned")
         cta.smem.check_span(dst, 4, "tcgen05.alloc destination")
@@ -629,7 +631,7 @@ def _build_commit(ins, d, g: int):
                     raise CheckFailed(f"{where}: {w.name}: tcgen05.commit multicast mask 0x{mask:x} names CTA ranks "
                                       f"beyond the {n}-CTA cluster")
                 _, off = mem.split_cluster_address(addr, w.cta.rank)
-                bars = [_barrier_at(w, off if r == w.cta.rank else mem.cluster_address(off, r), where)
+                bars = [_barrier_at(w, mem.cluster_address(off, r), where)
                         for r in ranks]
             else:
                 bars = [_barrier_at(w, addr, where)]

@@ -57,7 +57,7 @@ def _destinations(w, dst: int, bar: int, mask: int | None, where: str):
     for r, br in targets:
         cta = w.cta if r == w.cta.rank else w.cta.peer(r, f"{where}: {w.name}")
         bcta = w.cta if br == w.cta.rank else w.cta.peer(br, f"{where}: {w.name}")
-        bar_obj = _barrier_at(w, mem.cluster_address(bar_off, br) if br != w.cta.rank else bar_off, where)
+        bar_obj = _barrier_at(w, mem.cluster_address(bar_off, br), where)
         out.append((cta, dst_off, bcta, bar_obj))
     return out
 
