@@ -243,6 +243,92 @@ def tcgen05_rate(params: dict, n: int, ts: bool, mmas: tuple = (4, 12)) -> float
     return _steady(run, mmas, 2.0 * 128 * n * 16)
 
 
+# ---- tcgen05 cta_group::2: a CTA pair, the leader issues M=256 MMAs over both SMs -----------
+
+def tcgen05_pair_ptx(n: int, mmas: int) -> str:
+    """Each CTA holds its 128 rows of A and its half of B's N rows; the leader (rank 0)
+    issues the pair's MMAs and commits to both CTAs' barriers."""
+    m = 256
+    a_bytes, b_bytes = (m // 2) * 16 * 2, (n // 2) * 16 * 2
+    idesc = (1 << 4) | (1 << 7) | (1 << 10) | ((n >> 3) << 17) | ((m >> 4) << 24)
+    desc = (1 << 46) | ((LBO >> 4) << 16) | ((SBO >> 4) << 32)
+    mma = "\n".join(f"tcgen05.mma.cta_group::2.kind::f16 [%r20], %rd5, %rd6, %r21, {'%p4' if i == 0 else '%p5'};"
+                     for i in range(mmas))
+    return f""".version 8.6
+.target sm_100a
+.address_size 64
+.visible .entry probe(.param .u64 out) .reqnctapercluster 2, 1, 1
+{{
+.reg .b32 %r<80>; .reg .b64 %rd<16>; .reg .pred %p<8>;
+.shared .align 1024 .b8 buf[{a_bytes + b_bytes}];
+.shared .align 16 .b8 bars[16];
+mov.u32 %r1, %tid.x;
+shr.u32 %r2, %r1, 5;
+mov.u32 %r3, %cluster_ctarank;
+mov.u32 %r10, bars;
+add.u32 %r12, %r10, 8;
+mov.u32 %r13, buf;
+setp.ne.u32 %p1, %r2, 0;
+setp.ne.u32 %p2, %r1, 0;
+setp.ne.u32 %p6, %r3, 0;
+@%p1 bra SKIP_ALLOC;
+tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%r12], 512;
+tcgen05.relinquish_alloc_permit.cta_group::2.sync.aligned;
+SKIP_ALLOC:
+@%p2 bra SKIP_INIT;
+mbarrier.init.shared::cta.b64 [%r10], 1;
+fence.mbarrier_init.release.cluster;
+SKIP_INIT:
+tcgen05.fence::before_thread_sync;
+barrier.cluster.arrive.release.aligned;
+barrier.cluster.wait.acquire.aligned;
+tcgen05.fence::after_thread_sync;
+ld.shared.u32 %r20, [%r12];
+@%p2 bra WAIT;
+@%p6 bra WAIT;
+cvt.u64.u32 %rd3, %r13;
+shr.u64 %rd4, %rd3, 4;
+or.b64 %rd5, %rd4, {desc};
+add.s64 %rd6, %rd5, {a_bytes >> 4};
+mov.u32 %r21, {idesc};
+setp.ne.u32 %p4, %r1, %r1;
+setp.eq.u32 %p5, %r1, %r1;
+mov.b16 %rs1, 3;
+{mma}
+tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%r10], %rs1;
+WAIT:
+mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r10], 0;
+@!%p3 bra WAIT;
+tcgen05.fence::after_thread_sync;
+ld.param.u64 %rd7, [out];
+cvta.to.global.u64 %rd7, %rd7;
+mul.wide.u32 %rd8, %r1, 4;
+add.s64 %rd9, %rd7, %rd8;
+mul.wide.u32 %rd10, %r3, 512;
+add.s64 %rd9, %rd9, %rd10;
+st.global.u32 [%rd9], %r1;
+tcgen05.fence::before_thread_sync;
+barrier.cluster.arrive.release.aligned;
+barrier.cluster.wait.acquire.aligned;
+@%p1 bra END;
+tcgen05.fence::after_thread_sync;
+tcgen05.dealloc.cta_group::2.sync.aligned.b32 %r20, 512;
+END:
+ret;
+}}
+""".replace(".reg .pred %p<8>;", ".reg .pred %p<8>; .reg .b16 %rs<4>;")
+
+
+def tcgen05_pair_rate(params: dict, n: int, mmas: tuple = (4, 12)) -> float:
+    """Steady-state dense FLOP per cycle per SM of a CTA pair's M=256 MMAs (SS)."""
+    def run(k):
+        cycles, outs = _timed_cycles(tcgen05_pair_ptx(n, k), params, 128, [np.zeros(256, np.uint32)],
+                                     cluster=(2, 1, 1), grid=2)
+        assert np.array_equal(outs[0], np.tile(np.arange(128, dtype=np.uint32), 2))
+        return cycles
+    return _steady(run, mmas, 2.0 * 256 * n * 16) / 2
+
+
 def main() -> None:
     hopper = params_of("hopper")
     print("porter timed simulator micro-benchmarks (predicted by porter's timing model, not measured)")
@@ -260,6 +346,9 @@ def main() -> None:
           f"{blackwell['mma_flop_per_clk_per_sm']['f16']:g}); SS reads A and B from shared memory, TS only B")
     for n in (32, 64, 128, 256):
         print(f"  N={n:3d}  SS {tcgen05_rate(blackwell, n, False):7.0f}   TS {tcgen05_rate(blackwell, n, True):7.0f}")
+    print("blackwell tcgen05.mma SS per SM: 1 CTA M=128 vs a CTA pair (cta_group::2) M=256 over the same N")
+    for n in (64, 128, 256):
+        print(f"  N={n:3d}  1-CTA {tcgen05_rate(blackwell, n, False):7.0f}   pair {tcgen05_pair_rate(blackwell, n):7.0f}")
 
 
 if __name__ == "__main__":
