@@ -59,10 +59,35 @@ MUTATIONS = [
     ("shared-memory-race", "gemm", "gemm.bf16",
      [("                porter::named_barrier_sync(1 + consumer, 128);  // the chunk is complete\n", "")],
      (256, 256, 64), "shared-memory race in CTA"),
+    # fp8's default (fast accumulation, 128 x 256): the epilogue reads `acc` with no wait
     ("fp8-missing-wait-group", "gemm", "gemm.fp8",
+     [("            porter::wgmma_wait<0>();\n", "")],
+     (256, 256, 128), "before the wgmma.wait_group that covers it"),
+]
+
+# Planted bugs in a kernel built with --set knobs (a form the device check's A/B rows
+# benchmark): (id, kernel, knobs, [(old, new)], shape, expected reason).
+KNOBBED_MUTATIONS = [
+    # promoted fp8 (the A/B row's old form): the FADDs read the chain's `part` unwaited
+    ("fp8-promoted-missing-wait-group", "gemm.fp8", {"accumulation": "promoted", "tile_n": 128},
      [("            porter::wgmma_wait<0>();\n", "")],
      (256, 128, 128), "before the wgmma.wait_group that covers it"),
 ]
+
+
+@pytest.mark.parametrize("case", KNOBBED_MUTATIONS, ids=[m[0] for m in KNOBBED_MUTATIONS])
+def test_planted_bug_in_a_knobbed_form_is_caught(case, hopper):
+    from porter.kernels.knobs import spec_with_knobs
+
+    _, name, knobs, edits, shape, reason = case
+    spec = spec_with_knobs(hopper, name, knobs)
+    source = family_module(spec.family).render(spec, hopper)
+    for old, new in edits:
+        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:70]!r}"
+        source = source.replace(old, new)
+    result = emulate(spec, hopper, shapes=[shape], seeds=1, source=source)
+    assert result["status"] == "failed", result
+    assert reason in result["reason"], result["reason"]
 
 
 @pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])

@@ -3,9 +3,10 @@ SASS (HGMMA / QGMMA at the chosen shape, TMA, setmaxnreg, FADD promotion for fp8
 spills, limits, and the "before" picture: the same source is rejected for sm_100a
 because wgmma is gone.
 
-Builds: "bf16" and "fp8" are the shipped specs (fp8 promotes into fp32 registers every
-TILE_K); "fp8.fast" is fp8 with accumulation "tensor-core" (the whole K in the wgmma
-accumulator), the configuration the promoted one replaces by default."""
+Builds: "bf16" and "fp8" are the shipped specs (both accumulate the whole K in the wgmma
+accumulator: for fp8 the fast-accumulation mode, the default since issue 17 item 5);
+"fp8.promoted" is fp8 with accumulation "promoted" (a wgmma chain per TILE_K added into
+fp32 registers), the previous default, kept as a knob value."""
 
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ from porter.compile.toolchain import compile_cuda
 def _spec(hopper, name):
     variant, _, accumulation = name.partition(".")
     if accumulation:
-        return gemm_wgmma.make_spec(hopper, gemm.VARIANTS[variant], False, accumulation="tensor-core")
+        return gemm_wgmma.make_spec(hopper, gemm.VARIANTS[variant], False, accumulation=accumulation)
     return gemm.make_spec(hopper, variant)
 
 
-BUILDS = ("bf16", "fp8", "fp8.fast")
+BUILDS = ("bf16", "fp8", "fp8.promoted")
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +44,11 @@ def builds(hopper):
 EXPECTED = {
     # build: (tile_m, tile_n, tile_k, mma_k, SASS opcode of the main loop, stages, accumulation)
     "bf16": (128, 256, 64, 16, "HGMMA.64x256x16.F32.BF16", 4, "tensor-core"),
+    # Default fp8 (fast accumulation): one fragment, so the 128 x 256 tile bf16 has.
+    "fp8": (128, 256, 128, 32, "QGMMA.64x256x32.F32.E4M3.E4M3", 4, "tensor-core"),
     # Promoted: two 64 x N fp32 accumulators per consumer thread bound N to 128 (N = 256
     # would need 2 x 128 + overhead > 232 registers); the smaller stage buys 6 stages.
-    "fp8": (128, 128, 128, 32, "QGMMA.64x128x32.F32.E4M3.E4M3", 6, "promoted"),
-    "fp8.fast": (128, 256, 128, 32, "QGMMA.64x256x32.F32.E4M3.E4M3", 4, "tensor-core"),
+    "fp8.promoted": (128, 128, 128, 32, "QGMMA.64x128x32.F32.E4M3.E4M3", 6, "promoted"),
 }
 
 
@@ -80,24 +82,26 @@ def test_promoted_tile_is_chosen_by_registers(hopper):
     """The promoted fp8 tile follows the consumers' register budget: the note says why
     N is not 256 and why there is no third consumer warpgroup, and a smaller register
     file shrinks N (or is refused, naming registers) rather than spilling."""
-    note = gemm.make_spec(hopper, "fp8").config["register_budget"]
+    fp8 = gemm.VARIANTS["fp8"]
+    note = gemm_wgmma.make_spec(hopper, fp8, False, accumulation="promoted").config["register_budget"]
     assert "N=256 would need 296" in note
     assert "3 consumer warpgroups would leave 152 per consumer thread (too few)" in note
-    fp8 = gemm.VARIANTS["fp8"]
-    assert gemm_wgmma.default_accumulation(fp8) == "promoted"
+    # The default is fast accumulation for every variant (the model predicts it faster).
+    assert gemm_wgmma.default_accumulation(fp8) == "tensor-core"
     assert gemm_wgmma.default_accumulation(gemm.VARIANTS["bf16"]) == "tensor-core"
+    assert "1 x 128 fp32 accumulator registers" in gemm.make_spec(hopper, "fp8").config["register_budget"]
     with pytest.raises(PorterError, match="accumulation 'fast'; use one of promoted, tensor-core"):
         gemm_wgmma.make_spec(hopper, fp8, False, accumulation="fast")
     # Fewer registers for the consumers (a smaller register file) shrink the promoted N.
     text = (paths.data_dir("arch") / "hopper.yaml").read_text()
     smaller = arch_from_text(text.replace("regs_per_sm: 65536", "regs_per_sm: 40960"), "regs.yaml")
-    cfg = gemm.make_spec(smaller, "fp8").config
+    cfg = gemm_wgmma.make_spec(smaller, fp8, False, accumulation="promoted").config
     assert cfg["accumulator_regs"] + gemm_wgmma.CONSUMER_OVERHEAD_REGS <= cfg["consumer_regs"]
     assert cfg["tile_n"] == 64 and cfg["accumulation"] == "promoted"
     tiny = arch_from_text(text.replace("regs_per_sm: 65536", "regs_per_sm: 32768"), "regs.yaml")
     with pytest.raises(PorterError, match="no wgmma N of gemm.fp8 fits 96 registers per consumer thread "
                                           "with promoted accumulation"):
-        gemm.make_spec(tiny, "fp8")
+        gemm_wgmma.make_spec(tiny, fp8, False, accumulation="promoted")
     assert gemm.make_spec(tiny, "bf16").config["tile_n"] == 64   # one accumulator still fits
 
 
@@ -223,12 +227,12 @@ def test_source_carries_the_python_encodings(builds):
 
 def test_sass_rules_can_fail(builds):
     # The bf16 spec's rules applied to the fp8 kernel's SASS: no HGMMA there.
-    checks = sass_checks(builds["bf16"].spec, builds["fp8.fast"].histogram)
+    checks = sass_checks(builds["bf16"].spec, builds["fp8"].histogram)
     failed = [c.name for c in checks if not c.passed]
     # (every spelling comes from the descriptor: the kind's opcode, then its shape modifier)
     assert failed == [r"sass has (?:HGMMA)\S*\.64x256x16\.F32\.BF16"]
     # The promoted spec's rules on the fast-accumulation SASS: wrong N and no promotion.
-    checks = sass_checks(builds["fp8"].spec, builds["fp8.fast"].histogram)
+    checks = sass_checks(builds["fp8.promoted"].spec, builds["fp8"].histogram)
     failed = [c.name for c in checks if not c.passed]
     assert failed == [r"sass has (?:QGMMA)\S*\.64x128x32\.F32\.E4M3", r"sass has ^FADD\b"]
 
@@ -526,7 +530,7 @@ def test_ring_protocol_model(builds, variant):
 def test_release_policy_reads_the_source(builds):
     """The policy comes from the kernel text: moving the promoted release above its
     wait_group turns it into the "early" policy the replay rejects."""
-    src = builds["fp8"].source
+    src = builds["fp8.promoted"].source
     moved = src.replace("porter::wgmma_wait<0>();\n                if (lane == 0) release(stage);",
                         "if (lane == 0) release(stage);\n                porter::wgmma_wait<0>();")
     assert moved != src
@@ -582,7 +586,7 @@ def test_promoted_kernel_matches_the_numerics_model(builds):
     from porter.validation import formats, quantize
     from porter.validation.reference_gemm import gemm_model
 
-    b = builds["fp8"]
+    b = builds["fp8.promoted"]
     cfg, src = b.spec.config, b.source
     rng = np.random.default_rng(3)
     k = 4 * cfg["promote_every_k"]

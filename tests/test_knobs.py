@@ -140,7 +140,7 @@ def test_persistent_off_launches_one_cta_per_tile(archs):
 ILLEGAL = [
     ("hopper", "gemm.bf16", {"stages": 9}, "stages=9", "2..8"),
     ("hopper", "gemm.bf16", {"tile_n": 256, "stages": 5}, "stages=5", "smem_per_block_bytes"),
-    ("hopper", "gemm.fp8", {"consumers": 1, "tile_n": 256}, "tile_n=256", "setmaxnreg"),
+    ("hopper", "gemm.fp8", {"consumers": 1, "tile_n": 256, "accumulation": "promoted"}, "tile_n=256", "setmaxnreg"),
     ("hopper", "gemm.bf16", {"tile_n": 100}, "tile_n=100", "legal values"),
     ("hopper", "gemm.bf16", {"cluster_m": 16}, "cluster_m=16", "max_portable"),
     ("hopper", "gemm.bf16", {"grid_ctas": 7}, "grid_ctas=7", "multiple of 2"),

@@ -53,6 +53,24 @@ def test_gemm_policy_numbers_and_reasons():
         T.gemm_policy("fp16")
 
 
+def test_fast_accumulation_policy_is_chosen_by_the_kernels_accumulation():
+    """fp8 accumulated in the wgmma accumulator (accumulation "tensor-core", cuBLASLt's
+    FAST_ACCUM) is judged by its own, looser policy, which says why; promoted fp8 and every
+    other variant keep their own."""
+    fast = T.gemm_policy_for("fp8", "tensor-core")
+    assert fast is T.gemm_policy("fp8.fast-accum") and T.policy_key("fp8", "tensor-core") == "fp8.fast-accum"
+    assert (fast.rtol, fast.atol, fast.deepgemm_max) == (2 ** -8, 2 ** -3, 1e-2)
+    for words in ("FAST_ACCUM", "14", "DeepSeek-V3", "16384", "accumulation=promoted"):
+        assert words in fast.reason, words
+    assert T.gemm_policy_for("fp8", "promoted") is T.gemm_policy("fp8")
+    assert T.gemm_policy_for("bf16", "tensor-core") is T.gemm_policy("bf16")
+    assert T.gemm_policy_for("fp8") is T.gemm_policy("fp8")
+    # Looser, but an error of the output's own size (a wrong tile) still fails.
+    ref = np.random.default_rng(1).standard_normal((64, 64))
+    assert fast.check_same_operands(ref * (1 + 2 ** -9), ref)[0]
+    assert not fast.check_same_operands(ref + 0.5 * np.roll(ref, 1, axis=0), ref)[0]
+
+
 def test_attention_policy_numbers_and_reason():
     p = T.attention_policy("bf16")
     assert (p.factor, p.atol, p.lse_atol) == (2.0, 2 ** -8, 1e-4)

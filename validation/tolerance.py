@@ -124,6 +124,22 @@ _GEMM = {
                 "fewer bits, which DeepGEMM works around by promoting to fp32 every few "
                 "MMAs). Against the unquantized product, DeepGEMM's fp8 threshold "
                 "diff <= 1e-3.")),
+    # Fast accumulation (cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM): the whole K summed in
+    # the fp8 wgmma accumulator, never promoted into fp32 registers (gemm_wgmma accumulation
+    # "tensor-core"). Not a variant of its own: the policy of an fp8 kernel so built
+    # (gemm_policy_for).
+    "fp8.fast-accum": GemmTolerance(
+        "fp8.fast-accum", rtol=BF16_UNIT_ROUNDOFF, atol=2.0 ** -3, deepgemm_max=1e-2,
+        reason=("per-tensor e4m3 x e4m3 with fast accumulation (cuBLASLt FAST_ACCUM): the "
+                "whole K accumulates in Hopper's fp8 wgmma accumulator, which keeps about 14 "
+                "bits rather than fp32's 24 (DeepSeek-V3 report, section 3.3.2: a maximum "
+                "relative error of nearly 2% at K = 4096), and its truncation error grows "
+                "about linearly with K, so ~8% of the output RMS at K = 16384, the longest K "
+                "porter validates. Same operands: the bf16 rounding bound 2^-8 relative "
+                "(rtol) plus 2^-3 x rms (atol), which still fails a wrong tile, index, phase "
+                "or unwritten output (errors of order the RMS itself). Against the "
+                "unquantized product, diff <= 1e-2 (an 8% relative error gives ~3e-3). "
+                "The promoted form (accumulation=promoted) is judged by the fp8 policy.")),
     "mxfp8": GemmTolerance(
         "mxfp8", rtol=BF16_UNIT_ROUNDOFF, atol=2.0 ** -10, deepgemm_max=1e-3,
         reason=("MXFP8: e4m3 elements, ue8m0 scale per 32 along K applied inside the "
@@ -151,16 +167,38 @@ _ATTENTION = {
                 "rounding bound at the output's largest magnitude, so tiny problems where "
                 "the same-precision error happens to be ~0 still pass a correct kernel. "
                 "The LSE is kept in fp32 from fp32 scores: |lse - lse_ref| <= 1e-4 "
-                "(fp32 rounding of O(10) values over D <= 256 terms is ~1e-5).")),
+                "(fp32 rounding of O(10) values over D <= 256 terms is ~1e-5). The same bound "
+                "holds for FA4's lazy rescaling (the tcgen05 kernel keeps a row's running max "
+                "unless it grows by more than 2^8): O and l share the stale max and the final "
+                "O / l and LSE normalise exactly, only at a larger fp32 scale (P <= 256, no "
+                "overflow, bf16's relative precision unchanged); and for exp2 by a degree-4 "
+                "polynomial on the FMA units (relative error 2.7e-6, far below bf16 P's 2^-9 "
+                "and, through l, the LSE's 1e-4).")),
 }
 
 
 def gemm_policy(variant: str) -> GemmTolerance:
-    """The GEMM tolerance policy for ``variant`` (bf16, fp8, mxfp8, nvfp4)."""
+    """The GEMM tolerance policy for ``variant`` (bf16, fp8, mxfp8, nvfp4, fp8.fast-accum)."""
     if variant not in _GEMM:
         raise PorterError(
             f"tolerance: no GEMM policy for {variant!r}; use one of {', '.join(_GEMM)}")
     return _GEMM[variant]
+
+
+# Configurations whose MMA accumulator keeps fewer bits than fp32 for a variant: the
+# (variant, config accumulation) -> policy key. Only where a path records it (gemm_wgmma).
+_REDUCED_ACCUMULATION = {("fp8", "tensor-core"): "fp8.fast-accum"}
+
+
+def policy_key(variant: str, accumulation: str | None = None) -> str:
+    """The GEMM policy name for ``variant`` built with ``accumulation`` (a kernel config's
+    ``accumulation``; None or a full-precision one: the variant's own policy)."""
+    return _REDUCED_ACCUMULATION.get((variant, accumulation), variant)
+
+
+def gemm_policy_for(variant: str, accumulation: str | None = None) -> GemmTolerance:
+    """The policy of a ``variant`` kernel accumulating as ``accumulation`` (policy_key)."""
+    return gemm_policy(policy_key(variant, accumulation))
 
 
 def attention_policy(variant: str = "bf16") -> AttentionTolerance:

@@ -18,8 +18,9 @@ Choices, each from a descriptor figure:
   * Registers: setmaxnreg moves the register file (``regs_per_sm``) from the
     producer (``PRODUCER_REGS``) to the consumers, capped at ``max_regs_per_thread``
     rounded down to setmaxnreg's granule of 8.
-  * Accumulation (config ``accumulation``): "tensor-core" keeps the whole K sum in
-    the wgmma accumulator; "promoted" (the default for fp8 variants: Hopper's fp8
+  * Accumulation (config ``accumulation``): "tensor-core" (the default, see
+    DEFAULT_ACCUMULATION) keeps the whole K sum in the wgmma accumulator; "promoted"
+    (``--set accumulation=promoted`` for fp8 variants: Hopper's fp8
     wgmma adds into its accumulator with fewer bits than fp32, about 14 kept per
     the DeepSeek-V3 report) restarts the wgmma chain (scale-d 0) every
     ``promote_every_k`` = TILE_K elements, waits for it, and adds it into a second,
@@ -155,9 +156,23 @@ def _sass_rules(arch, kind: str, ptx_type: str, mma_n: int, mma_k: int):
     return tuple(required), tuple(forbidden)
 
 
+# The default accumulation of every variant, fp8 included (issue 17 item 5): "tensor-core"
+# (cuBLASLt's FAST_ACCUM mode), because porter's timing model predicts it faster. Promoted
+# fp8 holds two fragments, so the consumers' 232 registers bound its tile to 128 x 128
+# (128 x 256 would need 296), and that tile is bound by shared-memory operand reads
+# (predicted 1298 TFLOP/s at 8192^3 on H200, 827 us of smem against 662 us of tensor work);
+# one fragment takes 128 x 256, tensor-bound (predicted 1620). The precision this gives up
+# (about 14 accumulator bits, see REDUCED_PRECISION_ACCUMULATION) is the fast-accumulation
+# tolerance policy's (validation/tolerance.py "fp8.fast-accum"); accumulation=promoted keeps
+# DeepGEMM's fp32 promotion, and the device check's A/B row measures both.
+DEFAULT_ACCUMULATION = "tensor-core"
+
+
 def default_accumulation(variant) -> str:
-    """'promoted' for variants whose wgmma accumulates with less than fp32 precision."""
-    return "promoted" if set(variant.features) & set(REDUCED_PRECISION_ACCUMULATION) else "tensor-core"
+    """The default accumulation (DEFAULT_ACCUMULATION) for ``variant``; variants with reduced-
+    precision wgmma accumulation (REDUCED_PRECISION_ACCUMULATION) are judged by the
+    fast-accumulation tolerance policy when left at it."""
+    return DEFAULT_ACCUMULATION
 
 
 # Knobs (``--set``, porter.kernels.knobs): every choice above, overridable. A knob left out
@@ -252,6 +267,11 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         kr.check_names(name, knobs, knob_space(arch, variant, pair))
     if "accumulation" in knobs:
         accumulation = knobs["accumulation"]
+    elif (knobs.get("promote_every_k") and accumulation is None
+          and set(variant.features) & set(REDUCED_PRECISION_ACCUMULATION)):
+        # A promotion interval asks for promotion where it means something (a reduced-
+        # precision accumulator): the default (tensor-core) never promotes.
+        accumulation = "promoted"
     accumulation = accumulation or default_accumulation(variant)
     if accumulation not in ACCUMULATIONS:
         raise PorterError(f"{variant.variant}: accumulation {accumulation!r}; use one of {', '.join(ACCUMULATIONS)}")

@@ -215,6 +215,14 @@ def _gemm_variant(spec) -> tuple[str, bool]:
     return spec.variant.split(".", 1)[1], spec.name.endswith(".pair")
 
 
+def _policy_key(spec) -> str:
+    """The tolerance policy a GEMM spec is judged by: its variant's, or the fast-accumulation
+    one where the config accumulates fp8 in the wgmma accumulator (tolerance.policy_key)."""
+    from porter.validation import tolerance
+
+    return tolerance.policy_key(_gemm_variant(spec)[0], spec.config.get("accumulation"))
+
+
 def _fit(shape, multiples) -> tuple[int, ...]:
     return tuple(max(m, -(-v // m) * m) for v, m in zip(shape, multiples))
 
@@ -275,7 +283,7 @@ class GemmRun(PackedArgs):
         if missing:
             raise PorterError(f"{spec.name}: kernel parameters without a value: {', '.join(missing)}")
         self.args = [(ctype, values[p]) for p, ctype in plan.params]
-        self.plan = plan
+        self.plan, self.spec = plan, spec
 
 
     def launch(self, function) -> None:
@@ -326,7 +334,7 @@ def validate_gemm(spec, arch, shapes=None, seeds: int = 2, device=None, log=None
             _emit(log, event="launch", kernel=spec.name, shape=list(shape), seed=seed)
             run.launch(function)
             ref_same, ref_unq = run.inp.references()
-            res = dh.compare_gemm(variant, run.result(), ref_same, ref_unq)
+            res = dh.compare_gemm(_policy_key(spec), run.result(), ref_same, ref_unq)
             check = {"shape": list(shape), "seed": seed, **res}
             _emit(log, event="check", kernel=spec.name, check=check)
             checks.append(check)
@@ -394,7 +402,7 @@ def _gemm_spot_check(variant: str, run: GemmRun, rows: int = 64) -> dict:
     pick = np.linspace(0, run.inp.m - 1, min(rows, run.inp.m)).astype(int)
     ref_same = values(run.inp.qa)[pick] @ values(run.inp.qb).T
     ref_unq = run.inp.a_f32[pick].astype(np.float64) @ run.inp.b_f32.astype(np.float64).T
-    return dh.compare_gemm(variant, out[pick], ref_same, ref_unq)
+    return dh.compare_gemm(_policy_key(run.spec), out[pick], ref_same, ref_unq)
 
 
 # ---- attention ---------------------------------------------------------------------------------
