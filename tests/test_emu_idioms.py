@@ -472,3 +472,112 @@ $end:
     res = emu.launch(text, "k", grid=n, block=32, args=[out, who], budget=2_000_000)
     np.testing.assert_array_equal(res.outputs[0], np.arange(n) + 1)
     assert (res.outputs[1] != np.arange(n)).any()          # some tiles taken over
+
+
+# ---- issue 18 item 4: the async-proxy check covers tcgen05.mma operands ------------------------
+
+@pytest.mark.parametrize("fence", ["", "fence.proxy.async.shared::cta;"])
+def test_generic_store_to_a_tcgen05_mma_operand_needs_fence_proxy_async(fence):
+    import test_emu_tcgen05_ops as t5
+
+    wait = "  @!%p3 bra L1;\n"
+    body = t5.MMA.replace(wait, wait + f"  st.shared.u32 [%r13+16], %r1;\n  {fence}\n", 1)
+    for key, default in t5.PARTS.items():
+        body = body.replace(key, default)
+    src, _ = t5._mma_inputs(3)
+    out = np.zeros((128, t5.N), dtype=np.float32)
+    if fence:
+        t5._run(body, ".param .u64 src, .param .u64 out", [src, out], seed=3)
+    else:
+        with pytest.raises(emu.CheckFailed, match="tcgen05.mma of .*written by generic stores with no "
+                                                  "fence.proxy.async"):
+            t5._run(body, ".param .u64 src, .param .u64 out", [src, out], seed=3)
+
+
+# ---- forms met in public kernels' PTX (NVRTC's output for ordinary C++) -------------------------
+
+def _bits_case(op: str, a, b, c):
+    text = HEAD + f"""
+.visible .entry k(.param .u64 inp, .param .u64 out)
+{{
+{DECLS}
+    ld.param.u64 %rd1, [inp];
+    ld.param.u64 %rd5, [out];
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd2, %r0, 12;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.u32 %r1, [%rd3];
+    ld.global.u32 %r2, [%rd3+4];
+    ld.global.u32 %r3, [%rd3+8];
+    {op}
+    mul.wide.u32 %rd6, %r0, 4;
+    add.s64 %rd7, %rd5, %rd6;
+    st.global.u32 [%rd7], %r4;
+    ret;
+}}
+"""
+    inp = np.stack([a, b, c], axis=1).astype(np.uint32)
+    out = np.zeros(32, np.uint32)
+    return [int(x) for x in emu.launch(text, "k", grid=1, block=32, args=[inp, out]).outputs[1]]
+
+
+RNG = np.random.default_rng(17)
+A, B = RNG.integers(0, 1 << 32, 32, dtype=np.uint64), RNG.integers(0, 1 << 32, 32, dtype=np.uint64)
+C = RNG.integers(0, 1 << 32, 32, dtype=np.uint64)
+
+
+def _prmt(a, b, s):
+    pool = (b << 32) | a
+    out = 0
+    for k in range(4):
+        n = (s >> 4 * k) & 0xF
+        byte = (pool >> 8 * (n & 7)) & 0xFF
+        if n & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << 8 * k
+    return out
+
+
+def test_prmt_default_mode():
+    sel = RNG.integers(0, 1 << 16, 32, dtype=np.uint64)
+    got = _bits_case("prmt.b32 %r4, %r1, %r2, %r3;", A, B, sel)
+    assert got == [_prmt(int(a), int(b), int(s)) for a, b, s in zip(A, B, sel)]
+
+
+@pytest.mark.parametrize("lut", [0x96, 0xE8, 0xF8, 0x1E])
+def test_lop3_truth_tables(lut):
+    got = _bits_case(f"lop3.b32 %r4, %r1, %r2, %r3, {lut};", A, B, C)
+
+    def ref(a, b, c):
+        return sum(((lut >> ((a >> j & 1) << 2 | (b >> j & 1) << 1 | (c >> j & 1))) & 1) << j for j in range(32))
+    assert got == [ref(int(a), int(b), int(c)) for a, b, c in zip(A, B, C)]
+
+
+@pytest.mark.parametrize("typ", ["u32", "s32"])
+def test_bfe(typ):
+    pos, ln = RNG.integers(0, 40, 32, dtype=np.uint64), RNG.integers(0, 40, 32, dtype=np.uint64)
+    got = _bits_case(f"bfe.{typ} %r4, %r1, %r2, %r3;", A, pos, ln)
+
+    def ref(a, p, n):
+        if n == 0:
+            return 0
+        s = (a >> min(p + n - 1, 31)) & 1 if typ == "s32" else 0
+        return sum((((a >> (p + j)) & 1) if (j < n and p + j < 32) else s) << j for j in range(32))
+    assert got == [ref(int(a), int(p), int(n)) for a, p, n in zip(A, pos, ln)]
+
+
+@pytest.mark.parametrize("mode", ["l.wrap", "r.wrap", "l.clamp", "r.clamp"])
+def test_funnel_shift(mode):
+    n = RNG.integers(0, 64, 32, dtype=np.uint64)
+    got = _bits_case(f"shf.{mode}.b32 %r4, %r1, %r2, %r3;", A, B, n)
+
+    def ref(a, b, k):
+        k = k & 31 if "wrap" in mode else min(k, 32)
+        pair = (b << 32) | a
+        return ((pair << k) >> 32) & 0xFFFFFFFF if mode[0] == "l" else (pair >> k) & 0xFFFFFFFF
+    assert got == [ref(int(a), int(b), int(k)) for a, b, k in zip(A, B, n)]
+
+
+def test_brev():
+    got = _bits_case("brev.b32 %r4, %r1;", A, B, C)
+    assert got == [int(f"{int(a):032b}"[::-1], 2) for a in A]

@@ -7,10 +7,10 @@ mask)``. An opcode no family knows, or a form a family does not implement, is an
 
 from __future__ import annotations
 
-from porter.emu.ops import alu, call, clc, control, cp_async, memory, mma_sync, sync, tcgen05, tma, wgmma
+from porter.emu.ops import alu, bits, call, clc, control, cp_async, memory, mma_sync, sync, tcgen05, tma, wgmma
 
 FAMILIES = {}
-for _mod in (alu, control, memory, sync, tma, wgmma, mma_sync, cp_async, tcgen05, call, clc):
+for _mod in (alu, bits, control, memory, sync, tma, wgmma, mma_sync, cp_async, tcgen05, call, clc):
     FAMILIES.update(_mod.BUILDERS)
 
 
