@@ -581,3 +581,63 @@ def test_funnel_shift(mode):
 def test_brev():
     got = _bits_case("brev.b32 %r4, %r1;", A, B, C)
     assert got == [int(f"{int(a):032b}"[::-1], 2) for a in A]
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_pair_conversions(fmt):
+    # DeepGEMM-style quantisation: two f32 to an FP8 pair (first source to the upper byte,
+    # .satfinite clamps), and back to f16x2
+    import ml_dtypes
+    fp8 = ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2
+    big = 448.0 if fmt == "e4m3" else 57344.0
+    hi = (RNG.standard_normal(32) * 100).astype(np.float32)
+    lo = (RNG.standard_normal(32) * 3).astype(np.float32)
+    hi[:3] = [1e9, -1e9, np.inf]
+    got = _bits_case(f"cvt.rn.satfinite.{fmt}x2.f32 %rs1, %r1, %r2;\n cvt.u32.u16 %r4, %rs1;",
+                     hi.view(np.uint32), lo.view(np.uint32), C)
+    want_hi = np.clip(hi, -big, big).astype(fp8).view(np.uint8).astype(int)
+    want_lo = np.clip(lo, -big, big).astype(fp8).view(np.uint8).astype(int)
+    assert got == [(h << 8) | l for h, l in zip(want_hi, want_lo)]
+    back = _bits_case(f"cvt.u16.u32 %rs1, %r1;\n cvt.rn.f16x2.{fmt}x2 %r4, %rs1;", np.array(got, np.uint64), B, C)
+    halves = np.array(back, np.uint32)
+    np.testing.assert_array_equal((halves & 0xFFFF).astype(np.uint16).view(np.float16),
+                                  want_lo.astype(np.uint8).view(fp8).astype(np.float16))
+    np.testing.assert_array_equal((halves >> 16).astype(np.uint16).view(np.float16),
+                                  want_hi.astype(np.uint8).view(fp8).astype(np.float16))
+
+
+@pytest.mark.parametrize("op,typ", [("add", "u32"), ("min", "s32"), ("max", "u32"), ("xor", "b32")])
+def test_redux_sync(op, typ):
+    got = _bits_case(f"redux.sync.{op}.{typ} %r4, %r1, -1;", A, B, C)
+    vals = [int(a) for a in A]
+    if typ == "s32":
+        vals = [v - (1 << 32) if v >> 31 else v for v in vals]
+    ref = {"add": lambda v: sum(v), "min": min, "max": max,
+           "xor": lambda v: np.bitwise_xor.reduce(np.array(v, np.uint64))}[op](vals)
+    assert got == [int(ref) & 0xFFFFFFFF] * 32
+
+
+def test_getctarank_of_a_mapa_address():
+    text = HEAD + f"""
+.visible .entry k(.param .u64 out) .reqnctapercluster 2, 1, 1
+{{
+{DECLS}
+    .shared .align 4 .b32 cell;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, cell;
+    mapa.shared::cluster.u32 %r2, %r1, 1;
+    getctarank.shared::cluster.u32 %r3, %r2;
+    getctarank.shared::cluster.u32 %r4, %r1;
+    mov.u32 %r5, %cluster_ctarank;
+    mad.lo.u32 %r6, %r4, 10, %r3;
+    mul.wide.u32 %rd2, %r5, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 st.global.u32 [%rd3], %r6;
+    ret;
+}}
+"""
+    out = np.zeros(2, np.uint32)
+    got = emu.launch(text, "k", grid=2, block=32, args=[out]).outputs[0]
+    assert list(got) == [1, 11]                          # own rank * 10 + the mapa target's rank

@@ -480,8 +480,49 @@ def _round_float_to_int(x, mode):
         return np.rint(x)
 
 
+_FP8 = {"e4m3x2": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2x2": (ml_dtypes.float8_e5m2, 57344.0)}
+
+
+def _build_cvt_fp8(ins, d):
+    """``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 d, a, b`` (a to the upper byte, as bf16x2 packs;
+    .satfinite clamps to the largest finite value, NaN stays NaN) and
+    ``cvt.rn.{f16x2,bf16x2}.{e4m3x2,e5m2x2} d, a`` (the lower byte to the lower half)
+    (PTX ISA "cvt": the packed FP8 conversions)."""
+    parts = ins.parts
+    if parts[-1] == "f32" and parts[-2] in _FP8:
+        if "satfinite" not in parts or "rn" not in parts:
+            raise d.unsupported("(the ISA requires .rn.satfinite for f32 -> FP8 pairs)")
+        fp8, big = _FP8[parts[-2]]
+        dst, hi, lo = ins.operands
+        rhi, rlo, wd = d.src(hi, "f32"), d.src(lo, "f32"), d.dst(dst, "b16")
+
+        def code(v):
+            v = np.broadcast_to(np.asarray(v, np.float32), (32,))
+            v = np.where(np.isnan(v), v, np.clip(v, -big, big))
+            return v.astype(fp8).view(np.uint8).astype(np.uint16)
+
+        def pack8(w, m):
+            wd(w, (code(rhi(w)) << np.uint16(8)) | code(rlo(w)), m)
+        return pack8
+    if parts[-1] in _FP8 and parts[-2] in ("f16x2", "bf16x2"):
+        fp8, _ = _FP8[parts[-1]]
+        out_t = np.float16 if parts[-2] == "f16x2" else ml_dtypes.bfloat16
+        dst, a = ins.operands
+        ra, wd = d.src(a, "b16"), d.dst(dst, "b32")
+
+        def unpack8(w, m):
+            v = np.broadcast_to(np.asarray(ra(w)), (32,)).astype(np.uint16)
+            halves = [(v >> np.uint16(8 * k)).astype(np.uint8).view(fp8).astype(np.float32).astype(out_t)
+                      .view(np.uint16).astype(np.uint32) for k in (0, 1)]
+            wd(w, halves[0] | (halves[1] << np.uint32(16)), m)
+        return unpack8
+    raise d.unsupported()
+
+
 def build_cvt(ins, d):
     parts = ins.parts
+    if any(p in _FP8 for p in parts):
+        return _build_cvt_fp8(ins, d)
     types = [p for p in parts[1:] if p in NP]
     mods = [p for p in parts[1:] if p not in NP]
     if len(types) != 2:

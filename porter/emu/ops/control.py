@@ -215,6 +215,39 @@ def _shfl_fixed_clamp(mode, ra, rb, c, membermask, wd, wp):
     return shfl
 
 
+_REDUX = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+          "xor": np.bitwise_xor}
+
+
+def build_redux(ins, d):
+    """``redux.sync.op.type d, a, membermask`` (sm_80+, PTX ISA "redux.sync"): the reduction of
+    ``a`` over the member lanes, in every member lane (add wraps; .u32/.s32/.b32 only)."""
+    parts = ins.parts
+    op = parts[2] if len(parts) > 3 else None
+    t = parts[-1]
+    if parts[1] != "sync" or op not in _REDUX or t not in ("u32", "s32", "b32"):
+        raise d.unsupported()
+    dst, a, mask = ins.operands
+    ra, rmask, wd = d.src(a, t), d.src(mask, "b32"), d.dst(dst, t)
+    f = _REDUX[op]
+    wide = np.int64 if t == "s32" else np.uint64
+
+    def redux(w, m):
+        mv = rmask(w)
+        mm, r = _members(w, m, mv if np.ndim(mv) == 0 else mv[0])
+        if r is not None:
+            return r
+        vals = np.broadcast_to(np.asarray(ra(w)), (32,))[mm].astype(wide)
+        if not vals.size:
+            return None
+        total = f.reduce(vals)
+        if op == "add":
+            total = total & wide(0xFFFFFFFF) if t != "s32" else np.int64(np.int32(np.int64(total) & 0xFFFFFFFF))
+        wd(w, np.full(32, total).astype(np.uint64 if t != "s32" else np.int64).astype(
+            {"u32": np.uint32, "b32": np.uint32, "s32": np.int32}[t]), mm)
+    return redux
+
+
 def build_vote(ins, d):
     parts = ins.parts
     mode = parts[2]
@@ -277,5 +310,5 @@ def build_activemask(ins, d):
     return activemask
 
 
-BUILDERS = {"bra": build_bra, "ret": build_ret, "exit": build_ret, "trap": build_trap, "shfl": build_shfl,
+BUILDERS = {"redux": build_redux, "bra": build_bra, "ret": build_ret, "exit": build_ret, "trap": build_trap, "shfl": build_shfl,
             "vote": build_vote, "elect": build_elect, "activemask": build_activemask}

@@ -393,6 +393,21 @@ def build_mapa(ins, d):
     return mapa
 
 
+def build_getctarank(ins, d):
+    """``getctarank{.shared::cluster}.{u32,u64} d, a``: the rank of the CTA whose shared memory
+    ``a`` names (the rank bits of the shared::cluster window, memory.py)."""
+    if ins.parts[-1] not in ("u32", "u64"):
+        raise d.unsupported()
+    t = ins.parts[-1]
+    dst, a = ins.operands
+    ra, wd = d.src(a, t), d.dst(dst, "u32")
+
+    def getctarank(w, m):
+        v = np.broadcast_to(np.asarray(ra(w)), (32,)).astype(np.int64)
+        wd(w, ((v >> mem.RANK_SHIFT) & mem.RANK_MASK).astype(np.uint32), m)
+    return getctarank
+
+
 def build_setmaxnreg(ins, d):
     parts = ins.parts
     inc = parts[1] == "inc"
@@ -449,7 +464,7 @@ def build_nanosleep(ins, d):
 build_nanosleep.n_dst = 0
 
 BUILDERS = {"bar": build_bar, "barrier": build_bar, "mbarrier": build_mbarrier, "fence": build_fence,
-            "membar": build_fence, "mapa": build_mapa, "setmaxnreg": build_setmaxnreg,
+            "membar": build_fence, "mapa": build_mapa, "getctarank": build_getctarank, "setmaxnreg": build_setmaxnreg,
             "nanosleep": build_nanosleep, "prefetch": build_noop, "prefetchu": build_noop,
             "createpolicy": build_createpolicy, "discard": build_noop, "applypriority": build_noop,
             "griddepcontrol": build_noop}

@@ -47,6 +47,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx, tmem_hb
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed, EmuError, Unsupported
+from porter.emu.ops.memory import check_async_read
 from porter.emu.units import tcgen05 as tc
 from porter.emu.units import tmem as tmem_unit
 
@@ -565,6 +566,9 @@ def _build_mma(ins, d, g: int):
                 if addrs.max() >= cta.smem.data.size or addrs.min() < mem.SHARED_RESERVED:
                     raise CheckFailed(f"{where}: {who}: tcgen05.mma operand bytes 0x{int(addrs.min()):x}.."
                                       f"0x{int(addrs.max()):x} fall outside {cta.name}'s shared memory")
+                # the MMA reads its shared operands through the async proxy (PTX ISA "Memory
+                # Consistency Model: Proxies"): generic stores to them need a fence.proxy.async
+                check_async_read(cta, addrs, f"{where}: the tcgen05.mma of {who}")
                 snapshots.append((cta, addrs, cta.smem.data[addrs].copy()))
             for cta, r in reads:
                 _note_access(tcs[ctas.index(cta)], r, me, False)
@@ -805,6 +809,7 @@ def _build_cp(ins, d, g: int):
                 if src.max() >= cta.smem.data.size or src.min() < mem.SHARED_RESERVED:
                     raise CheckFailed(f"{where}: {who}: tcgen05.cp source bytes fall outside {cta.name}'s "
                                       "shared memory")
+                check_async_read(cta, src, f"{where}: the tcgen05.cp of {who}")
                 _wrap(where, who, lambda: st.tmem.cp(addr, cta.smem.data, sdesc, shape, multicast, g))
                 _note_access(st, region, _agent(w), True)
                 tmem_hb.issue(w, cta, region, True, line, name)
