@@ -139,6 +139,13 @@ MUTATIONS = [
      [("porter::mbar_wait_cluster(bar(bars.acc_empty[buf]), acc_phase ^ 1);",
        "porter::mbar_wait_cluster(bar(bars.acc_empty[buf]), acc_phase);")],
      (768, 256, 256), "deadlock"),
+    # the pair form's accumulator-full wait is a CTA-scope acquire since issue 17 item 4: what
+    # orders the epilogue's tcgen05.ld after the multicast commit is the fence after it; drop
+    # the fence and the simulator reports the unordered TMEM hand-off
+    ("pair-cta-scope-wait-missing-fence", "gemm", "gemm.bf16.pair",
+     [("porter::mbar_wait(bar(bars.acc_full[buf]), acc_phase);\n            porter::tc::fence_after_thread_sync();",
+       "porter::mbar_wait(bar(bars.acc_full[buf]), acc_phase);")],
+     (256, 256, 64), "without tcgen05.fence::after_thread_sync"),
     # attention: the softmax corrects O without waiting for the previous P V (pv_done): its
     # tcgen05.ld of O is ordered after no commit of the MMA writing O (the TMEM
     # happens-before check, in any order); without it, depending on the seeded order, the ld

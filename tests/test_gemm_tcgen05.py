@@ -521,3 +521,40 @@ def test_epilogue_model_sees_an_unmirrored_store(builds):
     assert src != b.source
     with pytest.raises(AssertionError):
         _model_epilogue(b.spec.config, src)
+
+
+@pytest.mark.parametrize("variant", ["bf16", "nvfp4"])
+def test_pair_waits_no_stronger_than_the_isa_needs(arch, variant):
+    """Issue 17 item 4: in the pair form only the accumulator hand-back (acc_empty, generic
+    arrivals from the other CTA) waits with a cluster-scope acquire; the stage and
+    accumulator-full waits (TMA complete_tx, tcgen05.commit) take the CTA-scope one, so the
+    L1 invalidate ptxas puts after a cluster-scope acquire leaves the per-K-step path.
+    wait_scope=cluster (the previous form) puts it back on every wait."""
+    from porter.kernels import knobs
+
+    name = f"gemm.{variant}.pair"
+    forms = {scope: knobs.spec_with_knobs(arch, name, {"wait_scope": scope}) for scope in ("cta", "cluster")}
+    assert gemm.make_spec(arch, variant, True).config["wait_scope"] == "cta"
+    src = {scope: gemm.render(spec, arch) for scope, spec in forms.items()}
+    waits = {scope: re.findall(r"porter::(mbar_wait(?:_cluster)?)\(bar\(bars\.(\w+)\[", text)
+             for scope, text in src.items()}
+    assert {b for w, b in waits["cta"] if w == "mbar_wait_cluster"} == {"acc_empty"}
+    assert {b for w, b in waits["cta"] if w == "mbar_wait"} == {"full", "empty", "acc_full"}
+    assert {w for w, _ in waits["cluster"]} == {"mbar_wait_cluster"}
+    assert len(waits["cta"]) == len(waits["cluster"])
+    l1 = arch.sass_pattern("op:l1_invalidate")
+    built = {scope: build_kernel(spec, arch) for scope, spec in forms.items()}
+    for b in built.values():
+        assert b.level == Level.SASS_CHECKED and b.resources["spill_store_bytes"] == 0
+    fewer = sasslib.count_matching(built["cluster"].histogram, l1) - sasslib.count_matching(built["cta"].histogram, l1)
+    assert fewer >= 3, (built["cta"].histogram, built["cluster"].histogram)   # >= one per relaxed wait site
+
+
+def test_wait_scope_is_a_pair_knob(arch):
+    from porter.kernels import knobs
+
+    with pytest.raises(PorterError, match="wait_scope"):
+        knobs.spec_with_knobs(arch, "gemm.bf16", {"wait_scope": "cluster"})
+    with pytest.raises(PorterError, match="wait_scope"):
+        knobs.spec_with_knobs(arch, "gemm.bf16.pair", {"wait_scope": "gpu"})
+    assert "wait_scope" not in gemm.make_spec(arch, "bf16", False).config

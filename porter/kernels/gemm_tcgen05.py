@@ -181,7 +181,11 @@ def budget_overhead() -> int:
 
 # Knobs (``--set``, porter.kernels.knobs): the choices above, overridable and held to the
 # same budgets. tile_m is the MMA's M (the 128 TMEM lanes per CTA): listed, not free.
-KNOBS = ("tile_m", "tile_n", "stages", "acc_buffers", "group_m", "grid_ctas", "persistent")
+KNOBS = ("tile_m", "tile_n", "stages", "acc_buffers", "group_m", "grid_ctas", "persistent", "wait_scope")
+# The pair form's stage / accumulator-full waits (templates/gemm/tcgen05.cu.j2 says why each
+# needs no more): "cta" (the ISA's minimum, the default) or "cluster" (every wait a
+# cluster-scope acquire, the form before issue 17 item 4, kept for the GPU visit's A/B).
+WAIT_SCOPES = ("cta", "cluster")
 MIN_KNOB_STAGES = 2
 
 
@@ -192,15 +196,21 @@ def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
     kind = _pick_kind(arch, variant)
     scheme = SCALE_SCHEMES[variant.block_scale] if variant.block_scale else None
     mma_m = _mma_m(arch, kind, cta_group)
-    return {"tile_m": (mma_m,), "tile_n": _legal_n(arch, kind, mma_m, cta_group, scheme),
-            "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)), "acc_buffers": (1, 2),
-            "tile_order": kr.TILE_ORDERS, **kr.schedule_space(arch, cta_group, GROUP_M)}
+    space = {"tile_m": (mma_m,), "tile_n": _legal_n(arch, kind, mma_m, cta_group, scheme),
+             "stages": tuple(range(MIN_KNOB_STAGES, MAX_STAGES + 1)), "acc_buffers": (1, 2),
+             "tile_order": kr.TILE_ORDERS, **kr.schedule_space(arch, cta_group, GROUP_M)}
+    if pair:    # a single CTA's waits see only its own CTA: no scope to choose
+        space["wait_scope"] = WAIT_SCOPES
+    return space
 
 
 def knobs_of(config) -> dict:
-    return {"tile_m": config["tile_m"], "tile_n": config["tile_n"], "stages": config["stages"],
-            "acc_buffers": config["acc_buffers"], "group_m": config["group_m"], "grid_ctas": config["grid_ctas"],
-            "persistent": config.get("persistent", True), "tile_order": config.get("tile_order", "m")}
+    out = {"tile_m": config["tile_m"], "tile_n": config["tile_n"], "stages": config["stages"],
+           "acc_buffers": config["acc_buffers"], "group_m": config["group_m"], "grid_ctas": config["grid_ctas"],
+           "persistent": config.get("persistent", True), "tile_order": config.get("tile_order", "m")}
+    if "wait_scope" in config:
+        out["wait_scope"] = config["wait_scope"]
+    return out
 
 
 def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = ""):
@@ -380,6 +390,12 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
     config["sfb_stage_chunks"] = layout["sfb_chunks"]
     config["sf_k_chunks"] = layout["sf_k_chunks"]
     config["tma_maps"] = _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme)
+    if pair:
+        config["wait_scope"] = knobs.get("wait_scope", WAIT_SCOPES[0])
+        if "wait_scope" in knobs:
+            kr.check_choice(name, "wait_scope", knobs["wait_scope"], WAIT_SCOPES,
+                            "cta: stage / accumulator-full waits at CTA scope (the ISA's minimum); "
+                            "cluster: every wait a cluster-scope acquire (the previous form)")
     if knobs:   # what was overridden, so show / reports say so (absent from default specs)
         config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
         if not persistent:

@@ -44,6 +44,10 @@ AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("gemm.nvfp4", ("tile_n=128",), "block-scaled N 256 x 1 accumulator vs N 128 x 2"),
     ("gemm.mxfp8.pair", ("tile_n=128",), "block-scaled pair 256 x 256, 1 accumulator vs 256 x 128 x 2"),
     ("gemm.nvfp4.pair", ("tile_n=128",), "block-scaled pair 256 x 256, 1 accumulator vs 256 x 128 x 2"),
+    # issue 17 item 4 (wave-bw): pair GEMMs' stage / accumulator-full waits at CTA scope (no
+    # CCTL.IVALL per K step) vs every wait a cluster-scope acquire
+    *((k, ("wait_scope=cluster",), "pair waits: CTA-scope acquire where the ISA allows vs all cluster-scope")
+      for k in ("gemm.bf16.pair", "gemm.fp8.pair", "gemm.mxfp8.pair", "gemm.nvfp4.pair")),
     # issue 17 item 5 (wave-hopper): Hopper fp8 accumulates the whole K in the wgmma accumulator
     # (FAST_ACCUM) at 128 x 256 over promotion into fp32 registers every 128 of K at 128 x 128
     ("gemm.fp8", ("accumulation=promoted", "tile_n=128"),
