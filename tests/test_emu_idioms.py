@@ -641,3 +641,16 @@ def test_getctarank_of_a_mapa_address():
     out = np.zeros(2, np.uint32)
     got = emu.launch(text, "k", grid=2, block=32, args=[out]).outputs[0]
     assert list(got) == [1, 11]                          # own rank * 10 + the mapa target's rank
+
+
+# ---- issue 18 item 4: no error for a rule the ISA does not state --------------------------------
+
+def test_tmem_lane_field_beyond_127_and_dealloc_by_another_warp():
+    from porter.emu.units.tmem import TensorMemory
+
+    t = TensorMemory()
+    a = t.alloc(0, 32)
+    t.st(1, a | (160 << 16), "32x32b", 1, np.arange(32, dtype=np.uint32)[:, None])   # lane 160 = 32 (mod 128)
+    got = t.ld(1, a | (32 << 16), "32x32b", 1)
+    np.testing.assert_array_equal(got[:, 0], np.arange(32))
+    t.dealloc(2, a, 32)

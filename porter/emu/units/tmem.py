@@ -44,8 +44,12 @@ Emulation choices (the ISA leaves them open) and doubts:
 
 * ``alloc`` takes the lowest free run aligned to ``ncols`` (the SASS is
   ``UTCATOMSWS.FIND_AND_SET.ALIGN``); a kernel must not depend on which one it gets.
-* ``dealloc`` must come from the warp that allocated (``same_warp_dealloc=True``): the ISA's
-  "one warp ... must perform the allocation and de-allocation" read strictly.
+* ``dealloc`` may come from any warp of the allocating CTA (the ISA states no rule tying it
+  to the allocating warp; ``same_warp_dealloc=True`` asks for that stricter reading). What
+  it does state stays checked: the address and column count of a live allocation.
+* a lane field of 128 or more in a ``tcgen05.ld/st`` address names no TMEM lane the ISA
+  defines; the warp's own lane quarter is what it reaches, so the field is read modulo 128
+  (the quarter rule, which the ISA states, is checked on that).
 * ``.16x64b``, ``.16x128b`` and ``.16x256b`` follow Figures 184-186, which the text only names;
   the thread maps in ``_fragment`` were checked (as facts, not code) against the value layouts
   of CUTLASS's ``SM100_TMEM_LOAD_16dp*`` copy traits: thread ``t`` serves row ``t/4`` (+8 for
@@ -103,7 +107,7 @@ class Allocation:
 class TensorMemory:
     """One CTA's Tensor Memory; ``where`` (e.g. "cta 1") prefixes every error message."""
 
-    def __init__(self, where: str = "", *, same_warp_dealloc: bool = True,
+    def __init__(self, where: str = "", *, same_warp_dealloc: bool = False,
                  check_undefined: bool = True) -> None:
         self.where = where
         self.cells = np.zeros((LANES, COLUMNS), dtype=np.uint32)
@@ -236,6 +240,7 @@ class TensorMemory:
         if num not in _NUMS or num > _MAX_NUM[shape]:
             raise EmuError(self._at(f"{what}: .x{num} is not valid with .{shape} (Table 47)"))
         lane0, col0 = split_address(address)
+        lane0 %= LANES                 # (module docstring: lane fields >= 128)
         quarter = warp_id % 4
         lo = LANES_PER_WARP * quarter
         nl = _LANES_OF_SHAPE[shape]
