@@ -105,3 +105,44 @@ def test_unmutated_kernel_passes_at_the_mutation_shapes(hopper):
     shapes = sorted({m[4] for m in MUTATIONS if m[2] == "gemm.bf16"})
     result = emulate(spec, hopper, shapes=shapes, seeds=1, source=source)
     assert result["status"] == "passed", result["reason"]
+
+
+# Planted bugs in the megakernel's cross-CTA counters (issue 17 item 8): the waits spin on
+# ld.acquire before backing off, and the signal is one release after the CTA barrier with
+# no fence before it. Each broken copy runs the tiny model's decode step in the simulator.
+# (The dropped fence itself has no planted twin: porter's simulator is sequentially
+# consistent for global memory, so a relaxed signal would pass there; the argument that
+# the release suffices is the PTX memory model's, written in counters.cuh.)
+MEGAKERNEL_MUTATIONS = [
+    # the spin gives up after kSpinPolls polls as if the count were reached: the consumer
+    # reads activations its producers have not written yet
+    ("counter-spin-exits-early",
+     [("        if (ld_acquire_gpu(counter) >= target) return;",
+       "        if (ld_acquire_gpu(counter) >= target || poll == kSpinPolls - 1) return;")],
+     "outside tolerance or unwritten"),
+    # early release: the signal goes out before the barrier that orders the other compute
+    # warps' stores of the instruction
+    ("counter-signal-before-barrier",
+     [("        group_sync();           // every store of this instruction issued\n"
+       "        if (c.ct == 0 && signal >= 0) {\n"
+       "            // the release orders the CTA's stores, which the barrier above put before\n"
+       "            // it in causality order: no fence first (counters.cuh, \"Ordering\")\n"
+       "            signal_counter(counters + signal);\n"
+       "        }",
+       "        if (c.ct == 0 && signal >= 0) signal_counter(counters + signal);\n"
+       "        group_sync();")],
+     "outside tolerance or unwritten"),
+]
+
+
+@pytest.mark.parametrize("case", MEGAKERNEL_MUTATIONS, ids=[m[0] for m in MEGAKERNEL_MUTATIONS])
+def test_planted_megakernel_counter_bug_is_caught(case, hopper):
+    _, edits, reason = case
+    spec = family_module("megakernel").variants(hopper)[0]
+    source = family_module("megakernel").render(spec, hopper)
+    for old, new in edits:
+        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:70]!r}"
+        source = source.replace(old, new)
+    result = emulate(spec, hopper, shapes=["tiny"], seeds=1, source=source)
+    assert result["status"] == "failed", result
+    assert reason in result["reason"], result["reason"]

@@ -71,7 +71,8 @@ PORTER_DEVICE void run_compute(Ctx& c, int* ibuf, const int* queue, int queue_le
         execute(c, op);
         group_sync();           // every store of this instruction issued
         if (c.ct == 0 && signal >= 0) {
-            __threadfence();    // the CTA's stores (ordered by the barrier) before the signal
+            // the release orders the CTA's stores, which the barrier above put before
+            // it in causality order: no fence first (counters.cuh, "Ordering")
             signal_counter(counters + signal);
         }
     }

@@ -64,18 +64,48 @@ PORTER_DEVICE void load_matvec_pages(const PageRing& ring, const TensorDesc* ten
     }
 }
 
-// One warp: dot of a bf16 row (nvec x 8 elements, shared memory) with x (fp32,
-// shared memory); lanes stride over 16-byte vectors, then a shuffle reduction.
-// Two accumulators halve the dependent-FMA chain.
-PORTER_DEVICE float dot_row(const uint4* row, const float4* x4, int nvec, int lane) {
+// The input vector in registers: lane l of every compute warp holds the x elements
+// of the 16-byte weight vectors l, l + 32, ... (8 floats each) for the first
+// kXRegVecs of them, loaded from shared memory once per instruction instead of once
+// per row (a warp reduces up to a whole page of rows against the same x). 8 vectors
+// (64 registers) cover K <= 32 x 8 x 8 = 2048 - every matvec of Llama-3.2-1B but the
+// down projection (K 8192), whose remaining columns stay in shared memory.
+constexpr int kXRegVecs = 8;
+
+struct XRegs {
+    float4 v[2 * kXRegVecs];
+};
+
+PORTER_DEVICE void load_x_regs(XRegs& xr, const float4* x4, int nvec, int lane) {
+#pragma unroll
+    for (int j = 0; j < kXRegVecs; ++j) {
+        const int v = lane + 32 * j;
+        const bool in = v < nvec;
+        xr.v[2 * j] = in ? x4[2 * v] : make_float4(0.f, 0.f, 0.f, 0.f);
+        xr.v[2 * j + 1] = in ? x4[2 * v + 1] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+PORTER_DEVICE void fma_vec(const uint4 q, const float4 xa, const float4 xb, float& a0, float& a1) {
+    a0 = fmaf(bf16_lo(q.x), xa.x, a0); a1 = fmaf(bf16_hi(q.x), xa.y, a1);
+    a0 = fmaf(bf16_lo(q.y), xa.z, a0); a1 = fmaf(bf16_hi(q.y), xa.w, a1);
+    a0 = fmaf(bf16_lo(q.z), xb.x, a0); a1 = fmaf(bf16_hi(q.z), xb.y, a1);
+    a0 = fmaf(bf16_lo(q.w), xb.z, a0); a1 = fmaf(bf16_hi(q.w), xb.w, a1);
+}
+
+// One warp: dot of a bf16 row (nvec x 8 elements, shared memory) with x (fp32: its
+// first kXRegVecs vectors per lane from xr, the rest from shared memory); lanes
+// stride over 16-byte vectors in the same order either way (so the sums round as
+// before), then a shuffle reduction. Two accumulators halve the dependent-FMA chain.
+PORTER_DEVICE float dot_row(const uint4* row, const XRegs& xr, const float4* x4, int nvec, int lane) {
     float a0 = 0.f, a1 = 0.f;
-    for (int v = lane; v < nvec; v += 32) {
-        const uint4 q = row[v];
-        const float4 xa = x4[2 * v], xb = x4[2 * v + 1];
-        a0 = fmaf(bf16_lo(q.x), xa.x, a0); a1 = fmaf(bf16_hi(q.x), xa.y, a1);
-        a0 = fmaf(bf16_lo(q.y), xa.z, a0); a1 = fmaf(bf16_hi(q.y), xa.w, a1);
-        a0 = fmaf(bf16_lo(q.z), xb.x, a0); a1 = fmaf(bf16_hi(q.z), xb.y, a1);
-        a0 = fmaf(bf16_lo(q.w), xb.z, a0); a1 = fmaf(bf16_hi(q.w), xb.w, a1);
+#pragma unroll
+    for (int j = 0; j < kXRegVecs; ++j) {
+        const int v = lane + 32 * j;
+        if (v < nvec) fma_vec(row[v], xr.v[2 * j], xr.v[2 * j + 1], a0, a1);
+    }
+    for (int v = lane + 32 * kXRegVecs; v < nvec; v += 32) {
+        fma_vec(row[v], x4[2 * v], x4[2 * v + 1], a0, a1);
     }
     return warp_sum(a0 + a1);
 }
@@ -156,6 +186,8 @@ PORTER_DEVICE void op_matvec(Ctx& c) {
     const int streams = matvec_streams(c.flags());
     const int r0 = c.word(isa::W_R0), r1 = c.word(isa::W_R1);
     const float4* x4 = reinterpret_cast<const float4*>(c.x);
+    XRegs xr;                   // stage_input's closing barrier: c.x is complete
+    load_x_regs(xr, x4, nvec, c.lane);
     float best_v = -__int_as_float(0x7f800000);
     int best_i = 0x7fffffff;
     for (int ws = r0; ws < r1; ws += kYRows) {
@@ -169,7 +201,7 @@ PORTER_DEVICE void op_matvec(Ctx& c) {
                 const uint4* page = reinterpret_cast<const uint4*>(c.page(seq));
                 float* dst = (s == 0 ? c.y : c.u) + (g0 - ws);
                 for (int r = 0; r < rows; ++r) {
-                    const float d = dot_row(page + r * nvec, x4, nvec, c.lane);
+                    const float d = dot_row(page + r * nvec, xr, x4, nvec, c.lane);
                     if (c.lane == 0) dst[r] = d;
                 }
                 ring_release(c.ring, seq);

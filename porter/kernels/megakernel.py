@@ -38,7 +38,10 @@ LOADER_WARPS = 1                 # one warp issues every page copy; its lanes mo
 # while the rest are in flight from HBM. More warps would leave fewer pages in
 # flight and lengthen the cross-warp reductions (norms, argmax, attention merge).
 MAX_COMPUTE_WARPS = 8
-REGS_PER_THREAD_BUDGET = 128     # the attention partial keeps q, o, m, l of a group in registers
+# Registers per thread the kernel is planned for: the attention partial keeps q, o, m, l
+# of a group in registers, and a matvec keeps its input vector's first 8 x 8 floats per
+# lane (matvec.cuh kXRegVecs; 147-151 registers compiled, no spills).
+REGS_PER_THREAD_BUDGET = 160
 Y_ROWS = 128                     # matvec row window (results kept in shared memory)
 MAX_PAGES = 32                   # mbarrier slots reserved in the layout
 # Every CTA carries a 1 KiB system-reserved shared-memory section (sm_90, sm_100; a

@@ -52,10 +52,11 @@ Executing one instruction
    acquire also invalidates the SM's L1, so plain loads after the barrier do not
    hit lines cached before another SM rewrote them.)
 2. Do the opcode's work (below). All threads of the CTA may take part.
-3. Signal: if ``SIGNAL >= 0``: make every global write of this instruction visible
-   (a CTA barrier over all writing threads, then ``__threadfence()``) then one
-   thread does ``red.release.gpu.add(&counters[SIGNAL], 1)``. Exactly one increment
-   per instruction, never more.
+3. Signal: if ``SIGNAL >= 0``: a CTA barrier over all writing threads, then one
+   thread does ``red.release.gpu.add(&counters[SIGNAL], 1)``: the release orders every
+   global write of the instruction that the barrier put before it (no separate fence;
+   kernels_src/megakernel/counters.cuh says why). Exactly one increment per
+   instruction, never more.
 
 Weight prefetch: tensors of kind ``weight`` and ``table`` never change during a
 step, so their reads may be issued before step 1's waits are met (e.g. a loader warp
