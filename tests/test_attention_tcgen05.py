@@ -546,6 +546,21 @@ def test_row_max_and_sum_are_tree_reductions(specs, tc_arch):
     assert red["max_depth"] == bn // parts + parts.bit_length() - 1 < bn // 2
     src = attention.render(spec, tc_arch)
     assert f"constexpr int kRowParts = {parts};" in src
-    assert "const float mx = tree_max(part);" in src and "l = l * alpha + tree_sum(part);" in src
+    assert "const float row_max = tree_max(part);" in src and "l = l * alpha + tree_sum(part);" in src
     # no running chain over the row is left
     assert "mx = fmaxf(mx," not in src and "sum += p0 + p1" not in src
+
+
+def test_lazy_rescale_threshold_is_a_knob(tc_arch):
+    """Default 8 (FA4: O rescaled only when the max grows past 2^8); 0 = the classic online
+    softmax, kept for an A/B on the first GPU visit; the numerics model follows the config."""
+    spec = attention_tcgen05.make_one(tc_arch, 128, False, pair=False)
+    assert spec.config["rescale_threshold_log2"] == 8
+    src = attention.render(spec, tc_arch)
+    assert "constexpr float kRescaleThreshold = 8.0f;" in src
+    classic = attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"rescale_threshold": 0})
+    assert "constexpr float kRescaleThreshold = 0.0f;" in attention.render(classic, tc_arch)
+    with pytest.raises(PorterError, match="rescale_threshold"):
+        attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"rescale_threshold": 3})
+    res = attention.numerics(spec, tc_arch)
+    assert res["passed"] and all(c["rescale_threshold"] == 8.0 for c in res["cases"])

@@ -179,3 +179,13 @@ def test_unmutated_kernels_pass_at_the_mutation_shapes(blackwell):
         shapes = sorted({m[4] for m in MUTATIONS if m[2] == name})
         result = emulate(spec, blackwell, shapes=shapes, seeds=1)
         assert result["status"] == "passed", (name, result["reason"])
+
+
+def test_attention_classic_rescale_form_emulated(blackwell):
+    """rescale_threshold=0 (O corrected in TMEM whenever a row's max grows: the A/B partner of
+    FA4's lazy rescaling, whose default skips nearly every correction on N(0, 1) inputs) still
+    runs correctly in the simulator, so the correct_o path stays covered."""
+    from porter.kernels import attention_tcgen05
+
+    spec = attention_tcgen05.make_one(blackwell, 128, False, pair=False, knobs={"rescale_threshold": 0})
+    _check_result(emulate(spec, blackwell, seeds=1), spec, 1)

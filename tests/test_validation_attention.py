@@ -147,3 +147,54 @@ def test_wrong_mask_alignment_fails():
     out, lse = RA.flash_attention_model(q, k[:, :, :32], v[:, :, :32], causal=True)
     r = A.check_attention_outputs(out, lse, ref, lse_ref, same)
     assert not r["passed"]
+
+
+# ---- FA4-style softmax of the tcgen05 mainloop: lazy rescaling, polynomial exp2 ----------
+
+def _growing_scores(seed=3, d=64, sk=512):
+    """q, k whose later keys score far higher (k rows scaled up tile by tile), so a row's max
+    grows by more than 2^8 between some tiles and by less between others."""
+    q, k, v = A.random_qkv(1, 2, 2, 64, sk, d, seed)
+    k = RA.round_bf16(k * np.repeat(np.array([0.5, 1.0, 4.0, 4.5]), sk // 4)[None, None, :, None])
+    return q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lazy_rescale_normalises_exactly_within_the_policy(causal):
+    q, k, v = _growing_scores()
+    ref, lse_ref = RA.reference_attention(q, k, v, causal)
+    same, _ = RA.attention_same_precision(q, k, v, causal)
+    out0, lse0, n0 = A.tcgen05_softmax_model(q, k, v, causal, 128, None, 0.0)
+    out8, lse8, n8 = A.tcgen05_softmax_model(q, k, v, causal, 128, None, 8.0)
+    assert n8 < n0 and n8 > 0, (n0, n8)        # both paths taken: some rescales skipped, some not
+    plain, plain_lse = RA.flash_attention_model(q, k, v, causal, 128)
+    assert np.array_equal(out0, plain) and np.array_equal(lse0, plain_lse)   # threshold 0 = the classic model
+    res = A.check_attention_outputs(out8, lse8, ref, lse_ref, same)
+    assert res["passed"], res
+    assert np.max(np.abs(lse8 - lse0)) < 1e-5
+
+
+def test_exp2_polynomial_accuracy_against_bf16_p():
+    x = np.linspace(-126, 8, 400001).astype(np.float32)
+    got = A.exp2_poly_fp32(x).astype(np.float64)
+    rel = np.abs(got / np.exp2(x.astype(np.float64)) - 1)
+    assert rel.max() <= A.EXP2_POLY_MAX_REL_ERR < 2.0 ** -9 / 100      # far below bf16 P's half ulp
+    # masked scores and ftz: exactly 0, never NaN
+    assert A.exp2_poly_fp32(np.array([-np.inf, -200.0, -126.5], np.float32)).tolist() == [0.0, 0.0, 0.0]
+    # at integers the exponent trick is exact up to the polynomial's value at 0
+    assert abs(A.exp2_poly_fp32(np.float32(5.0)) / 32 - 1) <= A.EXP2_POLY_MAX_REL_ERR
+
+
+@pytest.mark.parametrize("share", [0.5, 1.0])
+def test_poly_exp2_share_passes_every_case(share):
+    for case in A.ALL_CASES:
+        res = A.check_attention(*case, rescale_threshold=8.0, poly_exp2_share=share)
+        assert res["passed"], (case, res)
+    assert A.poly_columns(128, 0.5).sum() == 64 and A.poly_columns(128, 0.0).sum() == 0
+
+
+def test_fa4_options_are_checked():
+    with pytest.raises(PorterError, match="poly_exp2_share"):
+        A.check_attention(64, False, poly_exp2_share=1.5)
+    with pytest.raises(PorterError, match="fault"):
+        A.check_attention(64, False, rescale_threshold=8.0, fault="no_rescale")

@@ -125,7 +125,10 @@ def numerics(spec: KernelSpec, arch) -> dict:
     head_dim = spec.config["head_dim"]
     causal = bool(spec.config["causal"])
     block_n = spec.config["block_n"]
-    cases = [check_attention(head_dim, causal, b, hq, hkv, sq, sk, seed=0, block_n=block_n)
+    # The tcgen05 mainloop's FA4 softmax (lazy rescale, polynomial exp2) where its config has it.
+    fa4 = {"rescale_threshold": float(spec.config.get("rescale_threshold_log2", 0)),
+           "poly_exp2_share": float(spec.config.get("poly_exp2_share", 0))}
+    cases = [check_attention(head_dim, causal, b, hq, hkv, sq, sk, seed=0, block_n=block_n, **fa4)
              for (b, hq, hkv, sq, sk) in NUMERICS_CASES]
     return {"variant": spec.variant, "block_n": block_n, "cases": cases,
             "passed": all(c["passed"] for c in cases)}

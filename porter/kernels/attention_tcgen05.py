@@ -59,6 +59,11 @@ MMA_K = 16                  # kind::f16: 256 bits of K per MMA
 # Row max / row sum as tree reductions over this many independent partials (FA4): the
 # dependent depth per S row is block_n / ROW_PARTS + log2(ROW_PARTS) instead of block_n.
 ROW_PARTS = 8
+# O and l are rescaled only when a row's max grows by more than this (in exp2 units, i.e.
+# by a factor 2^8 = 256; FA4's figure): P stays <= 256, exact final normalisation. 0 = the
+# classic online softmax (rescale on any growth). Knob ``rescale_threshold``.
+RESCALE_THRESHOLD = 8
+RESCALE_THRESHOLDS = (0, 4, 8)
 
 
 def barrier_count(stages: int) -> int:
@@ -138,7 +143,7 @@ def make_spec(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupporte
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile (S columns, held to the TMEM
 # budget), K/V stages and the persistent grid.
-KNOBS = ("block_n", "stages", "grid_ctas", "persistent")
+KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold")
 
 
 def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
@@ -148,12 +153,14 @@ def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[st
     ns = tuple(n for n in (64, 128, 192, 256)
                if arch.tensor_core.valid_shape(MMA_KIND, CTA_ROWS * cta_group, n, cta_group) and (n // cta_group) % 8 == 0)
     return {"block_n": ns, "stages": tuple(range(MIN_STAGES, MAX_STAGES + 1)),
+            "rescale_threshold": RESCALE_THRESHOLDS,
             **{k: v for k, v in kr.schedule_space(arch, cta_group, 1).items() if k != "group_m"}}
 
 
 def knobs_of(config) -> dict:
     return {"block_n": config["block_n"], "stages": config["stages"], "grid_ctas": config["grid_ctas"],
-            "persistent": config.get("persistent", True)}
+            "persistent": config.get("persistent", True),
+            "rescale_threshold": config.get("rescale_threshold_log2", RESCALE_THRESHOLD)}
 
 
 def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> KernelSpec | Unsupported:
@@ -187,6 +194,9 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
                             f"kind::{MMA_KIND} N at M={block_m} cta_group::{cta_group}, whole 8-key atoms per CTA")
         if "stages" in knobs:
             kr.check_int(name, "stages", knobs["stages"], MIN_STAGES, MAX_STAGES, "K/V ring depth")
+        if "rescale_threshold" in knobs:
+            kr.check_choice(name, "rescale_threshold", knobs["rescale_threshold"], RESCALE_THRESHOLDS,
+                            "exp2 units of max growth before O is rescaled (0 = on any growth)")
     block_n = knobs.get("block_n", BLOCK_N)
     for n in (block_n, head_dim):
         if not arch.tensor_core.valid_shape(MMA_KIND, block_m, n, cta_group):
@@ -263,6 +273,8 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         "row_reduction": {"kind": "tree", "partials": ROW_PARTS,
                           "max_depth": block_n // ROW_PARTS + ROW_PARTS.bit_length() - 1,
                           "sum_depth": block_n // (2 * ROW_PARTS) + ROW_PARTS.bit_length() - 1},
+        # O / l rescaled only when a row's max grows by more than this many exp2 units.
+        "rescale_threshold_log2": knobs.get("rescale_threshold", RESCALE_THRESHOLD),
         "tmem_chunk": TMEM_CHUNK,
         "tmem_columns": {"s": tmem["s"], "o": tmem["o"], "p": tmem["p"],
                          "used": tmem["used"], "allocated": tmem["allocated"]},
