@@ -66,7 +66,11 @@ def _params(arch_name):
     return params(Figures.of(load_arch(arch_name)))
 
 
-@pytest.mark.parametrize("arch_name,kernel", [("hopper", "gemm.bf16"), ("blackwell", "gemm.bf16.pair")])
+@pytest.mark.parametrize("arch_name,kernel", [
+    ("hopper", "gemm.bf16"),
+    pytest.param("blackwell", "gemm.bf16.pair", marks=pytest.mark.slow),
+    pytest.param("blackwell", "attention.hd128", marks=pytest.mark.slow),
+])
 def test_same_outputs_and_checks_at_most_3x_the_cost(arch_name, kernel):
     plain, _ = _emulate(arch_name, kernel)
     timed_res, runs = _emulate(arch_name, kernel, _params(arch_name))
