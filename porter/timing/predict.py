@@ -138,6 +138,8 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None,
     if "extrapolation" in out:
         extra.update({k: round(v, 4) if isinstance(v, float) else v for k, v in out["extrapolation"].items()
                       if k in ("waves", "tail_fraction")})
+    if level == "L1" and out.get("direct"):
+        level = "L0"                                 # a direct model (the megakernel's queues) has no tiles to time
     if level == "L1":
         bound = extra.get("l1_bound", bound)        # the timed run's busiest unit, or its latency
     return Prediction(kernel=spec.name, product=product, shape=shape, time_us=seconds * 1e6,
