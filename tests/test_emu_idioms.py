@@ -233,7 +233,8 @@ from porter.runtime.tensormap import TensorMapParams  # noqa: E402  (test-side: 
 
 
 def _store_kernel(before_wait: str = "", fence: str = "fence.proxy.async.shared::cta;",
-                  wait: str = "cp.async.bulk.wait_group.read 0;") -> str:
+                  wait: str = "cp.async.bulk.wait_group.read 0;",
+                  op: str = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") -> str:
     """32 threads write an 8 x 32 f32 tile (value r * 32 + c) into shared memory in the
     128B-swizzled layout (address bits [4:6] ^= [7:9]), then thread 0 stores it to global
     through the tensor map with one bulk group."""
@@ -266,7 +267,7 @@ $row:
     setp.eq.u32 %p2, %r0, 0;
     mov.u64 %rd1, tmap;
     cvta.param.u64 %rd1, %rd1;
-    @%p2 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {{0, 0}}], [%r1];
+    @%p2 {op} [%rd1, {{0, 0}}], [%r1];
     @%p2 cp.async.bulk.commit_group;
     {before_wait}
     @%p2 {wait}
@@ -275,8 +276,8 @@ $row:
 """
 
 
-def _store(text, rows=8):
-    out = np.full((rows, 32), -1, np.float32)
+def _store(text, rows=8, fill=-1.0):
+    out = np.full((rows, 32), fill, np.float32)
     p = TensorMapParams("out", "FLOAT32", dims=(32, rows), strides=(128,), box=(32, 8), swizzle="128B")
     res = emu.launch(text, "k", grid=1, block=32, args=[emu.tensor_map(p, out)], budget=200_000)
     return res.outputs[0]
@@ -654,3 +655,9 @@ def test_tmem_lane_field_beyond_127_and_dealloc_by_another_warp():
     got = t.ld(1, a | (32 << 16), "32x32b", 1)
     np.testing.assert_array_equal(got[:, 0], np.arange(32))
     t.dealloc(2, a, 32)
+
+
+def test_tma_reduce_add_epilogue():
+    got = _store(_store_kernel(op="cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"),
+                 fill=1000.0)
+    np.testing.assert_array_equal(got, 1000 + np.arange(256, dtype=np.float32).reshape(8, 32))

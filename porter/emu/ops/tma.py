@@ -190,6 +190,8 @@ def _build_bulk_group_op(ins, d, op: str):
 
 def build_cp(ins, d):
     parts = ins.parts
+    if parts[1] == "reduce" and "tensor" in parts and "bulk_group" in parts:
+        return _build_store(ins, d, True, reduce=next((p for p in parts if p in _REDUCE), None))
     if parts[1] != "async" or len(parts) < 3 or parts[2] != "bulk":
         raise d.unsupported("(a cp.async form neither the bulk copies here nor ops.cp_async implement)")
     ops = ins.operands
@@ -267,7 +269,31 @@ def build_cp(ins, d):
     raise d.unsupported()
 
 
-def _build_store(ins, d, tensor: bool):
+_REDUCE = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+           "xor": np.bitwise_xor}
+
+
+def _reducer(op: str, data_type: str, where: str):
+    """How ``cp.reduce.async.bulk.tensor`` combines each element with the tensor's (PTX ISA
+    "cp.reduce.async.bulk.tensor": a read-modify-write per element; float adds round once)."""
+    import ml_dtypes
+
+    dt = {"FLOAT32": np.float32, "FLOAT32_FTZ": np.float32, "FLOAT16": np.float16, "BFLOAT16": ml_dtypes.bfloat16,
+          "FLOAT64": np.float64, "INT32": np.int32, "UINT32": np.uint32, "INT64": np.int64,
+          "UINT64": np.uint64}.get(data_type)
+    if dt is None or (np.dtype(dt).kind == "f" and op not in ("add", "min", "max")):
+        raise CheckFailed(f"{where}: cp.reduce .{op} on a {data_type} tensor is outside the ISA's (or the "
+                          "simulator's) combinations")
+    f = _REDUCE[op]
+    wide = np.float64 if np.dtype(dt).kind == "f" else dt
+
+    def combine(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        a, b = old.view(dt).astype(wide), new.view(dt).astype(wide)
+        return f(a, b).astype(dt).view(np.uint8)
+    return combine
+
+
+def _build_store(ins, d, tensor: bool, reduce: str | None = None):
     """``cp.async.bulk.tensor.Nd.global.shared::cta{.tile}.bulk_group [map, {c}], [src]`` and
     ``cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size``: the source is read
     asynchronously, until the wait_group(.read) that covers the store's group."""
@@ -295,12 +321,21 @@ def _build_store(ins, d, tensor: bool):
                 src = int(srcs[lane])
                 src_off = mem.split_cluster_address(src, w.cta.rank)[1]
 
-                def write(data, tmap=tmap, c=c, src_off=src_off):
-                    tma_unit.store_tile(tmap, c, data, src_off, gmem.write, where)
+                put = gmem.write
+                if reduce is not None:
+                    combine = _reducer(reduce, tmap.data_type, where)
+
+                    def put(addr, data, combine=combine):
+                        gmem.write(addr, combine(gmem.read(addr, data.size), np.ascontiguousarray(data)))
+
+                def write(data, tmap=tmap, c=c, src_off=src_off, put=put):
+                    tma_unit.store_tile(tmap, c, data, src_off, put, where)
                 if len(c) != tmap.rank:
                     raise CheckFailed(f"{where}: {len(c)} coordinates for a rank-{tmap.rank} tensor map")
                 _issue_store(w, int(lane), src, tmap.box_bytes, write, where)
         return tstore
+    if reduce is not None:
+        raise d.unsupported("(non-tensor cp.reduce.async.bulk)")
     dst_fn, _ = d.addr(ops[0], "global")
     src_fn, _ = d.addr(ops[1], "shared")
     size_fn = d.src(ops[2], "u32")
