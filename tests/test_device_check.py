@@ -87,7 +87,9 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     k = _by_name(results)
     status = {name: _status(r) for name, r in k.items()}
-    assert status == {"gemm.bf16": "passed", "gemm.fp8": "passed", "attention.hd64": "FAULT",
+    assert status == {"gemm.bf16": "passed", "gemm.fp8": "passed",
+                      "gemm.fp8[accumulation=promoted,tile_n=128]": "passed",   # AB_FORMS (issue 17 item 5)
+                      "attention.hd64": "FAULT",
                       "attention.hd64.causal": "HANG", "attention.hd128": "passed",
                       "attention.hd128.causal": "FAILED", "megakernel.llama-decode": "passed"}, status
     # pass: validated at every shape (smoke first, the smallest), then benchmarked
@@ -134,9 +136,10 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     rehearsed = lines[lines.index(next(x for x in lines if x.startswith("porter device check:"))):]
     assert len(rehearsed) <= 100
     phases = [x.split()[0] for x in rehearsed if x.startswith("  validate ") or x.startswith("  bench ")]
-    assert phases == ["validate"] * 7 + ["bench"] * 4, phases
+    # 7 kernels + the AB_FORMS old form of gemm.fp8 validate; 4 + that form benchmark
+    assert phases == ["validate"] * 8 + ["bench"] * 5, phases
     table = rehearsed[rehearsed.index(next(x for x in rehearsed if x.startswith("==== porter device check"))):]
-    assert table[-1].startswith("4 of 7 kernels passed") and len(table) < 25
+    assert table[-1].startswith("5 of 8 kernels passed") and len(table) < 25   # 8: with the A/B form
     assert any(x.startswith("attention.hd64.causal     HANG") for x in table)
     assert table[-2].startswith(f"* predicted: {PREDICTED_LABEL}")
     log = (tmp_path / "results" / "run.log").read_text()
@@ -554,6 +557,7 @@ def test_prepare_pairs_a_tuned_kernel_with_its_hand_chosen_form_and_an_ab_form(t
         "default_bucket": "b", "source_hash": "fresh",
         "buckets": {"b": {"knobs": {"stages": 3}}}}}}))
     monkeypatch.setenv("PORTER_TUNING_DIR", str(tuning))
+    monkeypatch.setattr(device_plan, "AB_FORMS", ())   # only the --ab form here
     said = []
     assert dc.prepare(tmp_path / "prep", profile="rehearsal", fallback=False, kernels=["gemm.bf16", "gemm.fp8"],
                       ab=["gemm.fp8:stages=4"], echo=said.append) == 0, said
