@@ -661,3 +661,24 @@ def test_tma_reduce_add_epilogue():
     got = _store(_store_kernel(op="cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"),
                  fill=1000.0)
     np.testing.assert_array_equal(got, 1000 + np.arange(256, dtype=np.float32).reshape(8, 32))
+
+
+def test_st_bulk_zero_fills_shared_memory():
+    # DeepGEMM (sm_100) clears shared buffers with st.bulk; initval must be 0
+    body = """
+    .shared .align 16 .b8 buf[256];
+    mov.u32 %r1, buf;
+    shl.b32 %r2, %r0, 2;
+    add.u32 %r3, %r1, %r2;
+    st.shared.u32 [%r3], 9;
+    st.shared.u32 [%r3+128], 9;
+    bar.sync 0;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 st.bulk.weak.shared::cta [%r1], 128, 0;
+    bar.sync 0;
+    ld.shared.u32 %r4, [%r3];
+    ld.shared.u32 %r5, [%r3+128];
+    add.u32 %r6, %r4, %r5;
+    st.global.u32 [%rd3], %r6;
+    """
+    assert (run(body, target="sm_100a") == 9).all()

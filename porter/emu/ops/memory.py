@@ -148,7 +148,36 @@ def build_ld(ins, d):
     return ld
 
 
+def _build_st_bulk(ins, d):
+    """``st.bulk{.weak}{.shared::cta} [a], size, initval`` (sm_100, PTX ISA "st.bulk"): ``size``
+    bytes at ``a`` set to ``initval``, which must be 0; size a multiple of 8, ``a`` 8-aligned."""
+    ops = ins.operands
+    if len(ops) != 3 or not isinstance(ops[2], ptx.Imm) or int(ops[2].value) != 0:
+        raise d.unsupported("(st.bulk [a], size, 0: the ISA allows only initval 0)")
+    if any(p.startswith("shared::cluster") for p in ins.parts):
+        raise d.unsupported("(st.bulk to shared::cta only)")
+    addr_fn, _ = d.addr(ops[0], "shared")
+    size_fn = d.src(ops[1], "u64")
+    what = f"st.bulk ({ins.opcode})"
+
+    def st_bulk(w, m):
+        sel = w.live if m is None else m
+        addrs = np.asarray(addr_fn(w))[sel]
+        sizes = np.broadcast_to(np.asarray(size_fn(w)), (32,))[sel].astype(np.int64)
+        if (sizes % 8).any():
+            raise CheckFailed(f"{what}: size {int(sizes[np.argmax(sizes % 8 != 0)])} is not a multiple of 8")
+        mem.check_aligned(addrs, 8, what)
+        for a, n in zip(addrs, sizes):
+            if n:
+                offs = w.cta.smem.check_lanes(np.array([a]), int(n), what)
+                _track(w, w.cta, offs, int(n), True, what)
+                w.cta.smem.data[int(offs[0]):int(offs[0]) + int(n)] = 0
+    return st_bulk
+
+
 def build_st(ins, d):
+    if ins.parts[1] == "bulk":
+        return _build_st_bulk(ins, d)
     t, space, nvec, nbytes, addr_fn, srcs = _access(ins, d, ins.operands[0], ins.operands[1])
     readers = [d.src(x, t) for x in srcs]
     total = nbytes * nvec
