@@ -44,6 +44,7 @@ def go(grid=1, block=32, args=None, **kw):
     ({"grid": "4"}, r"grid\[x\] must be an integer"),
     ({"grid": (1, 1, 1, 1)}, r"grid must have 1 to 3"),
     ({"grid": (1 << 17)}, r"at most 65,536 per launch"),
+    ({"grid": 4097}, r"4,097 warps; the race detector runs up to 4,096"),
     ({"block": 0}, r"block\[x\] = 0"),
     ({"block": (64, 32)}, r"2048 threads; at most 1024"),
     ({"cluster": 0}, r"cluster\[x\] = 0"),
@@ -102,4 +103,10 @@ st.shared.u32 [%r2], %r0;""")
 
 def test_grid_bound_is_documented():
     assert launch_args.MAX_CTAS == 1 << 16
-    assert "MAX_CTAS" in (launch_args.__doc__ or "")
+    assert "MAX_CTAS" in (launch_args.__doc__ or "") and "MAX_RACE_WARPS" in (launch_args.__doc__ or "")
+
+
+@pytest.mark.slow
+def test_a_large_grid_without_the_race_detector_runs():
+    res = go(grid=4097, block=32, races=False)          # ~4 s: beyond the race detector's bound
+    assert res.summary.ctas == 4097

@@ -130,7 +130,7 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
         raise EmuError(f"launch: memory must be a porter.emu.Memory, got {type(memory).__name__}")
     if not isinstance(args, (list, tuple)):
         raise EmuError(f"launch: args must be a list of kernel arguments, got {type(args).__name__}")
-    grid, block, cluster = launch_args.grid_block_cluster(grid, block, cluster)
+    grid, block, cluster = launch_args.grid_block_cluster(grid, block, cluster, bool(races))
     smem, seed, budget, regs_per_thread = launch_args.options(smem, seed, budget, regs_per_thread)
     memory = memory or Memory()
     prog = memory.program(ptx_text, entry, file)

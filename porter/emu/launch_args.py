@@ -6,7 +6,8 @@ caller cannot start a run that grows without limit.
 Bounds: the CUDA launch limits (grid x < 2^31, y and z <= 65535; block x, y <= 1024, z <= 64,
 at most 1024 threads; a cluster of at most 16 CTAs; 227 KB of dynamic shared memory,
 sm_90/sm_100's opt-in maximum) and the simulator's own ``MAX_CTAS`` CTAs per launch (it
-runs every CTA in one Python process; split a bigger grid into launches over slices).
+runs every CTA in one Python process; split a bigger grid into launches over slices), and
+``MAX_RACE_WARPS`` warps while the race detector is on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import numpy as np
 from porter.emu.errors import EmuError
 
 MAX_CTAS = 1 << 16
+# The race detector keeps a vector clock per warp over every warp of the launch, so its memory
+# grows with the square of the grid's warps (4096 warps: 128 MB); beyond this it must be off.
+MAX_RACE_WARPS = 4096
 MAX_DYNAMIC_SMEM = 227 * 1024
 _GRID_LIMITS = ((1 << 31) - 1, 65535, 65535)
 _BLOCK_LIMITS = (1024, 1024, 64)
@@ -53,7 +57,7 @@ def dim3(v, what: str, limits=(None, None, None)) -> tuple[int, int, int]:
     return tuple(out + [1] * (3 - len(out)))
 
 
-def grid_block_cluster(grid, block, cluster) -> tuple:
+def grid_block_cluster(grid, block, cluster, races: bool = False) -> tuple:
     g = dim3(grid, "grid", _GRID_LIMITS)
     b = dim3(block, "block", _BLOCK_LIMITS)
     c = dim3(cluster, "cluster")
@@ -64,6 +68,11 @@ def grid_block_cluster(grid, block, cluster) -> tuple:
     if math.prod(g) > MAX_CTAS:
         raise EmuError(f"launch: grid {g} has {math.prod(g):,} CTAs; the simulator runs at most {MAX_CTAS:,} per "
                        "launch (porter.emu.launch_args.MAX_CTAS): launch slices of the grid")
+    warps = math.prod(g) * -(-math.prod(b) // 32)
+    if races and warps > MAX_RACE_WARPS:
+        raise EmuError(f"launch: grid {g} x block {b} is {warps:,} warps; the race detector runs up to "
+                       f"{MAX_RACE_WARPS:,} (its clocks grow with the square of the warps): pass races=False or "
+                       "launch fewer CTAs")
     return g, b, c
 
 
