@@ -6,7 +6,7 @@ import pytest
 
 from porter.descriptor.arch import load_arch
 from porter.errors import PorterError
-from porter.kernels import family_module, gemm
+from porter.kernels import family_module, gemm, gemm_wgmma
 from porter.kernels.base import KernelSpec, Unsupported
 
 
@@ -134,9 +134,9 @@ def test_rendered_header_lists_params(hopper):
     header = src[: src.index("#ifndef PORTER_COMMON_CUH")]
     for name, ctype in spec.config["params"]:
         assert f"//   {name}" in header and ctype in header
-    # Promoted fp8 tile 128 x 128 x 128: A 128 rows; B this CTA's 64-row slice of 128.
-    assert header.count("box {128, 128}") == 1 and header.count("box {128, 64}") == 1
-    assert "clusters of 2" in header and "M % 256 == 0, N % 128 == 0, K % 128 == 0" in header
+    # fp8 tile 128 x 256 x 128 (fast accumulation): A 128 rows; B this CTA's 128-row slice of 256.
+    assert header.count("box {128, 128}") == 2
+    assert "clusters of 2" in header and "M % 256 == 0, N % 256 == 0, K % 128 == 0" in header
     assert f"{spec.entry}(const __grid_constant__ TmaDescriptor tma_a" in src
 
 
@@ -155,10 +155,14 @@ def test_numerics_at_config_mma_k(hopper, variant):
     result = gemm.numerics(spec, hopper)
     assert result["mma_k"] == spec.config["mma_k"] == hopper.tensor_core.k_of(spec.config["kind"])
     assert result["results"] and all(r["mma_k"] == spec.config["mma_k"] for r in result["results"])
-    # The model promotes where the kernel does: fp8 every TILE_K, bf16 never.
-    promote = {"bf16": None, "fp8": spec.config["tile_k"]}[variant]
-    assert result["promote_k"] == promote and all(r["promote_k"] == promote for r in result["results"])
+    # The model promotes where the kernel does: neither default promotes (fp8 accumulates
+    # fast); fp8 with accumulation=promoted every TILE_K.
+    assert result["promote_k"] is None and all(r["promote_k"] is None for r in result["results"])
     assert result["passed"] is True
+    if variant == "fp8":
+        promoted = gemm_wgmma.make_spec(hopper, gemm.VARIANTS["fp8"], False, accumulation="promoted")
+        res = gemm.numerics(promoted, hopper)
+        assert res["promote_k"] == promoted.config["tile_k"] and res["passed"] is True
 
 
 def test_numerics_model_promotion_interval():
