@@ -43,6 +43,8 @@ REQUIRED = ("schedulers", "alu_latency_cycles", "smem_bytes_per_clk_per_sm", "sm
             "mufu_ex2_per_clk_per_sm", "mufu_latency_cycles", "l2_bytes_per_clk_per_sm", "l2_latency_cycles",
             "tma_inflight_bytes", "tma_latency_cycles", "mbarrier_cycles", "named_barrier_cycles", "fence_cycles",
             "cluster_barrier_cycles")
+# classes ptxas reorders within a basic block (the rest end one)
+REORDERABLE = frozenset({"alu", "mufu", "smem", "gmem", "mma_sync"})
 # only a kernel that uses Tensor Memory needs these (its descriptor then gives them)
 TMEM = ("tmem_latency_cycles", "tmem_bytes_per_clk_per_sm")
 # tcgen05 kinds and wgmma operand classes -> the perf: rate table's key, where it names them otherwise
@@ -68,7 +70,7 @@ class SM:
 
 class WarpTime:
     __slots__ = ("t", "ready", "sched", "sm", "retry", "barw", "clw", "wg_open", "wg_groups", "tc_ld", "tc_st",
-                 "issued", "wg_seq")
+                 "issued", "wg_seq", "fin")
 
     def __init__(self, nregs: int, sched: int, sm: SM):
         self.t = 0.0
@@ -84,6 +86,7 @@ class WarpTime:
         self.tc_st = 0.0
         self.issued = 0
         self.wg_seq = 0
+        self.fin = 0.0             # the latest issue of the current basic block
 
 
 class TimedModel:
@@ -155,7 +158,14 @@ class TimedModel:
         pre_fn = getattr(cost, "pre", None)
         model = self
         p = self.p
-        alu_lat = float(p["alu_latency_cycles"])
+        # SASS that fuses PTX (two dependent max.f32 into one three-input max) also halves
+        # the dependent chain: each PTX instruction's share of the fused one's latency
+        alu_lat = float(p["alu_latency_cycles"]) * min(1.0, n_sass)
+        # ptxas schedules the SASS of a basic block by its dependences, not in PTX order:
+        # arithmetic and memory instructions issue once their sources are ready, filling the
+        # scheduler's free cycles (a list schedule); a branch, wait, barrier, fence or
+        # asynchronous-unit instruction closes the block: it issues after all before it
+        reorder = cls in REORDERABLE
 
         def op(w, m):
             wt = w.__dict__.get("_timed") or model._warp(w)
@@ -180,8 +190,13 @@ class TimedModel:
             for r in srcs:
                 if ready[r] > t:
                     t = ready[r]
-            t = wt.sm.issue[wt.sched].reserve(t, n_sass)
-            wt.t = t
+            if reorder:
+                t = wt.sm.issue[wt.sched].reserve(t, n_sass)
+                if t > wt.fin:
+                    wt.fin = t
+            else:
+                t = wt.sm.issue[wt.sched].reserve(max(t, wt.fin), n_sass)
+                wt.t = wt.fin = t
             wt.issued += 1
             if cost is None:
                 res = fn(w, m)
@@ -193,6 +208,8 @@ class TimedModel:
                     wt.retry = pc
                     return res
                 done = cost(w, m, wt, t, res, pre)
+                if wt.t > wt.fin:
+                    wt.fin = wt.t
             for r in dsts:
                 ready[r] = done
             return res
@@ -569,7 +586,7 @@ class TimedModel:
         """Cycles of the launch (its last warp's last issue or the last event), per SM the
         cycles each unit was busy, and the instructions issued."""
         warps = [w for c in self.sched.all_ctas for w in c.warps]
-        ends = [w._timed.t for w in warps if "_timed" in w.__dict__]
+        ends = [max(w._timed.t, w._timed.fin) for w in warps if "_timed" in w.__dict__]
         cycles = max(ends + [self.events, 0.0])
         busy = []
         for sm in self.sms.values():
