@@ -58,7 +58,8 @@ def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
     if hit.any():
         addr = int(np.asarray(addrs).reshape(-1)[int(np.argmax(hit))])
         raise CheckFailed(f"{what} reads {cta.name} shared 0x{addr:x}, written by generic stores with no "
-                          "fence.proxy.async since (the async proxy may not see them)")
+                          "fence.proxy.async since (the async proxy may not see them: PTX ISA 'Memory Consistency "
+                          "Model: Proxies' and 'membar/fence')")
 
 
 def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):
