@@ -386,7 +386,9 @@ $copy:                                   // out[i] = the tile's word i as it lie
     np.testing.assert_array_equal(got[1:], want.view(np.uint32))
 
 
-def test_peer_barrier_by_masking_the_rank_bit():
+@pytest.mark.parametrize("arrive", ["barrier.cluster.arrive.release.aligned", "barrier.cluster.arrive.aligned",
+                                    "barrier.cluster.arrive.relaxed.aligned"])
+def test_peer_barrier_by_masking_the_rank_bit(arrive):
     # CUTLASS's 2-SM idiom: both CTAs of a pair arrive on the even CTA's barrier, addressed by
     # clearing bit 24 of their own shared address (addr & 0xFEFFFFFF); the odd CTA's own
     # addresses carry its rank there, as the hardware's do
@@ -401,8 +403,8 @@ def test_peer_barrier_by_masking_the_rank_bit():
     mov.u32 %r1, bar;
     setp.eq.u32 %p1, %r0, 0;
     @%p1 mbarrier.init.shared::cta.b64 [%r1], 2;
-    fence.mbarrier_init.release.cluster;
-    barrier.cluster.arrive.release.aligned;
+    fence.mbarrier_init.release.cluster;   // itself a release: any arrive form publishes the init
+    {arrive};
     barrier.cluster.wait.acquire.aligned;
     and.b32 %r2, %r1, -16777217;          // 0xFEFFFFFF: the even CTA's barrier
     @%p1 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r2];
