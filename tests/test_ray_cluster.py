@@ -186,3 +186,29 @@ def test_sweep_on_a_cluster_equals_a_local_run_and_survives_a_killed_worker(clus
     assert _rows(on_cluster) == _rows(survived) == _rows(local)
     assert all(r["chosen"] and r["level"] == "emulated" for r in _rows(local))
     assert all(r["time_us"] <= r["default_time_us"] for r in _rows(local))
+
+
+def _strip_times(obj):
+    if isinstance(obj, dict):
+        # how long things took differs between machines and runs; everything else must not
+        return {k: _strip_times(v) for k, v in obj.items()
+                if "seconds" not in k and not k.endswith(("_per_s", "wall_s")) and k != "rate"}
+    if isinstance(obj, list):
+        return [_strip_times(v) for v in obj]
+    return obj
+
+
+def test_validate_in_the_simulator_on_the_cluster_equals_the_local_run(cluster):
+    """porter validate --device emu --executor ray: the same report as the local run."""
+    args = [sys.executable, "-m", "porter", "validate", "blackwell", "--kernel", "attention.hd64", "--device", "emu",
+            "--shapes", "1x2x1x160x100", "--seeds", "1", "--json"]
+    env = dict(cluster["env"], RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    there = subprocess.run(args + ["--executor", "ray", "--address", cluster["address"]], env=env,
+                           capture_output=True, text=True, timeout=300)
+    # Ray runs each worker's BLAS on one thread (OMP_NUM_THREADS=1); the fp64 reference's
+    # error figures match to the last digit when the local run does the same
+    here = subprocess.run(args, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert there.returncode == here.returncode == 0, there.stderr[-2000:] + here.stderr[-2000:]
+    a, b = json.loads(there.stdout), json.loads(here.stdout)
+    assert a["results"] and a["results"][0]["level"] == "emulated"
+    assert _strip_times(a) == _strip_times(b)

@@ -39,6 +39,9 @@ def register(sub) -> None:
     from porter.kernels.knobs import add_set_argument
 
     add_set_argument(p)   # knobs: KEY=VALUE to every kernel that has the knob, KERNEL:KEY=VALUE to KERNEL's
+    from porter.tuning.engine import add_executor_arguments
+
+    add_executor_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -52,7 +55,8 @@ def run(args) -> int:
     console = Console(stderr=False, soft_wrap=True)
     knobs = check_target_knobs(args)
     opts = RunOptions(arch=args.arch, base=args.base, runbook=args.runbook, out=args.out, product=args.product,
-                      jobs=args.jobs, device=args.device, emulate=args.emulate, kernel=args.kernel, knobs=knobs)
+                      jobs=args.jobs, device=args.device, emulate=args.emulate, kernel=args.kernel, knobs=knobs,
+                      executor=args.executor, address=args.address)
     try:
         if args.quiet or not console.is_terminal:
             from porter.pipeline.context import NullDisplay
@@ -149,6 +153,10 @@ def print_summary(console, result) -> None:
         failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
         table.add_row(lit(k["name"]), k["level"], lit(failed))
     console.print(table)
+    from porter.tuning.table import ran_tuned   # which kernels used a tuning/ entry
+
+    console.print(ran_tuned(result.arch_arg or result.arch, result.product, [k["name"] for k in kernels]),
+                  highlight=False, markup=False)
     if unsupported:
         # Not built, so nothing was checked: the reason is what the arch lacks, not a failed check.
         nope = Table(title=f"not built on {result.arch} (unsupported: the arch lacks what they need)",

@@ -186,7 +186,21 @@ def _summary(desc: str, sweeps, seconds: float) -> dict:
             "legal": sum(s.legal for s in sweeps), "candidates": cands,
             "tasks_run": run, "tasks_cached": sum(s.tasks["cached"] for s in sweeps),
             "retried": sum(s.tasks["retried"] for s in sweeps), "failed": sum(len(s.failures) for s in sweeps),
-            "seconds": round(seconds, 2), "candidates_per_s": round(cands / seconds, 3) if seconds else None}
+            "seconds": round(seconds, 2), "candidates_per_s": round(cands / seconds, 3) if seconds else None,
+            "task_seconds": _by_kind(sweeps)}
+
+
+def _by_kind(sweeps) -> dict:
+    """kind -> {tasks, seconds, configurations}: what the workers spent on each kind of task."""
+    out: dict = {}
+    for s in sweeps:
+        for kind, c in s.tasks.get("by_kind", {}).items():
+            o = out.setdefault(kind, {"tasks": 0, "seconds": 0.0})
+            o["tasks"] += c["tasks"]
+            o["seconds"] = round(o["seconds"] + c["seconds"], 3)
+    if "screen" in out:
+        out["screen"]["configurations"] = sum(s.space_size for s in sweeps)
+    return out
 
 
 def table_rows(sweeps) -> list[dict]:

@@ -52,6 +52,9 @@ def register(sub) -> None:
     from porter.kernels.knobs import add_set_argument
 
     add_set_argument(p)   # --set KEY=VALUE: knobs, applied to the kernels that have them
+    from porter.tuning.engine import add_executor_arguments
+
+    add_executor_arguments(p, "the simulator's runs (--device emu)")
     p.set_defaults(func=run)
 
 
@@ -202,11 +205,12 @@ def _emulate(args, arch, specs, unsupported, shapes) -> int:
             for shape in shapes:
                 said = check_emulation_time(spec, shape, emulation_estimate(spec, arch, shape, calibrate), limit)
                 progress.say(said)
+    on_executor = _emulate_on_executor(args, arch, specs, shapes, source, limit)
     results, not_emulated = [], []
     for spec in specs:
         progress.start(spec.name)
-        r = emulate(spec, arch, shapes=shapes, seeds=args.seeds, source=source,
-                    device=EmuDevice(time_limit=limit or 0))
+        r = on_executor[spec.name] if on_executor is not None else emulate(
+            spec, arch, shapes=shapes, seeds=args.seeds, source=source, device=EmuDevice(time_limit=limit or 0))
         progress.done(spec.name, r)
         if r["status"] == "not-emulated":
             not_emulated.append(r)
@@ -231,6 +235,30 @@ def _emulate(args, arch, specs, unsupported, shapes) -> int:
         lines = [f"{r['name']}: not emulated: {r['reason'].splitlines()[0]}" for r in not_emulated]
         print(text if not lines else text.rsplit("\n", 1)[0] + "\n" + "\n".join(lines) + "\n" + text.rsplit("\n", 1)[1])
     return 0 if report["passed"] else 1
+
+
+def _emulate_on_executor(args, arch, specs, shapes, source, limit) -> dict | None:
+    """With --executor ray: every kernel's simulator run as one Ray task (the same function
+    the local path calls), name -> result; None for the local path."""
+    if getattr(args, "executor", "local") == "local" and not getattr(args, "address", None):
+        return None
+    from porter.errors import PorterError
+    from porter.pipeline.work import emulate_unit
+    from porter.tuning.engine import make_executor, Task
+
+    executor = make_executor(args.executor, args.address)
+    try:
+        tasks = [Task(key=s.name, fn=f"{emulate_unit.__module__}:{emulate_unit.__name__}", label=s.name,
+                      timeout_s=float(limit or 3600) + 60,
+                      payload={"spec": s.to_dict(), "arch": arch, "shapes": shapes, "seeds": args.seeds,
+                               "source": source, "time_limit": limit or 0}) for s in specs]
+        done = executor.run(tasks)
+    finally:
+        executor.close()
+    bad = next((o for o in done.values() if not o.ok), None)
+    if bad is not None:
+        raise PorterError(f"{bad.label}: {bad.status} on Ray after {bad.attempts} attempts: {bad.error}")
+    return {k: o.result for k, o in done.items()}
 
 
 class _Progress:

@@ -82,6 +82,7 @@ class Context:
     _variants: dict = field(default_factory=dict)
     _selected: set | None = None
     stage_keys: dict = field(default_factory=dict)   # kernels stage id -> its input key
+    executor: object = None          # --executor ray: a porter.tuning.engine executor for EXECUTOR_STAGES
     knobs: dict = field(default_factory=dict)        # --set (porter.kernels.knobs), for the target's kernels
 
     # -- kernels ------------------------------------------------------------------
@@ -157,6 +158,13 @@ class Context:
             else:
                 todo.append((name, key, fn, payload))
         if not todo:
+            return done
+        from porter.pipeline.work import EXECUTOR_STAGES, run_on_executor
+
+        if self.executor is not None and stage.kind in EXECUTOR_STAGES:
+            keyed = {name: key for name, key, _fn, _payload in todo}
+            for name, result in run_on_executor(self.executor, todo).items():
+                done[name] = self._finish(stage, name, keyed[name], result)
             return done
         if self.jobs <= 1 or len(todo) == 1:
             for name, key, fn, payload in todo:

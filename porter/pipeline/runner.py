@@ -21,6 +21,8 @@ class RunOptions:
     emulate: str = "on"              # on | off: the emulation stage (porter's PTX simulator)
     kernel: str | None = None        # kernel name, variant, family or glob (porter.commands.kernel.match_kernels)
     product: str | None = None       # --product: one product's figures (Arch.for_product)
+    executor: str = "local"          # local (the process pool) | ray: the emulation and prediction units on Ray
+    address: str | None = None       # --address: a running Ray cluster (auto or host:port)
     knobs: dict | None = None        # --set, parsed (porter.kernels.knobs.parse_sets)
 
 
@@ -249,6 +251,10 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
                     products=tuple(getattr(arch, "products", ())), arch_arg=str(opts.arch),
                     base_why=choose_base(arch, opts.base, book)[1], product=getattr(arch, "product", ""))
     ctx.run_info = run
+    if opts.executor != "local" or opts.address:
+        from porter.tuning.engine import make_executor
+
+        ctx.executor = make_executor(opts.executor, opts.address)
     try:
         for generation in book.generations():
             for sid in generation:
@@ -273,6 +279,8 @@ def run_target(opts: RunOptions, display=None) -> RunResult:
                 run.seconds = time.perf_counter() - start
     finally:
         ctx.close()
+        if ctx.executor is not None:
+            ctx.executor.close()
     run.nvrtc_calls, run.units_run, run.units_cached = ctx.nvrtc_calls, ctx.units_run, ctx.units_cached
     run.cache_corrupt = ctx.corrupt_entries
     run.seconds = time.perf_counter() - start

@@ -14,7 +14,7 @@ from dataclasses import asdict, is_dataclass
 from porter.levels import Level
 from porter.pipeline import keys
 from porter.pipeline.context import FAILED, NOT_RUN, PASSED, SKIPPED, StageResult, timed
-from porter.pipeline.work import build_unit, jsonable, numerics_unit
+from porter.pipeline.work import build_unit, jsonable, numerics_unit, prediction_unit
 from porter.report.build import why_unsupported
 
 
@@ -495,10 +495,8 @@ def run_prediction(ctx, stage):
     benchmark shapes, from porter's timing model (porter.timing): predicted, not measured.
     Content-keyed: the kernel specs (knobs included), the descriptor, the selected product
     and the model's source; each prediction is also in porter's prediction cache."""
-    from porter.errors import PorterError
-    from porter.pipeline.work import spec_from_dict
-    from porter.timing import LABEL, standard_shapes
-    from porter.timing.cache import cached_predict, model_digest
+    from porter.timing import LABEL
+    from porter.timing.cache import model_digest
 
     built = [r for res in ctx.results.values() if res.kind == "kernels"
              for r in res.data.get("kernels", []) if r.get("spec")]
@@ -511,15 +509,13 @@ def run_prediction(ctx, stage):
     name = f"stage/{stage.id}"
     data = ctx.store.get(name, key)
     if data is None:
-        rows, missing = [], []
-        for r in built:
-            try:
-                spec = spec_from_dict(r["spec"])
-                for product in products:
-                    for shape in standard_shapes(spec):
-                        rows.append(cached_predict(arch, spec, product=product, shape=shape))
-            except PorterError as exc:      # a family or descriptor the model has no figures for
-                missing.append({"name": r["name"], "reason": _first_line(str(exc))})
+        # one unit per kernel (a family or descriptor without figures comes back as missing),
+        # run where --executor says: the local pool or Ray
+        units = [(f"prediction/{r['name']}", keys.digest([key, r["name"]]), prediction_unit,
+                  {"spec": r["spec"], "arch": arch, "products": products}) for r in built]
+        done = ctx.run_units(stage, units)
+        rows = [p for u in units for p in done[u[0]]["rows"]]
+        missing = [m for u in units for m in done[u[0]]["missing"]]
         data = {"label": LABEL, "products": products, "predictions": rows, "missing": missing}
         ctx.store.put(name, key, data)
     rows, missing = data["predictions"], data["missing"]

@@ -127,3 +127,97 @@ def write_unit_json(result: dict, out_dir, name: str) -> dict:
         atomic_write(path, json.dumps(result, indent=1, sort_keys=True))
         result["artifacts"][name] = str(path)
     return result
+
+
+# -- the executor seam: units on Ray (porter.tuning.engine) ---------------------------------------
+
+# Stage kinds whose units `--executor ray` hands to Ray; the rest stay on the local pool.
+EXECUTOR_STAGES = ("emulation", "prediction")
+
+
+def prediction_unit(payload: dict) -> dict:
+    """One kernel's predictions on every product at its standard shapes (porter.timing):
+    {"rows": [...], "missing": [...]}: a family or descriptor without figures is missing."""
+    from porter.errors import PorterError
+    from porter.timing import standard_shapes
+    from porter.timing.cache import cached_predict
+
+    rows, missing = [], []
+    try:
+        spec = spec_from_dict(payload["spec"])
+        for product in payload["products"]:
+            for shape in standard_shapes(spec):
+                rows.append(cached_predict(payload["arch"], spec, product=product, shape=shape))
+    except PorterError as exc:
+        text = str(exc)
+        missing.append({"name": payload["spec"]["name"], "reason": text.splitlines()[0] if text else ""})
+    return {"rows": rows, "missing": missing, "artifacts": {}}
+
+
+def emulate_unit(payload: dict) -> dict:
+    """``porter validate --device emu`` for one kernel: the simulator at the given shapes
+    and seeds (optionally an edited source), its result as the local run returns it."""
+    from porter.runtime.emulated import EmuDevice
+    from porter.runtime.emulated_runs import emulate
+
+    spec = spec_from_dict(payload["spec"])
+    return emulate(spec, payload["arch"], shapes=payload.get("shapes"), seeds=payload.get("seeds", 2),
+                   source=payload.get("source"), device=EmuDevice(time_limit=payload.get("time_limit") or 0))
+
+
+def captured_unit(payload: dict) -> dict:
+    """Run the unit ``payload['fn']`` with its ``out_dir`` moved to a scratch folder on the
+    machine that runs it, and return its result with the files it wrote (as bytes): the
+    artifacts travel back in the result, so no file system is shared with the workers."""
+    import shutil
+    import tempfile
+
+    from porter.tuning.engine import call_task
+
+    inner = dict(payload["payload"])
+    scratch = tempfile.mkdtemp(prefix="porter-unit-")
+    try:
+        if inner.get("out_dir"):
+            inner["out_dir"] = scratch
+        result = call_task(payload["fn"], inner)
+        files = {str(p.relative_to(scratch)): p.read_bytes() for p in Path(scratch).rglob("*") if p.is_file()}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"result": result, "files": files, "scratch": scratch}
+
+
+def land_captured(captured: dict, out_dir) -> dict:
+    """Write a captured unit's files into ``out_dir`` (atomically) and point its artifact
+    paths there; the unit's result, as if it had run here."""
+    result, scratch = captured["result"], captured["scratch"]
+    if out_dir:
+        for rel, data in captured["files"].items():
+            atomic_write(Path(out_dir) / rel, data)
+    arts = result.get("artifacts") if isinstance(result, dict) else None
+    if isinstance(arts, dict) and out_dir:
+        result["artifacts"] = {k: str(Path(out_dir) / Path(v).relative_to(scratch)) if str(v).startswith(scratch) else v
+                               for k, v in arts.items()}
+    return result
+
+
+def run_on_executor(executor, units: list) -> dict:
+    """``(store name, key, function, payload)`` units on ``executor``: name -> result, with
+    each unit's files landed in its own out_dir. A unit that fails after its retry ends
+    the stage with one line naming it, as a unit raising in the local pool does."""
+    from porter.errors import PorterError
+    from porter.tuning.engine import Task
+
+    tasks, by_key = [], {}
+    for name, key, fn, payload in units:
+        task_key = f"{name}\0{key}"
+        by_key[task_key] = (name, payload)
+        tasks.append(Task(key=task_key, fn="porter.pipeline.work:captured_unit", label=name,
+                          payload={"fn": f"{fn.__module__}:{fn.__name__}", "payload": payload},
+                          timeout_s=float(payload.get("timeout_s", 1800))))
+    done = {}
+    for task_key, out in executor.run(tasks).items():
+        name, payload = by_key[task_key]
+        if not out.ok:
+            raise PorterError(f"{name}: {out.status} on {executor.name} after {out.attempts} attempts: {out.error}")
+        done[name] = land_captured(out.result, payload.get("out_dir"))
+    return done

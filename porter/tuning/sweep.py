@@ -83,6 +83,11 @@ class Sweep:
 
         def done(out):
             sweep.tasks["run"] += 1
+            # per kind: tasks run and their seconds on the workers (the per-candidate cost a
+            # projection to N nodes is made from)
+            cost = sweep.tasks.setdefault("by_kind", {}).setdefault(kind, {"tasks": 0, "seconds": 0.0})
+            cost["tasks"] += 1
+            cost["seconds"] = round(cost["seconds"] + out.seconds, 3)
             sweep.tasks["retried"] += max(0, out.attempts - 1)
             if out.ok:
                 self.cache.put(out.key, out.result)
