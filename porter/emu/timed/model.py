@@ -154,7 +154,12 @@ class TimedModel:
             except Exception:
                 dsts = ()
         n_sass = float(self.expansion.get(ptx_class(ins.parts), 2.0 if info.get("wide") else 1.0))
-        cost = self._handler(cls, info, ins, d)
+        try:
+            cost = self._handler(cls, info, ins, d)
+        except EmuError as exc:
+            if "Tensor Memory" in str(exc):
+                raise
+            cost = None                  # an operand form the class's costing does not read: an ALU slot
         pre_fn = getattr(cost, "pre", None)
         model = self
         p = self.p
