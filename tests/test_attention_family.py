@@ -279,10 +279,9 @@ def test_find_spec_picks_single_or_pair_and_says_why_not(hopper):
     pair = attention.find_spec(bw, 128, True, pair=True)
     assert single.name == "attention.hd128.causal" and attention.cluster_size(single) == 1
     assert pair.name == "attention.hd128.causal.pair" and attention.cluster_size(pair) == 2
-    # hd64 has no pair kernel (half of V's columns is less than one swizzle row): the
-    # error carries the mainloop's reason; Hopper has no CTA pairs at all.
-    with pytest.raises(PorterError, match=r"no CTA-pair kernel for head_dim=64.*head-dim columns"):
-        attention.find_spec(bw, 64, False, pair=True)
+    # hd64 has a pair kernel too (its V half takes the 64-byte swizzle); Hopper has no CTA
+    # pairs at all, and the error says so.
+    assert attention.find_spec(bw, 64, False, pair=True).name == "attention.hd64.pair"
     with pytest.raises(PorterError, match="no CTA-pair kernel"):
         attention.find_spec(hopper, 128, False, pair=True)
 
@@ -305,7 +304,8 @@ def test_choose_spec_prefers_the_pair_unless_it_needs_more_waves(hopper):
     # Forcing either one, and no pair where there is none.
     assert attention.cluster_size(attention.choose_spec(bw, 128, False, 4, 32, 4096, 4096, pair=False)) == 1
     assert attention.cluster_size(attention.choose_spec(hopper, 128, False, 4, 32, 4096, 4096)) == 1
-    assert attention.cluster_size(attention.choose_spec(bw, 64, False, 4, 32, 4096, 4096)) == 1
+    # hd64 now has a pair as well, chosen at the long shape as hd128's is
+    assert attention.cluster_size(attention.choose_spec(bw, 64, False, 4, 32, 4096, 4096)) == 2
 
 
 def test_causal_cost_counts_the_longest_query_tile():

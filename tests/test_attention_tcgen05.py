@@ -23,7 +23,7 @@ from porter.compile.sass import count_matching
 from porter.compile.toolchain import compile_cuda
 
 NAMES = ["attention.hd64", "attention.hd64.causal", "attention.hd128", "attention.hd128.causal"]
-PAIR_NAMES = ["attention.hd128.pair", "attention.hd128.causal.pair"]
+PAIR_NAMES = ["attention.hd128.pair", "attention.hd128.causal.pair", "attention.hd64.pair", "attention.hd64.causal.pair"]
 ALL_NAMES = NAMES + PAIR_NAMES
 
 
@@ -89,8 +89,10 @@ def test_softmax_reads_and_writes_tensor_memory(builds, name):
     assert count_matching(b.histogram, r"LDTM") >= bn // chunk + 2 * (d // chunk)
     # P (block_n / 2 columns of bf16 pairs) + the corrected O.
     assert count_matching(b.histogram, r"STTM") >= bn // (2 * chunk) + d // chunk
-    # One ex2 per score of the row (unrolled) plus the correction factor.
-    assert count_matching(b.histogram, r"MUFU\.EX2") >= bn + 1
+    # One ex2 per MUFU score of the row (unrolled; poly_exp2_share of them on the FMA units)
+    # plus the correction factor.
+    mufu_scores = bn - round(bn * cfg["poly_exp2_share"])
+    assert count_matching(b.histogram, r"MUFU\.EX2") >= mufu_scores + 1
     assert count_matching(b.histogram, r"UTMALDG") >= 3          # Q, K, V boxes
     assert count_matching(b.histogram, r"UTCBAR") >= 4           # s_full, q_empty, kv_empty, pv_done
     assert count_matching(b.histogram, r"HGMMA|HMMA\b") == 0
@@ -227,10 +229,25 @@ def test_pair_splits_k_rows_and_v_columns_across_the_cluster(specs, variants, tc
     src = attention.render(pair, tc_arch)
     assert "#define PORTER_TCGEN05_CTA_GROUP 2" in src and "tma_load_2d_pair(" in src
     assert "commit_multicast(bar, 0x3)" in src and "cluster_sync()" in src
-    # hd64: each CTA would hold 32 V columns, under one 128-byte swizzle row: said plainly.
+    assert cfg["v_swizzle_bytes"] == 128 and cfg["tma_swizzles"] == {"v": "128B"}
+
+
+def test_hd64_pair_v_takes_the_64_byte_swizzle(specs, tc_arch):
+    """Each CTA of the hd64 pair holds 32 V columns = 64 bytes per key: its V boxes and the
+    V descriptor use the 64-byte swizzle (atom 8 keys x 64 B: SBO 512 B), the MMA's K step is
+    16 keys x 64 B; Q and K keep 128 B. The launch plan gives the V map its own swizzle."""
     for name in ("attention.hd64.pair", "attention.hd64.causal.pair"):
-        u = variants[name]
-        assert isinstance(u, Unsupported) and "32 head-dim columns" in u.reason
+        cfg = specs[name].config
+        assert cfg["v_swizzle_bytes"] == 64 and cfg["v_box_cols"] == 32
+        assert cfg["tma_boxes"]["v"] == [32, cfg["block_n"]] and cfg["tma_boxes"]["q"] == [64, 128]
+        d = enc.decode_smem_desc(int(cfg["desc_v_mn_major"], 16))
+        assert d["swizzle"] == enc.SWIZZLE["64b"] and d["sbo"] == 8 * 64 and d["lbo"] == cfg["block_n"] * 64
+        plan = attention.launch_plan(specs[name], tc_arch, 1, 2, 1, 300, 300)
+        assert plan["tensor_maps"]["tma_v"]["swizzle"] == "64B" and plan["tensor_maps"]["tma_k"]["swizzle"] == "128B"
+        src = attention.render(specs[name], tc_arch)
+        assert "constexpr int kVBoxCols = 32;" in src and "kk * kMmaK * kVRowBytes" in src
+    assert attention_tcgen05.v_swizzle_bytes(64) == 128 and attention_tcgen05.v_swizzle_bytes(32) == 64
+    assert attention_tcgen05.v_swizzle_bytes(8) is None
 
 
 def test_render_inlines_the_tmem_primitives(specs, tc_arch):
@@ -564,3 +581,25 @@ def test_lazy_rescale_threshold_is_a_knob(tc_arch):
         attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"rescale_threshold": 3})
     res = attention.numerics(spec, tc_arch)
     assert res["passed"] and all(c["rescale_threshold"] == 8.0 for c in res["cases"])
+
+
+def test_poly_exp2_share_splits_the_row_between_fma_and_mufu(builds, tc_arch):
+    """FA4's split: a share of each row's exponentials by the degree-4 polynomial on the FMA
+    units (the coefficients the numerics model checks), the rest on the MUFU. The SASS has
+    fewer MUFU.EX2 than scores by exactly the polynomial's share; share 0 has them all."""
+    from porter.validation import attention_numerics as an
+
+    b = builds["attention.hd128"]
+    cfg = b.spec.config
+    assert cfg["poly_exp2_share"] == 0.25 and cfg["poly_exp2"]["pairs_per_8"] == 2
+    assert [float(np.float32(c)) for c in cfg["poly_exp2"]["coef"]] == [float(np.float32(c)) for c in an.EXP2_POLY]
+    ex2 = count_matching(b.histogram, r"MUFU\.EX2")
+    bn = cfg["block_n"]
+    # per row: 3/4 of the scores on the MUFU, + the correction factor (and the epilogue's none)
+    assert bn * 3 // 4 + 1 <= ex2 < bn, ex2
+    src = attention.render(b.spec, tc_arch)
+    assert "constexpr int kPolyPairsPer8 = 2;" in src and "exp2_poly<Exp2Coef>(x)" in src
+    none = attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"poly_exp2_share": 0})
+    assert "constexpr int kPolyPairsPer8 = 0;" in attention.render(none, tc_arch)
+    with pytest.raises(PorterError, match="poly_exp2_share"):
+        attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"poly_exp2_share": 30})

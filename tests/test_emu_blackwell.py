@@ -22,7 +22,8 @@ from porter.kernels import family_module
 BLACKWELL_KERNELS = [("gemm", n) for n in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.bf16.pair",
                                           "gemm.fp8.pair", "gemm.mxfp8.pair", "gemm.nvfp4.pair")] + \
     [("attention", n) for n in ("attention.hd64", "attention.hd64.causal", "attention.hd128",
-                                "attention.hd128.causal", "attention.hd128.pair", "attention.hd128.causal.pair")]
+                                "attention.hd128.causal", "attention.hd128.pair", "attention.hd128.causal.pair",
+                                "attention.hd64.pair", "attention.hd64.causal.pair")]
 
 
 def _spec(family: str, name: str, arch):
@@ -159,6 +160,12 @@ MUTATIONS = [
     ("missing-wait-st", "attention", "attention.hd128",
      [("tmem::wait_st();\n            tc::fence_before_thread_sync();", "tc::fence_before_thread_sync();")],
      (1, 1, 1, 128, 128), "before that warp's tcgen05.wait::st"),
+    # attention hd64 pair: the V descriptor claims the 128-byte swizzle while TMA wrote the V
+    # boxes (32 columns = 64 B a key) with the 64-byte one: P V reads V scrambled
+    ("v-swizzle-128b-on-64b-boxes", "attention", "attention.hd64.pair",
+     [("constexpr uint64_t kDescVMnMajor = 0x8000402002000000ull;",
+       "constexpr uint64_t kDescVMnMajor = 0x4000402002000000ull;")],
+     (1, 2, 1, 256, 256), "outside tolerance"),
 ]
 
 

@@ -70,7 +70,7 @@ def test_attention_numerics_cases_are_shapes_the_kernel_takes(arch_name, monkeyp
     for spec in specs:
         ran = []
 
-        def record(head_dim, causal, b, hq, hkv, sq, sk, seed=0, block_n=128):
+        def record(head_dim, causal, b, hq, hkv, sq, sk, seed=0, block_n=128, **softmax_options):
             ran.append((head_dim, causal, b, hq, hkv, sq, sk, block_n))
             return {"passed": True}
 

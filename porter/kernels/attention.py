@@ -263,7 +263,7 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
 
     def tmap(name: str, rows: int) -> dict:
         return {"rows": rows, "cols": d, "dtype": "bf16", "box": list(boxes[name]),
-                "swizzle": cfg["tma_swizzle"]}
+                "swizzle": cfg.get("tma_swizzles", {}).get(name, cfg["tma_swizzle"])}
 
     # A mainloop that takes q / k / v as plain pointers (no tma_boxes, e.g. cp.async
     # staging) gets their contiguous [B*H*S, D] bf16 extents instead of tensor maps.

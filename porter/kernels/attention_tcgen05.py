@@ -29,7 +29,9 @@ memory, S / P / O in its TMEM, its own softmax warps) and loads HALF of every K 
 Q K^T is split along N = keys) and half of the head-dim columns of every V tile (B of P V
 is split along N = head dim), so each CTA streams half the K/V bytes per query row. The
 even CTA issues the MMAs; loads complete on its barriers, its commits multicast to both.
-V's half must be whole 128-byte swizzle rows (64 columns), so the pair needs head dim 128.
+V's boxes take the widest swizzle its columns per CTA fill: 128 B (64 bf16) for head dim
+128 (and every single-CTA form), 64 B (32 bf16) for the hd64 pair, whose CTAs hold 32 columns
+each; the V descriptor's swizzle mode, SBO (8 keys) and K step follow it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 from porter.kernels import attention_variants as family
 from porter.kernels import encodings_tcgen05 as enc
 from porter.kernels.base import KernelSpec, SassRule, Unsupported, no_spills
+from porter.validation import attention_numerics as an   # the exp2 polynomial the numerics model checks
 
 MAINLOOP = "tcgen05"
 FEATURES = ("tcgen05", "tmem", "tma", "mbarrier")
@@ -51,7 +54,8 @@ PRODUCER_WARP, MMA_WARP, FIRST_SOFTMAX_WARP = 0, 1, 2
 SOFTMAX_WARPS = 4
 MAX_STAGES = 4
 MIN_STAGES = 2
-SWIZZLE_BYTES = 128         # TMA box inner extent and the operands' swizzle width
+SWIZZLE_BYTES = 128         # TMA box inner extent and the operands' swizzle width (Q, K; V where it fills it)
+V_SWIZZLES = (128, 64, 32)  # the widest whose span V's columns per CTA fill in whole rows
 BOX_COLS = SWIZZLE_BYTES // 2   # bf16 columns per TMA box
 ALIGN_SLACK = 1024          # dynamic smem base rounded up to the swizzle atom
 TMEM_CHUNK = 32             # tcgen05.ld / st .32x32b.x32: 32 columns per step
@@ -64,6 +68,17 @@ ROW_PARTS = 8
 # classic online softmax (rescale on any growth). Knob ``rescale_threshold``.
 RESCALE_THRESHOLD = 8
 RESCALE_THRESHOLDS = (0, 4, 8)
+# Percent of each S row's exponentials computed by a polynomial on the FMA units instead of
+# the MUFU (column pairs cp % 8 < share x 8 / 100); knob ``poly_exp2_share``. 25 moves a
+# quarter of the MUFU's 16/clk work to the FMA pipe (FA4 splits the same way); 0 = all MUFU.
+POLY_EXP2_SHARE = 25
+POLY_EXP2_SHARES = (0, 25, 50, 75, 100)
+
+
+def v_swizzle_bytes(v_cols: int) -> int | None:
+    """The V operand's swizzle: the widest span (bytes) that ``v_cols`` bf16 columns per CTA
+    fill in whole rows, so each TMA box row is exactly one swizzle row; None if none does."""
+    return next((w for w in V_SWIZZLES if (2 * v_cols) % w == 0), None)
 
 
 def barrier_count(stages: int) -> int:
@@ -143,7 +158,7 @@ def make_spec(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupporte
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile (S columns, held to the TMEM
 # budget), K/V stages and the persistent grid.
-KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold")
+KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold", "poly_exp2_share")
 
 
 def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
@@ -154,13 +169,15 @@ def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[st
                if arch.tensor_core.valid_shape(MMA_KIND, CTA_ROWS * cta_group, n, cta_group) and (n // cta_group) % 8 == 0)
     return {"block_n": ns, "stages": tuple(range(MIN_STAGES, MAX_STAGES + 1)),
             "rescale_threshold": RESCALE_THRESHOLDS,
+            "poly_exp2_share": POLY_EXP2_SHARES,
             **{k: v for k, v in kr.schedule_space(arch, cta_group, 1).items() if k != "group_m"}}
 
 
 def knobs_of(config) -> dict:
     return {"block_n": config["block_n"], "stages": config["stages"], "grid_ctas": config["grid_ctas"],
             "persistent": config.get("persistent", True),
-            "rescale_threshold": config.get("rescale_threshold_log2", RESCALE_THRESHOLD)}
+            "rescale_threshold": config.get("rescale_threshold_log2", RESCALE_THRESHOLD),
+            "poly_exp2_share": round(100 * config.get("poly_exp2_share", POLY_EXP2_SHARE / 100))}
 
 
 def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> KernelSpec | Unsupported:
@@ -182,10 +199,11 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         return Unsupported(family.FAMILY, name, variant, (),
                            f"the softmax maps one query row to each of {CTA_ROWS} TMEM lanes; "
                            f"the descriptor has {arch.tmem.lanes}")
-    if pair and (head_dim // cta_group) % BOX_COLS:
+    v_swizzle = v_swizzle_bytes(head_dim // cta_group)
+    if v_swizzle is None:
         return Unsupported(family.FAMILY, name, variant, (),
-                           f"each CTA of a pair holds {head_dim // cta_group} head-dim columns of V, "
-                           f"less than one {SWIZZLE_BYTES}-byte swizzle row ({BOX_COLS} bf16) the V layout uses")
+                           f"each CTA {'of a pair ' if pair else ''}holds {head_dim // cta_group} head-dim columns "
+                           f"of V, not whole rows of any swizzle span ({', '.join(f'{w} B' for w in V_SWIZZLES)})")
     if knobs:
         space = knob_space(arch, head_dim, causal, pair)
         kr.check_names(name, knobs, space)
@@ -197,6 +215,9 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         if "rescale_threshold" in knobs:
             kr.check_choice(name, "rescale_threshold", knobs["rescale_threshold"], RESCALE_THRESHOLDS,
                             "exp2 units of max growth before O is rescaled (0 = on any growth)")
+        if "poly_exp2_share" in knobs:
+            kr.check_choice(name, "poly_exp2_share", knobs["poly_exp2_share"], POLY_EXP2_SHARES,
+                            "percent of each row's exp2 on the FMA units, in quarters of the column pairs")
     block_n = knobs.get("block_n", BLOCK_N)
     for n in (block_n, head_dim):
         if not arch.tensor_core.valid_shape(MMA_KIND, block_m, n, cta_group):
@@ -239,8 +260,11 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
     # V as MN-major, 128B swizzle (PTX ISA 9.7.16.3.3 canonical layouts): the swizzle atom
     # is 8 keys x 64 D-columns (1024 B); SBO = next 8 keys = 1024 B, LBO = next 64
     # D-columns = the next TMA box (block_n rows x 128 B).
-    desc_v = enc.encode_smem_desc(lbo=block_n * SWIZZLE_BYTES, sbo=8 * SWIZZLE_BYTES, swizzle="128b")
+    # With the hd64 pair's 64-byte swizzle (32 columns per CTA) the atom is 8 keys x 32
+    # columns (512 B): SBO 512 B, a single box along D.
+    desc_v = enc.encode_smem_desc(lbo=block_n * v_swizzle, sbo=8 * v_swizzle, swizzle=f"{v_swizzle}b")
     cg = f"cta_group::{cta_group}"
+    share = knobs.get("poly_exp2_share", POLY_EXP2_SHARE)
 
     cfg = family.base_config(arch, head_dim, causal, MAINLOOP)
     cfg.update({
@@ -253,8 +277,12 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         "stage_bytes": plan["stage_bytes"],
         "box_cols": BOX_COLS,
         # TMA boxes (cols, rows) per CTA: K rows and V columns are split across a pair.
-        "tma_boxes": {"q": [BOX_COLS, CTA_ROWS], "k": [BOX_COLS, block_n // cta_group], "v": [BOX_COLS, block_n]},
+        "tma_boxes": {"q": [BOX_COLS, CTA_ROWS], "k": [BOX_COLS, block_n // cta_group],
+                      "v": [v_swizzle // 2, block_n]},
         "tma_swizzle": "128B",
+        "tma_swizzles": {"v": f"{v_swizzle}B"},     # per map where it differs from tma_swizzle
+        "v_swizzle_bytes": v_swizzle,
+        "v_box_cols": v_swizzle // 2,
         # A pair's grid is 2 x clusters; cluster c serves tiles c, c + clusters, ...
         "grid_ctas": kr.schedule(name, knobs, arch, cta_group, 1)[1],
         "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
@@ -275,6 +303,11 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
                           "sum_depth": block_n // (2 * ROW_PARTS) + ROW_PARTS.bit_length() - 1},
         # O / l rescaled only when a row's max grows by more than this many exp2 units.
         "rescale_threshold_log2": knobs.get("rescale_threshold", RESCALE_THRESHOLD),
+        # exp2 split between the FMA units (polynomial) and the MUFU (ex2.approx).
+        "poly_exp2_share": share / 100,
+        "poly_exp2": {"pairs_per_8": share * 8 // 100, "coef": [f"{c:.9g}" for c in an.EXP2_POLY],
+                      "round_magic": f"{an.EXP2_ROUND_MAGIC:.1f}", "min_arg": f"{an.EXP2_MIN_ARG:.1f}",
+                      "flush_below": f"{an.EXP2_FLUSH_BELOW:.1f}", "max_rel_err": an.EXP2_POLY_MAX_REL_ERR},
         "tmem_chunk": TMEM_CHUNK,
         "tmem_columns": {"s": tmem["s"], "o": tmem["o"], "p": tmem["p"],
                          "used": tmem["used"], "allocated": tmem["allocated"]},
