@@ -123,7 +123,7 @@ def test_attention_pipelines_are_drained_before_teardown():
         assert producer.count("wait_bar(s.q_empty()") == 2, spec.name
         tail = producer[producer.index("Producer tail"):]
         assert "wait_bar(s.kv_empty(kv_iter % kStages)" in tail and "i < kStages" in tail
-    assert checked == len(specs) == 6, (checked, [s.name for s in specs])
+    assert checked == len(specs) == 8, (checked, [s.name for s in specs])   # hd64/hd128 x causal x single/pair
 
 
 # -- item 15: the megakernel's shared-memory margin ---------------------------------------------
