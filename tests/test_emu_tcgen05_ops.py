@@ -313,9 +313,11 @@ def test_dealloc_under_an_uncommitted_mma_is_reported():
         _mma_without_reads()
 
 
-def test_mma_never_committed_is_reported_at_warp_exit():
-    with pytest.raises(CheckFailed, match="t.ptx:46: CTA 0 warp 0 \\(lane 0\\) exits with 1 tcgen05 operation\\(s\\) "
-                                          "\\(first: the tcgen05.mma issued here\\) never committed"):
+def test_mma_never_committed_is_no_error_but_its_tmem_left_allocated_is():
+    # the PTX ISA states no rule that a tcgen05.mma be committed before exit (a warning, issue 18
+    # item 4); it does state that TMEM is deallocated before the kernel exits
+    with pytest.raises(CheckFailed, match="TMEM not deallocated at exit: columns 0..31 allocated by warp 0 "
+                                          ".*PTX ISA 9.7.16"):
         _mma_without_reads(dealloc=False)
 
 

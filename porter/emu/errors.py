@@ -22,7 +22,18 @@ class Unsupported(EmuError):
 
 
 class CheckFailed(EmuError):
-    """A checker caught the kernel breaking a rule (poisoned read, mbarrier misuse, race, ...)."""
+    """A checker caught the kernel breaking a rule (poisoned read, mbarrier misuse, race, ...).
+    The message names the PTX ISA section that states the rule (``porter.emu.isa_rules``)."""
+
+    def __init__(self, message: str = "", *args):
+        from porter.emu.isa_rules import cite
+
+        message = str(message)
+        if "PTX ISA" not in message:
+            section = cite(message)
+            if section is not None:
+                message = f"{message} [{section}]"
+        super().__init__(message, *args)
 
 
 class Deadlock(EmuError):

@@ -98,6 +98,11 @@ class LaunchResult:
     outputs: list                # per argument: the array after the run (numpy args), else None
     summary: RunSummary
 
+    @property
+    def warnings(self) -> list[str]:
+        """Findings of rules the PTX ISA does not state, each with its reason (porter.emu.isa_rules)."""
+        return list(self.summary.warnings)
+
 
 def _dim3(v) -> tuple[int, int, int]:
     if isinstance(v, int):

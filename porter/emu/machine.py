@@ -462,6 +462,7 @@ class RunSummary:
     wgmma: int = 0
     tma: int = 0
     cpu_seconds: float = 0.0     # this process's CPU time over the run (steadier than wall time under load)
+    warnings: tuple = ()         # findings of rules the PTX ISA does not state (LaunchState.warn)
 
     @property
     def warp_instr_per_s(self) -> float:
@@ -471,7 +472,8 @@ class RunSummary:
         return {"warp_instructions": self.warp_instructions, "thread_instructions": self.thread_instructions,
                 "warps": self.warps, "ctas": self.ctas, "seconds": round(self.seconds, 4), "rounds": self.rounds,
                 "virtual_ns": self.virtual_ns, "warp_instr_per_s": round(self.warp_instr_per_s),
-                "wgmma": self.wgmma, "tma": self.tma, "cpu_seconds": round(self.cpu_seconds, 4)}
+                "wgmma": self.wgmma, "tma": self.tma, "cpu_seconds": round(self.cpu_seconds, 4),
+                "warnings": list(self.warnings)}
 
 
 class LaunchState:
@@ -488,6 +490,15 @@ class LaunchState:
         self.regs_per_thread = regs_per_thread
         self.cooperative = cooperative
         self.n_ctas = grid[0] * grid[1] * grid[2]
+        self.warnings: list[str] = []       # checks of rules the PTX ISA does not state (isa_rules.WARNINGS)
+
+    def warn(self, message: str) -> None:
+        """Record (once) a finding that breaks no rule the PTX ISA states, with the reason."""
+        from porter.emu.isa_rules import warning_reason
+
+        text = f"{message} (a warning: {warning_reason(message) or 'no rule of the PTX ISA'})"
+        if text not in self.warnings:
+            self.warnings.append(text)
 
     def cta_index(self, ctaid) -> int:
         return ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2])
@@ -638,7 +649,8 @@ class Scheduler:
                 raise Deadlock(self.report("deadlock: every live warp is parked and nothing asynchronous is pending"))
         return RunSummary(self.executed, self.thread_executed, sum(len(c.warps) for c in self.all_ctas),
                           len(self.all_ctas), time.perf_counter() - t0, self.round, self.time_ns,
-                          self.counters["wgmma"], self.counters["tma"], time.process_time() - c0)
+                          self.counters["wgmma"], self.counters["tma"], time.process_time() - c0,
+                          tuple(self.launch.warnings))
 
     def _advance_time(self, wake: int) -> None:
         """Every warp sleeps: jump to the first wake-up. If nothing that another warp could
@@ -731,8 +743,8 @@ class Scheduler:
             raise
         except IndexError:
             if pc >= len(ops):
-                raise CheckFailed(f"{w.prog.file}: {w.name} ran past the end of {w.prog.kernel.name} "
-                                  "(no ret/exit)") from None
+                raise Unsupported(f"{w.prog.file}: {w.name} ran past the end of {w.prog.kernel.name} "
+                                  "(no ret/exit: the simulator needs one)") from None
             raise
         w.executed += n
         self.thread_executed += threads

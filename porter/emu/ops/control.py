@@ -14,7 +14,7 @@ import numpy as np
 
 from porter.emu import ptx
 from porter.emu.control import DEFER, HANDLED
-from porter.emu.errors import CheckFailed
+from porter.emu.errors import CheckFailed, Unsupported
 
 LANES = np.arange(32)
 _NO_LANE = bytes(32)
@@ -272,7 +272,7 @@ def build_vote(ins, d):
         elif mode == "ballot":
             out = np.full(32, int(np.sum(p.astype(np.uint64) << LANES.astype(np.uint64))), dtype=np.uint32)
         else:
-            raise CheckFailed(f"vote mode {mode} is outside the simulator's subset")
+            raise Unsupported(f"vote mode {mode} is outside the simulator's subset")
         wd(w, out, m)
     return vote
 

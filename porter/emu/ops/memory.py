@@ -17,7 +17,7 @@ import numpy as np
 from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.decode import NP, UINT, bits, type_of
-from porter.emu.errors import CheckFailed
+from porter.emu.errors import CheckFailed, Unsupported
 
 _SPACES = ("param", "const", "global", "shared", "local")
 
@@ -88,7 +88,7 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
         a = addrs.astype(np.int64)
         ranks = (a >> mem.RANK_SHIFT) & mem.RANK_MASK
         if (ranks != ranks[0]).any():
-            raise CheckFailed(f"shared::cluster {what} whose lanes address several CTAs; the simulator "
+            raise Unsupported(f"shared::cluster {what} whose lanes address several CTAs; the simulator "
                               "takes one CTA per instruction")
         peer = w.cta.peer(int(ranks[0]), w.name) if int(ranks[0]) != w.cta.rank else w.cta
         offs = peer.smem.check_lanes(a, nbytes, what)
@@ -100,7 +100,7 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
             raise CheckFailed(f"param {what} at offset {int(a.max())} is outside the {launch.params.size}-byte "
                               "parameter buffer")
         return launch.params, a
-    raise CheckFailed(f"{space} memory is outside the simulator's subset")
+    raise Unsupported(f"{space} memory is outside the simulator's subset")
 
 
 def _access(ins, d, addr_op, regs_op):

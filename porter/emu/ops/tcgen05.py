@@ -242,8 +242,10 @@ def _warp_exit_check(w) -> None:
     for lane, p in w.units.get("tcgen05_pipes", {}).items():
         if p.open:
             op = p.open[0]
-            raise CheckFailed(f"{op.where}: {w.name} (lane {lane}) exits with {len(p.open)} tcgen05 operation(s) "
-                              f"(first: the {op.name} issued here) never committed (missing tcgen05.commit)")
+            w.cta.launch.warn(f"{op.where}: {w.name} (lane {lane}) exits with {len(p.open)} tcgen05 "
+                              f"operation(s) (first: the {op.name} issued here) never committed (missing "
+                              "tcgen05.commit)")
+            return
 
 
 # ---- helpers -------------------------------------------------------------------------------------

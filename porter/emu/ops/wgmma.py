@@ -67,7 +67,7 @@ def _exit_check(w) -> None:
     st = w.units.get("wgmma")
     if st and (st.open or st.groups):
         n = len(st.open) + sum(len(g) for g in st.groups)
-        raise CheckFailed(f"{w.name} exits with {n} wgmma.mma_async operation(s) never waited for "
+        w.cta.launch.warn(f"{w.name} exits with {n} wgmma.mma_async operation(s) never waited for "
                           "(missing wgmma.commit_group / wgmma.wait_group)")
 
 

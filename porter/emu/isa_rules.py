@@ -1,0 +1,176 @@
+"""Which PTX ISA section states each rule the simulator's checkers enforce.
+
+A checker's error (``CheckFailed``) names the section of the PTX ISA (numbered as in
+PTX ISA 9.0) that states the rule it caught the kernel breaking. The table lives here, one
+place, rather than at each raise site: the checkers sit on the simulator's hot paths, and a
+message's text is only built when a check fails. ``CheckFailed`` appends the citation of the
+first fragment its message contains (a message that already names "PTX ISA" keeps its own).
+
+A check for something the ISA does not state is not an error: it goes to the run's warnings
+(``LaunchState.warn``, ``LaunchResult.warnings``) with its reason, listed in ``WARNINGS``.
+tests/test_emu_isa_rules.py walks every ``CheckFailed`` raise site and every ``warn`` site of
+``porter/emu`` and fails on one this table does not cover.
+"""
+
+from __future__ import annotations
+
+# sections (PTX ISA 9.0 numbering)
+_STATE = 'PTX ISA 5.1 "State Spaces"'
+_GLOBAL = 'PTX ISA 5.1.4 "Global State Space"'
+_PARAM = 'PTX ISA 5.1.6 "Parameter State Space"'
+_SHARED = 'PTX ISA 5.1.7 "Shared State Space" (a CTA\'s shared window; in a cluster, its peers\' while they run)'
+_GENERIC = 'PTX ISA 6.4.1 "Generic Addressing"'
+_TENSOR = 'PTX ISA 5.5 "Tensors" (the tensor map)'
+_MCM_RACE = 'PTX ISA 8 "Memory Consistency Model": a data race between weak accesses leaves the values undefined'
+_PROXY = 'PTX ISA 8 "Memory Consistency Model: Proxies" and 9.7.13.4 "membar/fence"'
+_DIV = 'PTX ISA 9.7.1 "div"/"rem": division by zero yields an unspecified value'
+_LDST = 'PTX ISA 9.7.9 "ld"/"st": the address must be naturally aligned to the access size'
+_CVTA = 'PTX ISA 9.7.9 "cvta" and 6.4.1 "Generic Addressing"'
+_MAPA = 'PTX ISA 9.7.9 "mapa": the target CTA rank must exist in the cluster'
+_CP_ASYNC = 'PTX ISA 9.7.9.25.3 "cp.async" (the destination may be accessed only after the wait that covers it)'
+_CP_ASYNC_SIZE = 'PTX ISA 9.7.9.25.3 "cp.async": src-size larger than cp-size is undefined behaviour'
+_BULK = 'PTX ISA 9.7.9.25 "cp.async.bulk" / "cp.async.bulk.tensor"'
+_BULK_MCAST = 'PTX ISA 9.7.9.25 "cp.async.bulk.tensor": ctaMask names CTAs of the cluster'
+_BULK_DST = ('PTX ISA 9.7.9.25 "cp.async.bulk.tensor": the destination may be rewritten only after the mbarrier '
+             'phase that covers the copy')
+_REDUCE = 'PTX ISA 9.7.9.25 "cp.reduce.async.bulk.tensor" (its .redOp / type combinations)'
+_BRA = 'PTX ISA 9.7.12.3 "bra": .uni asserts that the branch is non-divergent'
+_TRAP = 'PTX ISA 9.7 "trap": aborts the kernel'
+_BAR = 'PTX ISA 9.7.13.1 "bar, barrier" (barriers 0..15; b a multiple of the warp size, the same in every thread)'
+_BAR_CLUSTER = 'PTX ISA 9.7.13.3 "barrier.cluster" (each thread arrives once, then waits, per phase)'
+_FENCE_INIT = 'PTX ISA 9.7.13.4 "membar/fence": fence.mbarrier_init makes an mbarrier.init visible to the cluster'
+_ELECT = 'PTX ISA 9.7.13 "elect.sync": the executing thread must be in membermask'
+_MBAR_OBJ = 'PTX ISA 9.7.13.15.1 "Size and alignment of mbarrier object" (8 bytes, 8-byte aligned)'
+_MBAR_INIT = 'PTX ISA 9.7.13.15.9 "mbarrier.init" (count 1..2^20-1; an mbarrier is used only after its init)'
+_MBAR_TX = 'PTX ISA 9.7.13.15.2 "Contents of the mbarrier object" (tx-count range -(2^20-1)..2^20-1)'
+_MBAR_ARRIVE = ('PTX ISA 9.7.13.15.6 "Phase Completion of the mbarrier object" and 9.7.13.15.13 "mbarrier.arrive" '
+                '(arrivals beyond the pending count are undefined)')
+_ALIGNED = 'PTX ISA 9.7.14 "mma" (.sync.aligned: every thread of the warp executes the same instruction)'
+_MMA_SCALE = 'PTX ISA 9.7.14 "mma" block scaling (Table 37: the selector values)'
+_WGMMA = 'PTX ISA 9.7.15 "wgmma.mma_async" (.sync.aligned: every warp of the warpgroup, the same operands)'
+_WGMMA_WAIT = ('PTX ISA 9.7.15 "wgmma.wait_group": accumulators and shared-memory operands may be accessed only '
+               'after the wait that covers the wgmma')
+_SETMAXNREG = 'PTX ISA 9.7 "setmaxnreg" (a multiple of 8 in 24..256, executed by the whole warpgroup)'
+_CLC = 'PTX ISA 9.7 "clusterlaunchcontrol.try_cancel" / "clusterlaunchcontrol.query_cancel"'
+_TC_ALLOC = 'PTX ISA 9.7.16 "tcgen05.alloc / tcgen05.dealloc / tcgen05.relinquish_alloc_permit"'
+_TC_TMEM = 'PTX ISA 9.7.16 "Tensor Memory" (128 lanes x 512 columns; access within allocated columns)'
+_TC_LANES = 'PTX ISA 9.7.16 "Tensor Memory": warp i%4 of a warpgroup accesses lanes 32*(i%4)..32*(i%4)+31'
+_TC_GROUP = 'PTX ISA 9.7.16 ".cta_group": all tcgen05 instructions of a kernel use the same .cta_group'
+_TC_MMA = 'PTX ISA 9.7.16 "tcgen05.mma" (its operands and instruction descriptor)'
+_TC_SCALE = 'PTX ISA 9.7.16 "tcgen05.mma" block scaling (scale factors in TMEM, ue4m3/ue8m0)'
+_TC_WAIT = ('PTX ISA 9.7.16 "tcgen05.ld / tcgen05.st / tcgen05.wait" (a tcgen05.ld / tcgen05.st is complete '
+            'after its tcgen05.wait::ld / ::st)')
+_TC_MCM = ('PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of TensorCore operations" '
+           '(tcgen05.fence::before/after_thread_sync around the thread synchronization)')
+_TC_COMMIT = 'PTX ISA 9.7.16 "tcgen05.commit" (an operation is complete at the mbarrier of its commit)'
+_TC_CP = 'PTX ISA 9.7.16 "tcgen05.cp"'
+
+# (a fragment of the message, the section that states the rule); the first fragment found wins
+RULES: list[tuple[str, str]] = [
+    ("shared-memory race in", _MCM_RACE),
+    ("TMEM hand-off race in", _TC_MCM),
+    ("without tcgen05.fence::after_thread_sync", _TC_MCM),
+    ("without tcgen05.fence::before_thread_sync", _TC_MCM),
+    ("before that warp's tcgen05.wait::st", _TC_WAIT),
+    ("(it has not completed: wait for the mbarrier of the tcgen05.commit", _TC_COMMIT),
+    ("reads changed before the operation completed", _TC_COMMIT),
+    ("tcgen05.commit multicast", _TC_COMMIT),
+    ("still uses them (not complete)", _TC_COMMIT),
+    ("tcgen05.cp source bytes", _TC_CP),
+    ("tcgen05.mma operand bytes", _TC_MMA),
+    ("tcgen05.mma with A in TMEM", _TC_MMA),
+    ("tcgen05 operand (descriptor", _TC_MMA),
+    ("scale factors must be duplicated", _TC_SCALE),
+    ("decode ue4m3", _TC_SCALE),
+    (".cta_group::2 needs a CTA pair", _TC_GROUP),
+    ("of the .cta_group::2 operation has already exited", _SHARED),
+    ("every tcgen05 instruction of a kernel must use the same .cta_group", _TC_GROUP),
+    ("tcgen05.alloc destination", _TC_ALLOC),
+    ("tcgen05.alloc.cta_group::2", _TC_ALLOC),
+    ("tcgen05.dealloc.cta_group::2", _TC_ALLOC),
+    ("tcgen05.relinquish_alloc_permit", _TC_ALLOC),
+    ("must not increase between two allocations", _TC_ALLOC),
+    ("TMEM not deallocated at exit", _TC_ALLOC),
+    ("the address is not that of an allocation", _TC_ALLOC),
+    ("that allocation has", _TC_ALLOC),
+    ("freed by another", _TC_ALLOC),
+    ("may access TMEM lanes", _TC_LANES),
+    ("TMEM lane", _TC_TMEM),
+    ("TMEM column", _TC_TMEM),
+    ("never written since its", _TC_TMEM),
+    ("wgmma.mma_async reads changed before the wgmma.wait_group", _WGMMA_WAIT),
+    ("an accumulator of the wgmma.mma_async", _WGMMA_WAIT),
+    ("before the tcgen05.wait::ld that covers it", _TC_WAIT),
+    ("every warp of a warpgroup must execute each one", _WGMMA),
+    ("the whole warpgroup must execute each setmaxnreg", _SETMAXNREG),
+    ("setmaxnreg", _SETMAXNREG),
+    ("differs across the warp's lanes", _WGMMA),
+    ("is a warp collective (.sync.aligned)", _ALIGNED),
+    ("a warp-collective (.sync/.aligned) instruction was reached by a diverged", _ALIGNED),
+    ("mma.sync block_scale", _MMA_SCALE),
+    ("fence.mbarrier_init", _FENCE_INIT),
+    ("before its mbarrier.init", _MBAR_INIT),
+    ("before mbarrier.init", _MBAR_INIT),
+    ("mbarrier.init at", _MBAR_INIT),
+    ("mbarrier address", _MBAR_OBJ),
+    ("tx-count", _MBAR_TX),
+    ("more arrivals than the barrier's count", _MBAR_ARRIVE),
+    ("more bytes landed than were expected", _MBAR_TX),
+    ("the cluster barrier", _BAR_CLUSTER),
+    ("named barrier", _BAR),
+    ("barrier ", _BAR),
+    ("bra.uni", _BRA),
+    ("executed trap", _TRAP),
+    ("elect.sync", _ELECT),
+    ("mapa to CTA rank", _MAPA),
+    ("try_cancel", _CLC),
+    ("query_cancel", _CLC),
+    ("src-size", _CP_ASYNC_SIZE),
+    ("asynchronous copy is still writing", _CP_ASYNC),
+    ("while the copy was in flight", _CP_ASYNC),
+    ("cp.reduce", _REDUCE),
+    ("multicast", _BULK_MCAST),
+    ("while \x00 may still read it", _BULK_DST),
+    ("may still read it", _BULK_DST),
+    ("a bulk store's source", _BULK),
+    ("lands in the shared memory of", _SHARED),
+    ("coordinates for a rank-", _TENSOR),
+    ("tensor map at param offset", _PARAM),
+    ("integer division by zero", _DIV),
+    ("integer remainder by zero", _DIV),
+    ("outside the generic", _CVTA),
+    ("is not in the shared window", _GENERIC),
+    ("is in no memory window", _GENERIC),
+    ("shared::cluster address names CTA rank", _SHARED),
+    ("which has already exited", _SHARED),
+    ("with no cluster barrier since", _SHARED),
+    ("misaligned", _LDST),
+    ("is not a multiple of 8", _LDST),
+    ("parameter buffer", _PARAM),
+    ("is outside every allocation", _GLOBAL),
+    ("shared memory (", _SHARED),
+    ("shared memory", _SHARED),
+]
+
+# checks for rules the ISA does not state: a warning (its fragment, the reason), never an error
+WARNINGS: list[tuple[str, str]] = [
+    ("wgmma.mma_async operation(s) never waited for",
+     "the PTX ISA states no rule that a warp wait for its wgmma before exit; its results are lost"),
+    ("tcgen05 operation(s)",
+     "the PTX ISA states no rule that a tcgen05 operation be committed before exit; nothing tracks its end"),
+]
+
+
+def cite(message: str) -> str | None:
+    """The ISA section of the first rule fragment ``message`` contains, or None."""
+    for fragment, section in RULES:
+        if fragment in message:
+            return section
+    return None
+
+
+def warning_reason(message: str) -> str | None:
+    for fragment, reason in WARNINGS:
+        if fragment in message:
+            return reason
+    return None

@@ -1,0 +1,154 @@
+"""Every checker error of the simulator names the PTX ISA section that states its rule
+(issue 18 item 4): the walk below finds each ``CheckFailed(...)`` raise site and each
+``launch.warn(...)`` site in porter/emu and checks that porter.emu.isa_rules covers it."""
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from porter.emu import isa_rules
+from porter.emu.errors import CheckFailed
+
+EMU = Path(__file__).resolve().parents[1] / "porter" / "emu"
+
+# raise sites whose message is another EmuError's (already cited where it was raised)
+PASS_THROUGH = {
+    ("ops/mma_sync.py", "{exc}"): "re-raises a unit's EmuError as a CheckFailed",
+    ("ops/mma_sync.py", "{where}: {exc}"): "re-raises a unit's EmuError with the instruction's place",
+    ("ops/tcgen05.py", "{cta.launch.prog.file}: {exc} (missing tcgen05.dealloc?)"): "TMEM's exit check, cited there",
+}
+
+
+def _template(node) -> str | None:
+    """The message's literal text, each interpolated value as \\x00 (None: not a literal)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "\x00" for v in node.values)
+    if isinstance(node, ast.Call) and node.args:      # self._at(f"..."), a message helper
+        return _template(node.args[0])
+    if isinstance(node, ast.BinOp):                   # f"..." + self._nearest(addr)
+        left, right = _template(node.left), _template(node.right)
+        if left is not None or right is not None:
+            return (left or "\x00") + (right or "\x00")
+    return None
+
+
+def _sites(kind: str):
+    for path in sorted(EMU.rglob("*.py")):
+        src = path.read_text()
+        for n in ast.walk(ast.parse(src)):
+            if not isinstance(n, ast.Call) or not n.args:
+                continue
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name == kind:
+                yield path.relative_to(EMU).as_posix(), n.lineno, n.args[0], ast.get_source_segment(src, n.args[0])
+
+
+def _helper_messages():
+    """Messages built by a helper method (raise CheckFailed(self._diverged_collective(w)))."""
+    src = (EMU / "machine.py").read_text()
+    for n in ast.walk(ast.parse(src)):
+        if isinstance(n, ast.FunctionDef) and n.name == "_diverged_collective":
+            return ["".join(_template(r.value) or "" for r in ast.walk(n) if isinstance(r, ast.Return))]
+    raise AssertionError("machine.py has no _diverged_collective")
+
+
+def _poison_reasons() -> list[str]:
+    """Every reason a register is poisoned with (w.poisoned[i] = ... or a local named why)."""
+    out = []
+    for path in sorted(EMU.rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                t = n.targets[0]
+                poisoned = isinstance(t, ast.Subscript) and getattr(t.value, "attr", None) == "poisoned"
+                if (poisoned or getattr(t, "id", None) == "why") and _template(n.value) is not None:
+                    out.append(_template(n.value))
+    assert len(out) >= 2
+    return out
+
+
+def test_every_checker_error_names_its_isa_section():
+    sites = list(_sites("CheckFailed"))
+    assert len(sites) > 80                      # the walk finds the checkers (not an empty pass)
+    missing = []
+    for file, line, arg, seg in sites:
+        text = _template(arg)
+        if "self.poisoned[i]" in seg:            # a poisoned register: the reason its poison names
+            for reason in _poison_reasons():
+                assert isa_rules.cite(reason.replace("\x00", "")) is not None, f"poison reason {reason!r}"
+            continue
+        if text is None:
+            assert "_diverged_collective" in seg, f"{file}:{line}: a message the walk cannot read: {seg}"
+            text = _helper_messages()[0]
+        plain = text.replace("\x00", "")
+        key = seg.strip().lstrip("f").strip('"')
+        if (file, key) in PASS_THROUGH:
+            continue
+        if "PTX ISA" in text or "ISA Table" in text:
+            continue
+        if isa_rules.cite(text) is None and isa_rules.cite(plain) is None:
+            missing.append(f"{file}:{line}: {text!r}")
+    assert not missing, "checker errors with no PTX ISA section:\n" + "\n".join(missing)
+
+
+def test_every_citation_names_the_ptx_isa():
+    for fragment, section in isa_rules.RULES:
+        assert fragment and section.startswith("PTX ISA "), (fragment, section)
+    for fragment, reason in isa_rules.WARNINGS:
+        assert fragment and "PTX ISA" in reason, (fragment, reason)
+
+
+def test_every_warning_site_has_a_listed_reason():
+    sites = [s for s in _sites("warn") if s[0] != "machine.py" or "message" not in s[3]]
+    assert len(sites) >= 2
+    for file, line, arg, _seg in sites:
+        text = _template(arg)
+        assert text is not None and isa_rules.warning_reason(text) is not None, f"{file}:{line}: {text!r}"
+        assert isa_rules.cite(text) is None, f"{file}:{line}: a warning that is also an ISA rule"
+
+
+def test_the_message_carries_its_section():
+    exc = CheckFailed("t.ptx:3: mbarrier address 0x4 is not 8-byte aligned")
+    assert str(exc).endswith('[PTX ISA 9.7.13.15.1 "Size and alignment of mbarrier object" (8 bytes, 8-byte aligned)]')
+    already = CheckFailed('x (PTX ISA "mbarrier.arrive": ...)')
+    assert str(already) == 'x (PTX ISA "mbarrier.arrive": ...)'
+
+
+WGMMA_NO_WAIT = """
+.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .f32 %f<8>;
+  .reg .b64 %rd<4>;
+  .shared .align 1024 .b8 smem[4096];
+  mov.u32 %r1, smem;
+  cvt.u64.u32 %rd1, %r1;
+  shr.u64 %rd1, %rd1, 4;
+  and.b64 %rd1, %rd1, 16383;
+  or.b64 %rd1, %rd1, 68720001024;
+  mov.f32 %f0, 0f00000000;
+  mov.f32 %f1, 0f00000000;
+  mov.f32 %f2, 0f00000000;
+  mov.f32 %f3, 0f00000000;
+  wgmma.fence.sync.aligned;
+  wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f0, %f1, %f2, %f3}, %rd1, %rd1, 0, 1, 1, 0, 0;
+  wgmma.commit_group.sync.aligned;
+  ret;
+}
+"""
+
+
+def test_a_wgmma_never_waited_for_is_a_warning_not_an_error():
+    from porter.emu.launch import launch
+
+    res = launch(WGMMA_NO_WAIT, "k", 1, 128, [np.zeros(4, np.float32)], races=False)
+    assert any("never waited for" in w and "a warning: the PTX ISA states no rule" in w
+               for w in res.summary.warnings), res.summary.warnings
+    assert res.warnings == list(res.summary.warnings)
