@@ -152,3 +152,17 @@ def test_a_wgmma_never_waited_for_is_a_warning_not_an_error():
     assert any("never waited for" in w and "a warning: the PTX ISA states no rule" in w
                for w in res.summary.warnings), res.summary.warnings
     assert res.warnings == list(res.summary.warnings)
+
+
+def test_porter_emu_run_prints_the_warning_and_passes(capsys, tmp_path):
+    from porter.cli import main
+
+    ptx = tmp_path / "nowait.ptx"
+    ptx.write_text(WGMMA_NO_WAIT)
+    harness = tmp_path / "h.py"
+    harness.write_text("import numpy as np\n\ndef arguments(emu):\n    return [np.zeros(4, np.float32)]\n")
+    code = main(["emu", "run", str(ptx), "--entry", "k", "--block", "128", "--harness", str(harness)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "warnings (no rule of the PTX ISA" in out and "never waited for" in out
+    assert "diagnostics: none" in out

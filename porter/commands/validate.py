@@ -372,6 +372,7 @@ def _text(report: dict) -> str:
         lines.append(f"{r['name']}: {'passed' if r['passed'] else 'FAILED'} (level {r['level']})"
                      + (f": {r['error']}" if r.get("error") else "") + (f"; {r['note']}" if r.get("note") else ""))
         lines += [_check_line(c) for c in r.get("checks", [])]
+        lines += [f"  warning: {w}" for w in r.get("warnings") or []]    # --device emu: no ISA rule broken
     for u in report["unsupported"]:
         lines.append(f"{u['name']}: unsupported on {report['arch']} ({u['reason'] or 'needs ' + ', '.join(u['missing'])})")
     n = len(report["results"])

@@ -57,6 +57,7 @@ def emulate(spec, arch, shapes=None, seeds: int = 2, source: str | None = None, 
         checks, error = [], str(exc)
     result["checks"] = checks
     result["runs"] = [r.to_dict() for r in fn.runs]
+    result["warnings"] = list(dict.fromkeys(w for r in fn.runs for w in r.warnings))   # porter.emu.isa_rules
     result.update(run_conditions(dev, checks))
     passed = bool(checks) and not error and all(c["passed"] for c in checks)
     result["passed"] = passed
