@@ -6,7 +6,6 @@ import ast
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from porter.emu import isa_rules
 from porter.emu.errors import CheckFailed

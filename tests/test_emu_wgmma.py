@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from porter.emu.errors import EmuError, Unsupported
+from porter.emu.errors import EmuError
 from porter.emu.units import tma, wgmma
 
 RNG = np.random.default_rng(7)
@@ -199,9 +199,17 @@ def test_descriptor_reading_outside_shared_memory():
         wgmma.read_matrix(np.zeros(4096, np.uint8), desc(2560, 128, 256), 64, 16, 16, False, where="wgmma A")
 
 
-def test_nonzero_base_offset_with_swizzle_is_unsupported():
-    with pytest.raises(Unsupported, match="base offset 3"):
-        wgmma.read_matrix(np.zeros(1 << 15, np.uint8), desc(1024 + 384, 16, 1024, "128B", base=3), 64, 16, 16, False)
+def test_nonzero_base_offset_with_swizzle_counts_the_pattern_from_its_start():
+    # a tile whose 128B pattern starts at 1024 + 384 (base offset (start >> 7) & 7 = 3) reads as
+    # the same bytes placed on the 1024-byte boundary with base offset 0 (issue 18 item 3)
+    img = np.random.default_rng(3).integers(0, 256, 64 * 128).astype(np.uint8)
+    aligned, off = np.zeros(1 << 15, np.uint8), np.zeros(1 << 15, np.uint8)
+    aligned[1024:1024 + img.size] = img
+    off[1024 + 384:1024 + 384 + img.size] = img
+    want = wgmma.read_matrix(aligned, desc(1024, 16, 1024, "128B"), 64, 16, 16, False)
+    got = wgmma.read_matrix(off, desc(1024 + 384, 16, 1024, "128B", base=3), 64, 16, 16, False)
+    np.testing.assert_array_equal(got, want)
+    assert (wgmma.read_matrix(off, desc(1024 + 384, 16, 1024, "128B"), 64, 16, 16, False) != want).any()
     # without swizzle the ISA says the field is not used
     wgmma.read_matrix(np.zeros(1 << 15, np.uint8), desc(1024, 128, 256, "none", base=3), 64, 16, 16, False)
 

@@ -356,12 +356,15 @@ def decode_smem_desc(desc: int) -> SmemDesc:
                     swizzle=sw, swizzle_name=name, swizzle_bytes=width)
 
 
-def _swizzle(addr: np.ndarray, width: int) -> np.ndarray:
-    """Swizzle<B,4,3> of the canonical layouts: XOR address bits [4, 4+B) with bits [7, 7+B)."""
+def _swizzle(addr: np.ndarray, width: int, base_offset: int = 0) -> np.ndarray:
+    """Swizzle<B,4,3> of the canonical layouts: XOR address bits [4, 4+B) with bits [7, 7+B)
+    less the descriptor's matrix base offset, which the ISA sets to (pattern start address >> 7)
+    & 7 for a pattern off its 1024/512/256-byte boundary: a row's phase counts from where its
+    pattern starts (0: the absolute address bits, as TMA writes them)."""
     if width == 0:
         return addr
     mask = {32: 1, 64: 3, 128: 7}[width]
-    return addr ^ (((addr >> 7) & mask) << 4)
+    return addr ^ ((((addr >> 7) - base_offset) & mask) << 4)
 
 
 def operand_addresses(desc: int | SmemDesc, rows: int, row_bytes: int, major: str = "K",
@@ -388,8 +391,6 @@ def operand_addresses(desc: int | SmemDesc, rows: int, row_bytes: int, major: st
         raise Unsupported(f"{where}: leading-dimension absolute address mode (bit 52) is sm_103a only")
     if d.swizzle == 1:
         raise Unsupported(f"{where}: 128B swizzling with 32B atomicity is not implemented")
-    if d.base_offset:
-        raise Unsupported(f"{where}: a non-zero matrix base offset ({d.base_offset}) is not implemented")
     W = d.swizzle_bytes
     r = np.arange(rows, dtype=np.int64)[:, None]
     kb = np.arange(row_bytes, dtype=np.int64)[None, :]
@@ -414,7 +415,7 @@ def operand_addresses(desc: int | SmemDesc, rows: int, row_bytes: int, major: st
             lin = (mn % W) + (mn // W) * d.lbo + (kk % 8) * W + (kk // 8) * d.sbo + byte
     else:
         raise EmuError(f"{where}: major must be 'K' or 'MN'")
-    return _swizzle(d.start + lin, W)
+    return _swizzle(d.start + lin, W, d.base_offset if W else 0)
 
 
 def read_matrix(smem: np.ndarray, desc: int | SmemDesc, rows: int, row_bytes: int,

@@ -47,9 +47,10 @@ chunk) and W the swizzle width in bytes (32, 64, 128),
 
 The swizzle ("Swizzle<B,4,3>" on the byte offset, the same permutation as TMA's swizzle
 modes in 5.5.7) is applied to the absolute shared-memory byte address: bits [4, 4+B) ^=
-bits [7, 7+B), B = log2(W/16). That is what base offset 0 means ("the repeating pattern
-starts" on a 1024/512/256-byte boundary). A non-zero base offset with a swizzle is
-raised as Unsupported: the ISA gives its formula but not how the unit applies it.
+bits [7, 7+B), B = log2(W/16), less the descriptor's base offset (``swizzle_from``): the
+ISA's base offset is (pattern start address >> 7) & 7, so the phase of a row is counted
+from where its pattern starts; base offset 0 is the pattern on its 1024/512/256-byte
+boundary, the absolute address bits (as TMA writes it).
 """
 
 from __future__ import annotations
@@ -59,8 +60,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from porter.emu.errors import EmuError, Unsupported
-from porter.emu.units.tma import swizzle_array
+from porter.emu.errors import EmuError
 
 SWIZZLE_BY_CODE = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
 SWIZZLE_WIDTH = {"none": 0, "128B": 128, "64B": 64, "32B": 32}
@@ -142,15 +142,22 @@ def _logical_addresses(md: MatrixDesc, rows: int, k: int, elem_bits: int, mn_maj
     return (addr + byte).reshape(rows, k * eb)
 
 
+def swizzle_from(addr: np.ndarray, width: int, base_offset: int) -> np.ndarray:
+    """Swizzle<B,4,3> with the pattern's phase taken from the address bits and the descriptor's
+    base offset: bits [4, 4+B) ^= ((addr >> 7) - base_offset) mod 2^B. The ISA sets base offset =
+    (pattern start address >> 7) & 7, so row r after the pattern's start has phase r mod 2^B
+    wherever the pattern starts; with base offset 0 the phase is the absolute address bits
+    [7, 7+B), the pattern on its natural 1024/512/256-byte boundary (as TMA writes it)."""
+    mask = width // 16 - 1
+    return addr ^ ((((addr >> 7) - base_offset) & mask) << 4)
+
+
 def _physical_addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, where: str,
                         smem_size: int | None) -> np.ndarray:
     md = decode_desc(desc, where)
-    if md.swizzle != "none" and md.base_offset:
-        raise Unsupported(f"{_at(where)}matrix descriptor with {md.swizzle} swizzle and base offset "
-                          f"{md.base_offset}: only base offset 0 (pattern on its natural boundary) is simulated")
     addr = _logical_addresses(md, rows, k, elem_bits, mn_major, where)
     if md.swizzle_width:
-        addr = swizzle_array(addr, md.swizzle_width)
+        addr = swizzle_from(addr, md.swizzle_width, md.base_offset)
     lo, hi = int(addr.min()), int(addr.max())
     if lo < 0 or (smem_size is not None and hi >= smem_size):
         raise EmuError(f"{_at(where)}matrix descriptor {desc:#x} reads shared bytes {lo:#x}..{hi:#x}, outside "
