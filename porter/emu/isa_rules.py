@@ -50,6 +50,9 @@ _MMA_SCALE = 'PTX ISA 9.7.14 "mma" block scaling (Table 37: the selector values)
 _WGMMA = 'PTX ISA 9.7.15 "wgmma.mma_async" (.sync.aligned: every warp of the warpgroup, the same operands)'
 _WGMMA_WAIT = ('PTX ISA 9.7.15 "wgmma.wait_group": accumulators and shared-memory operands may be accessed only '
                'after the wait that covers the wgmma')
+_UNIFORM = ('PTX ISA 9.7.15 "wgmma.mma_async" / 9.7.16 "tcgen05.alloc" (.sync.aligned: every thread of the '
+            'warp executes the instruction with the same operand values)')
+_ST_BULK = 'PTX ISA 9.7.9 "st.bulk" (size a multiple of 8, the address 8-byte aligned)'
 _SETMAXNREG = 'PTX ISA 9.7 "setmaxnreg" (a multiple of 8 in 24..256, executed by the whole warpgroup)'
 _CLC = 'PTX ISA 9.7 "clusterlaunchcontrol.try_cancel" / "clusterlaunchcontrol.query_cancel"'
 _TC_ALLOC = 'PTX ISA 9.7.16 "tcgen05.alloc / tcgen05.dealloc / tcgen05.relinquish_alloc_permit"'
@@ -104,7 +107,13 @@ RULES: list[tuple[str, str]] = [
     ("every warp of a warpgroup must execute each one", _WGMMA),
     ("the whole warpgroup must execute each setmaxnreg", _SETMAXNREG),
     ("setmaxnreg", _SETMAXNREG),
-    ("differs across the warp's lanes", _WGMMA),
+    ("bra.uni", _BRA),
+    ("try_cancel", _CLC),
+    ("query_cancel", _CLC),
+    ("which has already exited", _SHARED),
+    ("with no cluster barrier since", _SHARED),
+    ("differs across the warp's lanes", _UNIFORM),
+    ("st.bulk", _ST_BULK),
     ("is a warp collective (.sync.aligned)", _ALIGNED),
     ("a warp-collective (.sync/.aligned) instruction was reached by a diverged", _ALIGNED),
     ("mma.sync block_scale", _MMA_SCALE),
@@ -113,18 +122,15 @@ RULES: list[tuple[str, str]] = [
     ("before mbarrier.init", _MBAR_INIT),
     ("mbarrier.init at", _MBAR_INIT),
     ("mbarrier address", _MBAR_OBJ),
-    ("tx-count", _MBAR_TX),
     ("more arrivals than the barrier's count", _MBAR_ARRIVE),
+    ("tx-count", _MBAR_TX),
     ("more bytes landed than were expected", _MBAR_TX),
     ("the cluster barrier", _BAR_CLUSTER),
     ("named barrier", _BAR),
     ("barrier ", _BAR),
-    ("bra.uni", _BRA),
     ("executed trap", _TRAP),
     ("elect.sync", _ELECT),
     ("mapa to CTA rank", _MAPA),
-    ("try_cancel", _CLC),
-    ("query_cancel", _CLC),
     ("src-size", _CP_ASYNC_SIZE),
     ("asynchronous copy is still writing", _CP_ASYNC),
     ("while the copy was in flight", _CP_ASYNC),
@@ -142,8 +148,6 @@ RULES: list[tuple[str, str]] = [
     ("is not in the shared window", _GENERIC),
     ("is in no memory window", _GENERIC),
     ("shared::cluster address names CTA rank", _SHARED),
-    ("which has already exited", _SHARED),
-    ("with no cluster barrier since", _SHARED),
     ("misaligned", _LDST),
     ("is not a multiple of 8", _LDST),
     ("parameter buffer", _PARAM),
