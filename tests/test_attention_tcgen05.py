@@ -585,21 +585,25 @@ def test_lazy_rescale_threshold_is_a_knob(tc_arch):
 
 def test_poly_exp2_share_splits_the_row_between_fma_and_mufu(builds, tc_arch):
     """FA4's split: a share of each row's exponentials by the degree-4 polynomial on the FMA
-    units (the coefficients the numerics model checks), the rest on the MUFU. The SASS has
-    fewer MUFU.EX2 than scores by exactly the polynomial's share; share 0 has them all."""
+    units (the coefficients the numerics model checks), the rest on the MUFU. The default
+    (share 0, see POLY_EXP2_SHARE) has every score on the MUFU; at 25% the SASS has fewer
+    MUFU.EX2 by exactly the polynomial's share, and still no spills."""
     from porter.validation import attention_numerics as an
 
-    b = builds["attention.hd128"]
-    cfg = b.spec.config
+    default = builds["attention.hd128"]
+    bn = default.spec.config["block_n"]
+    assert default.spec.config["poly_exp2_share"] == 0
+    assert count_matching(default.histogram, r"MUFU\.EX2") >= bn + 1
+    spec = attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"poly_exp2_share": 25})
+    cfg = spec.config
     assert cfg["poly_exp2_share"] == 0.25 and cfg["poly_exp2"]["pairs_per_8"] == 2
     assert [float(np.float32(c)) for c in cfg["poly_exp2"]["coef"]] == [float(np.float32(c)) for c in an.EXP2_POLY]
-    ex2 = count_matching(b.histogram, r"MUFU\.EX2")
-    bn = cfg["block_n"]
-    # per row: 3/4 of the scores on the MUFU, + the correction factor (and the epilogue's none)
-    assert bn * 3 // 4 + 1 <= ex2 < bn, ex2
-    src = attention.render(b.spec, tc_arch)
+    src = attention.render(spec, tc_arch)
     assert "constexpr int kPolyPairsPer8 = 2;" in src and "exp2_poly<Exp2Coef>(x)" in src
-    none = attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"poly_exp2_share": 0})
-    assert "constexpr int kPolyPairsPer8 = 0;" in attention.render(none, tc_arch)
+    b = build_kernel(spec, tc_arch)
+    assert b.level == Level.SASS_CHECKED, [c.to_dict() for c in b.checks if not c.passed]
+    ex2 = count_matching(b.histogram, r"MUFU\.EX2")
+    # per row: 3/4 of the scores on the MUFU, + the correction factor
+    assert bn * 3 // 4 + 1 <= ex2 < bn, ex2
     with pytest.raises(PorterError, match="poly_exp2_share"):
         attention_tcgen05.make_one(tc_arch, 128, False, pair=False, knobs={"poly_exp2_share": 30})

@@ -196,3 +196,13 @@ def test_attention_classic_rescale_form_emulated(blackwell):
 
     spec = attention_tcgen05.make_one(blackwell, 128, False, pair=False, knobs={"rescale_threshold": 0})
     _check_result(emulate(spec, blackwell, seeds=1), spec, 1)
+
+
+def test_attention_poly_exp2_form_emulated(blackwell):
+    """poly_exp2_share=25 (a quarter of each row's exp2 by the polynomial on the FMA units,
+    off by default: see attention_tcgen05.POLY_EXP2_SHARE) runs correctly in the simulator,
+    within the attention policy, for the GPU visit's A/B."""
+    from porter.kernels import attention_tcgen05
+
+    spec = attention_tcgen05.make_one(blackwell, 128, True, pair=False, knobs={"poly_exp2_share": 25})
+    _check_result(emulate(spec, blackwell, seeds=1), spec, 1)

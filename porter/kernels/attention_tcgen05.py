@@ -69,9 +69,12 @@ ROW_PARTS = 8
 RESCALE_THRESHOLD = 8
 RESCALE_THRESHOLDS = (0, 4, 8)
 # Percent of each S row's exponentials computed by a polynomial on the FMA units instead of
-# the MUFU (column pairs cp % 8 < share x 8 / 100); knob ``poly_exp2_share``. 25 moves a
-# quarter of the MUFU's 16/clk work to the FMA pipe (FA4 splits the same way); 0 = all MUFU.
-POLY_EXP2_SHARE = 25
+# the MUFU (column pairs cp % 8 < share x 8 / 100); knob ``poly_exp2_share``. Default 0: with
+# ONE softmax warpgroup the row is latency-bound, not MUFU-bound, and the timing model's L1
+# (the timed simulator on this kernel's SASS) predicts 25% at 450 TFLOP/s against 1208 with
+# none (B200 hd128 4x16x16x4096x4096, predicted, not measured); FA4's split pays once two
+# softmax warpgroups saturate the MUFU. Kept as a knob for the first GPU visit's A/B.
+POLY_EXP2_SHARE = 0
 POLY_EXP2_SHARES = (0, 25, 50, 75, 100)
 
 
