@@ -12,6 +12,11 @@ Warp roles (6 warps; one CTA = one 128-row query tile at a time, persistent over
 
 Each softmax thread owns one whole query row (TMEM lane = row), so the row max and sum
 need no shuffles (the warpgroup-MMA register layout spreads a row over a quad of lanes).
+FA4's softmax steps: the row max and sum are tree reductions over ROW_PARTS independent
+partials (attention/row_tree.cuh); O and l are rescaled only when a row's max grows by more
+than 2^RESCALE_THRESHOLD (knob ``rescale_threshold``; exact final normalisation); a share of
+each row's exp2 can run as a polynomial on the FMA units (attention/exp2_poly.cuh, knob
+``poly_exp2_share``, off by default: see POLY_EXP2_SHARE).
 
 TMEM column map (128 lanes x 32-bit columns), allocated as the next power of two:
   S0 [0, block_n)  S1 [block_n, 2 block_n)  O [2 block_n, 2 block_n + D)
