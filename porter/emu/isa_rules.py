@@ -33,6 +33,11 @@ _BULK = 'PTX ISA 9.7.9.25 "cp.async.bulk" / "cp.async.bulk.tensor"'
 _BULK_MCAST = 'PTX ISA 9.7.9.25 "cp.async.bulk.tensor": ctaMask names CTAs of the cluster'
 _BULK_DST = ('PTX ISA 9.7.9.25 "cp.async.bulk.tensor": the destination may be rewritten only after the mbarrier '
              'phase that covers the copy')
+_BULK_ALIGN = ('PTX ISA 9.7.9.25 "cp.async.bulk" / "cp.async.bulk.tensor" (shared::cta tensor boxes 128-byte '
+               'aligned; bulk sizes and addresses multiples of 16 bytes)')
+_LDMATRIX = 'PTX ISA 9.7.14 "ldmatrix" (each row address 16-byte aligned, in the shared window)'
+_WGMMA_DESC = 'PTX ISA 9.7.15 "Matrix Descriptor Format" and 5.1.7 "Shared State Space" (operands in the CTA\'s shared memory)'
+_TC_DESC = 'PTX ISA 9.7.16 "Shared memory descriptor" (Table 40: its fixed and reserved fields, swizzle modes)'
 _REDUCE = 'PTX ISA 9.7.9.25 "cp.reduce.async.bulk.tensor" (its .redOp / type combinations)'
 _BRA = 'PTX ISA 9.7.12.3 "bra": .uni asserts that the branch is non-divergent'
 _TRAP = 'PTX ISA 9.7 "trap": aborts the kernel'
@@ -135,6 +140,16 @@ RULES: list[tuple[str, str]] = [
     ("asynchronous copy is still writing", _CP_ASYNC),
     ("while the copy was in flight", _CP_ASYNC),
     ("cp.reduce", _REDUCE),
+    ("cp.async.bulk.tensor destination", _BULK_ALIGN),
+    ("cp.async.bulk.tensor shared source", _BULK_ALIGN),
+    ("cp.async.bulk size", _BULK_ALIGN),
+    ("cp.async.bulk \x00 address", _BULK_ALIGN),
+    ("ldmatrix row", _LDMATRIX),
+    ("matrix descriptor \x00 reads shared bytes", _WGMMA_DESC),
+    ("reads shared bytes", _WGMMA_DESC),
+    ("(fixed constant 0b001)", _TC_DESC),
+    ("swizzling mode (bits 61-63)", _TC_DESC),
+    ("must be 0", _TC_DESC),
     ("multicast", _BULK_MCAST),
     ("while \x00 may still read it", _BULK_DST),
     ("may still read it", _BULK_DST),

@@ -147,8 +147,8 @@ def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = ""
         lane = int(np.argmax(bad))
         a = int(used[lane])
         if a % 16:
-            raise EmuError(f"{at}ldmatrix row address {a:#x} from lane {lane} is not 16-byte aligned")
-        raise EmuError(f"{at}ldmatrix row at {a:#x} from lane {lane} is outside the CTA's "
+            raise CheckFailed(f"{at}ldmatrix row address {a:#x} from lane {lane} is not 16-byte aligned")
+        raise CheckFailed(f"{at}ldmatrix row at {a:#x} from lane {lane} is outside the CTA's "
                        f"{smem.size} B of shared memory")
     # mats[m, r, c] = b16 element c of row r of matrix m
     mats = smem[used[:, None] + np.arange(16)].view("<u2").reshape(num, 64)

@@ -341,14 +341,14 @@ def decode_smem_desc(desc: int) -> SmemDesc:
     where = f"tcgen05 shared memory descriptor {desc:#018x}"
     version = _bits(desc, 46, 3)
     if version != 0b001:
-        raise EmuError(f"{where}: bits 46-48 (fixed constant 0b001) are {version:#05b}; "
+        raise CheckFailed(f"{where}: bits 46-48 (fixed constant 0b001) are {version:#05b}; "
                        "a Hopper (wgmma) descriptor?")
     for lo, n in ((14, 2), (30, 2), (53, 8)):
         if _bits(desc, lo, n):
-            raise EmuError(f"{where}: bits {lo}-{lo + n - 1} must be 0")
+            raise CheckFailed(f"{where}: bits {lo}-{lo + n - 1} must be 0")
     sw = _bits(desc, 61, 3)
     if sw not in _SWIZZLES:
-        raise EmuError(f"{where}: swizzling mode (bits 61-63) {sw} is invalid (3, 5 and 7 are)")
+        raise CheckFailed(f"{where}: swizzling mode (bits 61-63) {sw} is invalid (3, 5 and 7 are)")
     name, width = _SWIZZLES[sw]
     return SmemDesc(raw=desc, start=_bits(desc, 0, 14) << 4, lbo=_bits(desc, 16, 14) << 4,
                     sbo=_bits(desc, 32, 14) << 4, version=version,

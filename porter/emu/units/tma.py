@@ -56,7 +56,7 @@ from typing import Callable
 
 import numpy as np
 
-from porter.emu.errors import EmuError, Unsupported
+from porter.emu.errors import CheckFailed, EmuError, Unsupported
 
 MAGIC = b"porter-emu-tmap\x01"          # 16 bytes
 MAP_BYTES = 128
@@ -237,7 +237,7 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         if not -(1 << 31) <= int(c) < 1 << 31:
             raise EmuError(f"{w}tensor coordinate {c} does not fit in .s32")
     if dst_address % SMEM_ALIGN:
-        raise EmuError(f"{w}cp.async.bulk.tensor destination {dst_address:#x} is not {SMEM_ALIGN}-byte aligned")
+        raise CheckFailed(f"{w}cp.async.bulk.tensor destination {dst_address:#x} is not {SMEM_ALIGN}-byte aligned")
     width = SWIZZLE_WIDTH[tmap.swizzle]
     eb = tmap.element_bytes
     row_bytes = tmap.box[0] * eb
@@ -297,7 +297,7 @@ def store_tile(tmap: TensorMap, coords: tuple[int, ...], smem_bytes: np.ndarray,
     if len(coords) != tmap.rank:
         raise EmuError(f"{w}cp.async.bulk.tensor gives {len(coords)} coordinates for a rank-{tmap.rank} map")
     if src_address % SMEM_ALIGN:
-        raise EmuError(f"{w}cp.async.bulk.tensor shared source {src_address:#x} is not {SMEM_ALIGN}-byte aligned")
+        raise CheckFailed(f"{w}cp.async.bulk.tensor shared source {src_address:#x} is not {SMEM_ALIGN}-byte aligned")
     width = SWIZZLE_WIDTH[tmap.swizzle]
     if width and tmap.box[0] * tmap.element_bytes != width:
         raise Unsupported(f"{w}{tmap.swizzle} swizzle with a {tmap.box[0] * tmap.element_bytes} B inner box row: "
@@ -313,10 +313,10 @@ def check_bulk(src: int, dst: int, size: int, where: str = "") -> None:
     """``cp.async.bulk``: size a positive multiple of 16; src and dst 16-byte aligned."""
     w = _at(where)
     if size <= 0 or size % BULK_ALIGN:
-        raise EmuError(f"{w}cp.async.bulk size {size} B must be a positive multiple of {BULK_ALIGN}")
+        raise CheckFailed(f"{w}cp.async.bulk size {size} B must be a positive multiple of {BULK_ALIGN}")
     for what, addr in (("source", src), ("destination", dst)):
         if addr % BULK_ALIGN:
-            raise EmuError(f"{w}cp.async.bulk {what} address {addr:#x} is not {BULK_ALIGN}-byte aligned")
+            raise CheckFailed(f"{w}cp.async.bulk {what} address {addr:#x} is not {BULK_ALIGN}-byte aligned")
 
 
 def bulk_copy(src: int, dst: int, size: int, read_global: Callable[[int, int], np.ndarray],

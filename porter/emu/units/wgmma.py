@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from porter.emu.errors import EmuError
+from porter.emu.errors import CheckFailed, EmuError
 
 SWIZZLE_BY_CODE = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
 SWIZZLE_WIDTH = {"none": 0, "128B": 128, "64B": 64, "32B": 32}
@@ -160,7 +160,7 @@ def _physical_addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: 
         addr = swizzle_from(addr, md.swizzle_width, md.base_offset)
     lo, hi = int(addr.min()), int(addr.max())
     if lo < 0 or (smem_size is not None and hi >= smem_size):
-        raise EmuError(f"{_at(where)}matrix descriptor {desc:#x} reads shared bytes {lo:#x}..{hi:#x}, outside "
+        raise CheckFailed(f"{_at(where)}matrix descriptor {desc:#x} reads shared bytes {lo:#x}..{hi:#x}, outside "
                        f"the CTA's {smem_size} B of shared memory")
     flat = addr.reshape(-1)
     if np.unique(flat).size != flat.size:
