@@ -17,7 +17,8 @@ from porter.tuning.cache import ResultCache
 from porter.tuning.engine import OK, LocalExecutor, Task
 from porter.tuning.sweep import Sweep, SweepOptions
 
-KERNEL = "attention.hd64"       # 240 configurations on blackwell: small enough to sweep in a test
+KERNEL = "attention.hd64"
+PINNED = {"rescale_threshold": 8, "poly_exp2_share": 0}   # the sweep covers the other knobs: a test-sized space
 SHAPE = "4x16x16x4096x4096"
 
 
@@ -71,14 +72,19 @@ def test_local_executor_retries_once_then_records(tmp_path):
 def swept(blackwell, tmp_path_factory):
     """One real sweep (screen, compile, emulate) on the in-process executor."""
     cache = ResultCache(tmp_path_factory.mktemp("tune-cache"))
-    sweep = Sweep(LocalExecutor(), cache, options=SweepOptions(budget=3, finalists=1, shapes=(SHAPE,)))
+    sweep = Sweep(LocalExecutor(), cache, options=SweepOptions(budget=3, finalists=1, shapes=(SHAPE,), fixed=PINNED))
     result = sweep.kernel(blackwell, KERNEL, "B200")
     return sweep, cache, result
 
 
 def test_sweep_screens_compiles_and_emulates(swept):
+    import math
+
+    from porter.kernels.knobs import knob_space
+
     _, _, s = swept
-    assert s.space_size == 240 and 0 < s.legal <= s.space_size
+    space = knob_space(load_arch("blackwell"), KERNEL) | {k: (v,) for k, v in PINNED.items()}
+    assert s.space_size == math.prod(len(v) for v in space.values()) and 0 < s.legal <= s.space_size
     assert sum(s.pruned.values()) == s.space_size - s.legal
     assert len(s.candidates) == 3 and s.candidates[0]["knobs"] == s.default_knobs   # the default is always compiled
     (bucket, row), = s.buckets.items()

@@ -28,6 +28,9 @@ def register(sub) -> None:
                    help="seconds per task attempt before it is cancelled and retried (default 600, emulation 1200)")
     p.add_argument("--out", help="folder for report.html and sweep.json (default build/tune/ARCH-PRODUCT)")
     p.add_argument("--tuning-file", metavar="PATH", help="write here instead of tuning/ARCH.PRODUCT.yaml (one product)")
+    from porter.kernels.knobs import add_set_argument
+
+    add_set_argument(p)   # here: pin a knob to one value; the sweep covers the others
     p.add_argument("--fresh", action="store_true",
                    help="run every task again, ignoring cached results (new results are still cached)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -127,6 +130,12 @@ def run(args) -> int:
         raise PorterError(f"--finalists {args.finalists}: give 1 or more")
     if args.address and args.executor != "ray":
         raise PorterError(f"--address {args.address}: only with --executor ray")
+    from porter.kernels.knobs import parse_sets
+
+    fixed = parse_sets(args.knobs)
+    if any(":" in k for k in fixed):
+        raise PorterError(f"--set {next(k for k in fixed if ':' in k)}: porter tune pins knobs of the kernels it "
+                          "sweeps; give KEY=VALUE without a kernel (and --kernel to choose the kernel)")
     arch = load_arch(args.arch)
     products = _products(arch, args.product)
     if args.tuning_file and len(products) > 1:
@@ -147,7 +156,7 @@ def run(args) -> int:
     start = time.perf_counter()
     executor = make_executor(args.executor, args.address, args.workers or None)
     opts = SweepOptions(budget=args.budget, finalists=args.finalists, shapes=tuple(args.shapes or ()),
-                        timeout_s=args.task_timeout)
+                        timeout_s=args.task_timeout, fixed=fixed)
     cache = ResultCache(read=not args.fresh)
     written, everything = [], []
     desc = executor.describe()

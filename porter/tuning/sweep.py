@@ -38,6 +38,7 @@ class SweepOptions:
     ranker: str = "L0"
     timeout_s: float | None = None     # per-task timeout override (all kinds)
     retries: int = 1
+    fixed: dict = field(default_factory=dict)   # --set: knobs pinned to one value (a smaller space)
 
 
 @dataclass
@@ -119,6 +120,13 @@ class Sweep:
         with untuned():   # the space and the default are the hand-chosen configuration's
             space = knob_space(arch, kernel)
             default = default_knobs(arch, kernel)
+            for name, value in self.options.fixed.items():
+                if name not in space:
+                    from porter.errors import PorterError
+
+                    raise PorterError(f"--set {name}={value}: {kernel} has no knob {name!r} "
+                                      f"(its knobs: {', '.join(space) or 'none'})")
+                space[name] = (value,)
             spec = spec_with_knobs(arch, kernel, {})
         shapes = sweep_shapes(spec, self.options.shapes or None)
         sweep = KernelSweep(kernel, product, shapes, default, ranker_note=self.ranker.note,
