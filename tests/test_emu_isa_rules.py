@@ -165,3 +165,57 @@ def test_porter_emu_run_prints_the_warning_and_passes(capsys, tmp_path):
     assert code == 0, out
     assert "warnings (no rule of the PTX ISA" in out and "never waited for" in out
     assert "diagnostics: none" in out
+
+
+CLUSTER_INIT = """
+.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out) .reqnctapercluster 2, 1, 1
+{
+  .reg .b32 %r<8>;
+  .reg .pred %p<6>;
+  .shared .align 8 .b64 bar;
+  mov.u32 %r0, %tid.x;
+  mov.u32 %r1, %cluster_ctarank;
+  mov.u32 %r2, bar;
+  setp.eq.u32 %p1, %r0, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r2], 1;
+FENCE
+  barrier.cluster.arriveARRIVE;
+  barrier.cluster.wait.aligned;
+  setp.eq.u32 %p2, %r1, 1;
+  and.pred %p3, %p1, %p2;
+  mapa.shared::cluster.u32 %r3, %r2, 0;
+  @%p3 mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r3];
+  @%p2 bra DONE;
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p4, [%r2], 0;
+  @!%p4 bra WAIT;
+DONE:
+  barrier.cluster.arrive.aligned;
+  barrier.cluster.wait.aligned;
+  ret;
+}
+"""
+
+
+def _cluster_init(fence: str, arrive: str):
+    from porter.emu.launch import launch
+
+    ptx = CLUSTER_INIT.replace("FENCE", fence).replace("ARRIVE", arrive)
+    return launch(ptx, "k", 2, 32, [np.zeros(1, np.float32)], file="init.ptx")
+
+
+def test_a_release_cluster_arrive_publishes_the_mbarrier_init():
+    # the default barrier.cluster.arrive is .release: it orders the init before the peer's arrive
+    # without fence.mbarrier_init (the ISA states no rule asking for both)
+    _cluster_init("", ".aligned")
+    _cluster_init("  fence.mbarrier_init.release.cluster;", ".relaxed.aligned")
+
+
+def test_a_relaxed_cluster_arrive_without_the_fence_is_an_error_citing_the_fence():
+    import pytest
+
+    with pytest.raises(CheckFailed, match=r"before its init was made visible to the cluster .*PTX ISA 9\.7\.13\.4"):
+        _cluster_init("", ".relaxed.aligned")

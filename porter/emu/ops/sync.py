@@ -117,10 +117,16 @@ def _build_cluster_barrier(ins, d):
     where = d.where(ins)
 
     if kind == "arrive":
+        releases = "relaxed" not in parts       # the default .release orders the CTA's mbarrier.init too
+
         def arrive(w, m):
             if not _whole_warp(w, m):
                 return DEFER
             cl = w.cta.cluster
+            if releases:                        # as fence.mbarrier_init would (PTX ISA 9.7.13.4 membar/fence)
+                for bar in w.cta.mbarriers.values():
+                    if bar.initialised and getattr(bar, "fence_gen", None) is None:
+                        bar.fence_gen = cl.barrier_generation
             if id(w) in cl.warp_phase and cl.warp_phase[id(w)] == cl.barrier_generation:
                 raise CheckFailed(f"{where}: {w.name} arrives twice at the cluster barrier in one phase")
             cl.warp_phase[id(w)] = cl.barrier_generation
@@ -188,13 +194,15 @@ def _barrier_at(w, addr: int, where: str, create: bool = False) -> MBarrier:
 
 def check_remote_ready(bar: MBarrier, cta, who: str) -> None:
     """A barrier another CTA touches must be initialised and the init fenced and published
-    by a cluster barrier (fence.mbarrier_init.release.cluster, then barrier.cluster)."""
+    by a cluster barrier (fence.mbarrier_init.release.cluster or a release barrier.cluster.arrive,
+    then barrier.cluster.wait)."""
     if not bar.initialised:
         raise CheckFailed(f"{who}: remote use of the mbarrier at {bar.where} before its mbarrier.init")
     fenced = getattr(bar, "fence_gen", None)
     if fenced is None or cta.cluster.barrier_generation <= fenced:
         raise CheckFailed(f"{who}: remote use of the mbarrier at {bar.where} before its init was made visible "
-                          "to the cluster (fence.mbarrier_init.release.cluster followed by a cluster barrier)")
+                          "to the cluster (fence.mbarrier_init.release.cluster or a release barrier.cluster.arrive, "
+                          "then the cluster barrier's wait)")
 
 
 def _lane_addrs(w, m, addr_fn):
