@@ -219,3 +219,15 @@ def test_a_relaxed_cluster_arrive_without_the_fence_is_an_error_citing_the_fence
 
     with pytest.raises(CheckFailed, match=r"before its init was made visible to the cluster .*PTX ISA 9\.7\.13\.4"):
         _cluster_init("", ".relaxed.aligned")
+
+
+def test_validate_device_emu_prints_a_kernels_warnings():
+    from porter.commands.validate import _text
+
+    report = {"arch": "hopper", "target": "sm_90a", "device": {"index": None, "name": "porter PTX simulator"},
+              "results": [{"name": "k", "passed": True, "level": "emulated", "checks": [],
+                           "warnings": ["CTA 0 warp 0 exits with 1 wgmma.mma_async operation(s) never waited for "
+                                        "(a warning: ...)"]}],
+              "unsupported": []}
+    out = _text(report)
+    assert "k: passed (level emulated)" in out and "  warning: CTA 0 warp 0 exits with 1 wgmma" in out
