@@ -182,6 +182,9 @@ def _sibling_text(scale_vec_4x: str) -> str:
         text = text.replace(old, new)
     text, count = re.subn(r"    i8:\n(?:      .*\n)+?(?=    mxf8f6f4:)", "", text)
     assert count == 1
+    # the timing model's rate for the kind goes with it (perf: names only kinds the arch has)
+    text, count = re.subn(r"(mma_flop_per_clk_per_sm: \{[^}\n]*?), i8: \d+", r"\1", text)
+    assert count == 1
     return text
 
 

@@ -48,7 +48,7 @@ class Figures:
         if not perf:
             raise PorterError(f"{arch.path}: perf: the descriptor has no perf section, so porter's timing "
                               "model has no figures for it; add one (see arch/hopper.yaml: clocks, MMA rates "
-                              "per kind, shared-memory, MUFU, L2 and HBM figures, each with a source)")
+                              "per kind, shared-memory, exp2-unit, L2 and HBM figures, each with a source)")
         values = {k: v for k, v in perf.items() if k not in ("source", "uncertain", "products", "notes")}
         uncertain = dict(perf["uncertain"])
         own = perf.get("products", {}).get(arch.product) if arch.product else None

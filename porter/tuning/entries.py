@@ -170,7 +170,11 @@ def _product(arch) -> str:
 
 def product_of(arch, product: str | None = None) -> str:
     """The product a sweep or a lookup is for: the one given, else the arch's own."""
-    return product or arch.product or arch.default_product or (arch.products[0] if arch.products else "")
+    # getattr: a family's variants() also runs on hand-built stand-in descriptors (tests,
+    # tools) that carry only the features it reads; they have no products and no tuning.
+    products = getattr(arch, "products", None) or ()
+    return (product or getattr(arch, "product", None) or getattr(arch, "default_product", None)
+            or (products[0] if products else ""))
 
 
 def norm_knobs(knobs: dict) -> dict:
