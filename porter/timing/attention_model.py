@@ -44,9 +44,14 @@ def tile_costs(spec, arch, fig) -> dict:
     loop = c["mainloop"]
     kind = c.get("mma_kind") or arch.tensor_core.kinds_for_format(c.get("dtype", "bf16"))[0]
     rate = fig.mma_rate(kind)
-    tensor = 4.0 * bm * bn * d / rate
-    kv = 2.0 * bn * d * 2
-    scores = bm * bn
+    # A CTA pair (cta_group::2) works a block_m-row tile on two SMs: each SM's tensor core
+    # computes its CTA's rows (cta_rows) of the pair's MMA, each CTA stages half of every
+    # K and V tile and runs the softmax of its own rows. Every cost below is one SM's.
+    cta_group = int(c.get("cta_group", 1))
+    rows = int(c.get("cta_rows", bm // cta_group))
+    tensor = 4.0 * rows * bn * d / rate
+    kv = 2.0 * bn * d * 2 / cta_group
+    scores = rows * bn
     mufu = scores / fig["mufu_ex2_per_clk_per_sm"]
     issue = scores * ISSUE_PER_SCORE / 32 / fig["issue_per_clk_per_sm"]
     if loop == "wgmma":
@@ -57,7 +62,7 @@ def tile_costs(spec, arch, fig) -> dict:
         issue += bm * d / 32 / fig["issue_per_clk_per_sm"]   # O rescale in registers
     elif loop == "tcgen05":
         groups = 1 if isinstance(c.get("warps"), dict) else 1
-        reads = bm * d * 2 + kv
+        reads = rows * d * 2 + kv                   # Q, and this CTA's half of K / V in a pair
         row_per_thread = bn                         # one thread per row of S (TMEM lanes)
         overlap = True                              # the MMA warp runs ahead into the other S buffer
     elif loop == "mma_sync":
@@ -97,9 +102,10 @@ def tile_costs(spec, arch, fig) -> dict:
     stages = int(c.get("stages", 2))
     inflight = min(max(1, stages - 1) * kv, fig["tma_inflight_kib"] * 1024)
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
-    per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * bm * d * 2 / fig["smem_bytes_per_clk_per_sm"]
+    per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * rows * d * 2 / fig["smem_bytes_per_clk_per_sm"]
                   + fig["mma_latency_base_cycles"])
-    return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile, "kind": kind}
+    return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile, "kind": kind,
+            "cta_group": cta_group}
 
 
 def model(spec, arch, fig, shape: str) -> dict:
@@ -125,7 +131,9 @@ def model(spec, arch, fig, shape: str) -> dict:
     for _ in range(b * hq):
         tiles.extend(n * period + t["per_q_tile"] for n in lengths)
     grid = int(c.get("grid_ctas", c.get("sm_count", fig.sm_count)))
-    units = min(grid, fig.sm_count)
+    # a unit is what works one tile: a CTA, or a CTA pair (two SMs); L1's period is measured
+    # per unit too (the pair's two SMs in the timed simulator)
+    units = max(1, min(grid, fig.sm_count) // t["cta_group"])
     sched = Schedule(units, tuple(tiles), fig.ns_to_cycles(fig["tma_latency_ns"]), 0.0)
     hbm = b * (2 * hq * sq * d * 2 + 2 * hkv * sk * d * 2) + b * hq * sq * 4
     kv_tiles = sum(lengths) * b * hq
