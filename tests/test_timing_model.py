@@ -68,7 +68,10 @@ def test_perf_section_errors_are_one_line(tmp_path):
 def test_l0_flags_the_resource_balance_problems():
     bw, hop = load_arch("blackwell"), load_arch("hopper")
     by = {s.name: s for s in _specs(bw)}
-    assert predict(bw, by["attention.hd128"]).bound == "softmax"
+    # one CTA's hd128 attention is not tensor-bound: with its tree row reductions the
+    # softmax (MUFU) path sits within a few percent of the shared-memory port, which binds
+    p = predict(bw, by["attention.hd128"])
+    assert p.bound == "smem" and p.resources["softmax"] > p.resources["tensor"]
     for name in ("gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.mxfp8.pair", "gemm.nvfp4.pair"):
         assert predict(bw, by[name]).bound == "smem", name      # 1-CTA and block-scaled GEMMs
     hy = {s.name: s for s in _specs(hop)}

@@ -7,9 +7,15 @@ and V (RS: P from registers) once per consumer warpgroup, tcgen05 reads Q, K (SS
 (TS: P from Tensor Memory), mma.sync warps read K and V fragments each); MUFU (one ex2 per
 score); issue (about 4.5 warp instructions per score: max, scale-subtract, ex2, sum, half a
 conversion, over 32 lanes); and the softmax path: one softmax group's serial time per tile,
-its row-max chain (per thread, half its row's scores long: two accumulators or a 3-input
-max) x the ALU latency plus its MUFU/issue time, exposed unless another softmax group works
-on another tile at the same time (Hopper ping-pong consumers).
+its row reduction's dependent depth x the ALU latency (the kernel's ``row_reduction``
+max/sum depths where it states them, else the max with two accumulators: half its row's
+scores per thread), plus its MUFU/issue time, plus O's rescale (a kernel with
+``rescale_threshold_log2`` loads and stores O in TMEM on the tiles that rescale: all at
+threshold 0, else perf.lazy_rescale_tile_share, an assumption), exposed unless another
+softmax group works on another tile at the same time (Hopper ping-pong consumers).
+``poly_exp2_share`` of the exponentials run as a polynomial on the FMA pipe: that share
+leaves the MUFU and costs the polynomial's instructions in issue slots.
+A CTA pair's tile (block_m rows) is worked by two SMs, each costed for its own cta_rows.
 Where the MMA and the softmax of different tiles overlap (tcgen05's MMA warp with two S
 buffers, ping-pong warpgroups) the period is the largest term; where they do not
 (``pingpong: false``) the softmax is added to the tensor time, halved per extra consumer
@@ -36,6 +42,16 @@ def parse_shape(shape: str) -> tuple[int, int, int, int, int]:
     if len(dims) != 5 or min(dims) <= 0:
         raise PorterError(f"shape '{shape}': an attention shape is BxHxS or BxHqxHkvxSqxSk, e.g. 4x16x16x4096x4096")
     return tuple(dims)  # type: ignore[return-value]
+
+
+def poly_exp2_instructions(c) -> int:
+    """Instructions of one polynomial exp2 (kernels_src/attention/exp2_poly.cuh): a clamp,
+    three adds (the round-magic split), one FMA per coefficient past the first (Horner),
+    a shift and an integer add (the exponent), a compare and a select (the flush)."""
+    coef = (c.get("poly_exp2") or {}).get("coef") or ()
+    if not coef:
+        raise PorterError("timing model: poly_exp2_share without the kernel's poly_exp2 coefficients")
+    return 1 + 3 + (len(coef) - 1) + 2 + 2
 
 
 def tile_costs(spec, arch, fig) -> dict:
@@ -74,10 +90,31 @@ def tile_costs(spec, arch, fig) -> dict:
         issue += scores / 16 / fig["issue_per_clk_per_sm"]  # HMMA + ldmatrix per 16 scores
     else:
         raise PorterError(f"timing model: no attention model for mainloop '{loop}' ({spec.name})")
-    chain = row_per_thread / 2 * fig["alu_latency_cycles"]
-    softmax_path = chain + max(mufu, issue) + 2 * fig["mbarrier_cycles"]
+    rr = c.get("row_reduction")
+    if rr:
+        # the kernel states its row max / row sum's dependent ALU depth (a tree over
+        # independent partials, or a single chain)
+        chain = (int(rr["max_depth"]) + int(rr["sum_depth"])) * fig["alu_latency_cycles"]
+    else:
+        chain = row_per_thread / 2 * fig["alu_latency_cycles"]   # the max: two accumulators
+    poly = float(c.get("poly_exp2_share", 0.0))
+    if poly:
+        # this share of the exponentials leaves the MUFU for the FMA pipe: each costs the
+        # polynomial's instructions in issue slots instead of one MUFU op
+        mufu *= 1.0 - poly
+        issue += scores * poly * (poly_exp2_instructions(c) - 1) / 32 / fig["issue_per_clk_per_sm"]
+    rescale = 0.0
+    if "rescale_threshold_log2" in c:
+        # O (f32, rows x d, in TMEM) loaded and stored back by the softmax warps on the tiles
+        # that rescale it: every tile at threshold 0, else the descriptor's assumed share
+        if "tmem_bytes_per_clk_per_sm" not in fig.values:
+            raise PorterError(f"timing model: {spec.name} rescales O in Tensor Memory; the descriptor gives no "
+                              "perf.tmem_bytes_per_clk_per_sm")
+        share = 1.0 if float(c["rescale_threshold_log2"]) <= 0 else float(fig.values.get("lazy_rescale_tile_share", 1.0))
+        rescale = share * 2 * rows * d * 4 / fig["tmem_bytes_per_clk_per_sm"]
+    softmax_path = chain + max(mufu, issue) + rescale + 2 * fig["mbarrier_cycles"]
     if groups >= 2 and overlap:
-        softmax_path = max(mufu, issue) + chain / groups
+        softmax_path = max(mufu, issue) + rescale + chain / groups
     resources = {
         "tensor": tensor,
         "smem": (kv + reads) / fig["smem_bytes_per_clk_per_sm"],

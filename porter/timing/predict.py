@@ -17,7 +17,7 @@ MODELS = {"gemm": gemm_model, "attention": attention_model, "megakernel": megake
 # Figures whose larger value makes a kernel slower (latencies, costs); every other figure
 # (clocks, rates, bandwidths, efficiencies, windows) makes it faster. The range's slow end
 # puts every uncertain figure at its slow end at once, the fast end likewise.
-_SLOWER_WHEN_LARGER = ("latency", "_cycles", "_ns", "launch_us", "penalty")
+_SLOWER_WHEN_LARGER = ("latency", "_cycles", "_ns", "launch_us", "penalty", "rescale")   # rescale: tiles that pay it
 
 
 def _slower_when_larger(key: str) -> bool:
