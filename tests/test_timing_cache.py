@@ -49,3 +49,27 @@ def test_a_corrupt_entry_is_a_miss_and_is_rewritten(cache_dir):
     out = cache.cached_predict(arch, spec, product="H100 SXM", shape="8192x8192x8192", stats=stats)
     assert stats == {"misses": 1} and out["kernel"] == "gemm.fp8"
     assert cache.cached_predict(arch, spec, product="H100 SXM", shape="8192x8192x8192", stats=stats) == out
+
+
+def test_an_l1_prediction_is_cached_and_a_second_call_simulates_nothing(cache_dir, monkeypatch):
+    """L1's key adds its level and the simulator's (and kernel's) source to L0's; the second
+    call reads the entry back without running the timed simulator."""
+    from porter.timing import l1
+
+    arch = load_arch("blackwell")
+    spec = spec_with_knobs(arch, "gemm.bf16.pair", {})
+    assert cache.key(arch, spec, "B200", "8192x8192x8192", "L1") != cache.key(arch, spec, "B200", "8192x8192x8192")
+    runs = []
+    real = l1._simulate
+    monkeypatch.setattr(l1, "_simulate", lambda *a: runs.append(1) or real(*a))
+    monkeypatch.setattr(l1, "_MEASURED", {})          # no in-process reuse: the first call simulates
+    stats: dict = {}
+    first = cache.cached_predict(arch, spec, product="B200", shape="8192x8192x8192", stats=stats, level="L1")
+    simulated = len(runs)
+    assert simulated > 0 and first["level"] == "L1"
+    monkeypatch.setattr(l1, "_MEASURED", {})
+    again = cache.cached_predict(arch, spec, product="B200", shape="8192x8192x8192", stats=stats, level="L1")
+    assert len(runs) == simulated and stats == {"misses": 1, "hits": 1} and again == first
+    # an L0 entry for the same inputs is its own
+    l0 = cache.cached_predict(arch, spec, product="B200", shape="8192x8192x8192", stats=stats)
+    assert l0["level"] == "L0" and len(runs) == simulated

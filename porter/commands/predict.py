@@ -20,7 +20,7 @@ def register(sub) -> None:
                    help="predict afresh instead of reading porter's prediction cache (content-keyed; see porter.timing.cache)")
     p.add_argument("--level", choices=("L0", "L1"), default="L0",
                    help="L1: each kernel's per-tile period from the simulator's timed mode (porter.timing.l1; "
-                        "seconds to a minute per kernel, not cached) instead of L0's from its configuration")
+                        "seconds to a minute per kernel, then cached like L0, keyed on the simulator's source too) instead of L0's from its configuration")
     from porter.kernels.knobs import add_set_argument
 
     add_set_argument(p)
@@ -51,8 +51,8 @@ def predictions(arch, specs, products, shapes, *, cache: bool = True, stats: dic
     for spec in specs:
         for product in products:
             for shape in (shapes or standard_shapes(spec)):
-                if cache and level == "L0":
-                    out.append(cached_predict(arch, spec, product=product, shape=shape, stats=stats))
+                if cache:
+                    out.append(cached_predict(arch, spec, product=product, shape=shape, stats=stats, level=level))
                 else:
                     out.append(predict(arch, spec, product=product, shape=shape, level=level).to_dict())
     return out

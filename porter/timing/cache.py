@@ -7,6 +7,11 @@ any --set knobs), the shape, and the source of the timing model itself (porter/t
 megakernel queue simulation it runs, the descriptor loader that checks perf:, and the
 model configs the megakernel plans from). An edit to any of them is a miss, never a stale hit.
 An entry that does not parse is treated as a miss and rewritten.
+
+An L1 prediction (the per-tile period from the simulator's timed mode) is keyed on the
+same inputs, its level, and what the timed run reads besides: the simulator's source
+(porter/emu, its timed mode included), the kernel's source (templates, kernels_src, the
+families' code and the build's), and the toolchain whose SASS sets the expansion table.
 """
 
 from __future__ import annotations
@@ -29,17 +34,34 @@ def model_digest() -> str:
     return keys.digest([keys.file_digest(files), keys.data_digest("validation")])
 
 
+@functools.lru_cache(maxsize=1)
+def l1_digest() -> str:
+    """Digest of what an L1 prediction reads beyond L0's inputs: the simulator that times the
+    kernel, the kernel's source and build, the toolchain that compiles it."""
+    from porter.kernels import FAMILIES
+    from porter.pipeline import keys
+
+    emu = [p for p in keys._PKG.glob("emu/**/*.py") if p.is_file()]
+    runtime = [p for p in keys._PKG.glob("runtime/emulated*.py") if p.is_file()]
+    return keys.digest([keys.file_digest(emu + runtime), keys.render_sources_digest(),
+                        keys.family_files_digest(sorted(FAMILIES)), keys.code_version("build"),
+                        keys.toolchain_fingerprint(), keys.data_digest("validation")])
+
+
 def _spec_dict(spec) -> dict:
     from porter.pipeline.work import jsonable
 
     return jsonable(spec.to_dict() if hasattr(spec, "to_dict") else vars(spec))
 
 
-def key(arch, spec, product: str, shape: str) -> str:
+def key(arch, spec, product: str, shape: str, level: str = "L0") -> str:
     from porter.pipeline import keys
 
-    return keys.digest({"arch": arch.digest, "arch_product": arch.product or "", "product": product,
-                        "shape": shape, "spec": _spec_dict(spec), "model": model_digest()})
+    k = {"arch": arch.digest, "arch_product": arch.product or "", "product": product,
+         "shape": shape, "spec": _spec_dict(spec), "model": model_digest()}
+    if level != "L0":
+        k.update(level=level, simulator=l1_digest())
+    return keys.digest(k)
 
 
 def _folder():
@@ -48,12 +70,12 @@ def _folder():
     return paths.cache_dir() / "predict"
 
 
-def cached_predict(arch, spec, *, product: str, shape: str, stats: dict | None = None) -> dict:
-    """``Prediction.to_dict()`` for (spec, product, shape), from the cache when present.
-    ``stats`` (optional) counts {"hits", "misses"}."""
+def cached_predict(arch, spec, *, product: str, shape: str, stats: dict | None = None, level: str = "L0") -> dict:
+    """``Prediction.to_dict()`` for (spec, product, shape) at ``level``, from the cache when
+    present. ``stats`` (optional) counts {"hits", "misses"}."""
     from .predict import predict
 
-    k = key(arch, spec, product, shape)
+    k = key(arch, spec, product, shape, level)
     path = _folder() / k[:2] / f"{k}.json"
     try:
         out = json.loads(path.read_text())
@@ -63,7 +85,7 @@ def cached_predict(arch, spec, *, product: str, shape: str, stats: dict | None =
             return out
     except (OSError, ValueError):
         pass
-    out = predict(arch, spec, product=product, shape=shape).to_dict()
+    out = predict(arch, spec, product=product, shape=shape, level=level).to_dict()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(out, sort_keys=True))
     if stats is not None:
