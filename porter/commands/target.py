@@ -155,8 +155,10 @@ def print_summary(console, result) -> None:
     console.print(table)
     from porter.tuning.table import ran_tuned   # which kernels used a tuning/ entry
 
-    console.print(ran_tuned(result.arch_arg or result.arch, result.product, [k["name"] for k in kernels]),
-                  highlight=False, markup=False)
+    arch_arg = getattr(result, "arch_arg", None)   # the descriptor as given; a run always has it
+    if arch_arg:
+        console.print(ran_tuned(arch_arg, getattr(result, "product", ""), [k["name"] for k in kernels]),
+                      highlight=False, markup=False)
     if unsupported:
         # Not built, so nothing was checked: the reason is what the arch lacks, not a failed check.
         nope = Table(title=f"not built on {result.arch} (unsupported: the arch lacks what they need)",
