@@ -315,16 +315,9 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
     (warps_m, warps_n, warp_m, warp_n), stages, threads, regs, need = _choose(arch, variant, stage_with, accumulation,
                                                                               layout_knobs, name)
     group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, 1, GROUP_M_TILES)
-    promote = tile_k if accumulation == "promoted" else 0
-    if "promote_every_k" in knobs:
-        promote = knobs["promote_every_k"]
-        if accumulation != "promoted":
-            if promote:
-                raise kr.fail(name, "promote_every_k", promote, f"{accumulation} accumulation never promotes; "
-                              "set accumulation=promoted (or promote_every_k=0)")
-        elif type(promote) is not int or promote <= 0 or promote % tile_k:
-            raise kr.fail(name, "promote_every_k", promote, f"a promoted chain spans whole stages: a positive "
-                          f"multiple of TILE_K {tile_k}")
+    promote = kr.promote_every_k(name, knobs, accumulation, tile_k)
+    if promote is None:
+        promote = tile_k if accumulation == "promoted" else 0
     tile_m, tile_n = warps_m * warp_m, warps_n * warp_n
     stage_bytes = (tile_m + tile_n) * ROW_BYTES
     smem_bytes = ALIGN_SLACK + stages * stage_bytes + (stages * BARRIER_BYTES if stage_with == "tma" else 0)
@@ -404,12 +397,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         "tensor_maps": tensor_maps,
         "tmem_columns": 0,
     }
-    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
-        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
-        if not persistent:
-            config["persistent"] = False
-        if kr.tile_order(name, knobs):
-            config["tile_order"] = knobs["tile_order"]
+    kr.record_knobs(config, name, knobs, persistent)
     required, forbidden = _sass_rules(arch, kind, variant, stage_with)
     if accumulation == "promoted":
         required += optional_rule(arch, "op:fp32_add", "fp32 promotion of each k-block's MMAs into the accumulator")

@@ -396,12 +396,7 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
             kr.check_choice(name, "wait_scope", knobs["wait_scope"], WAIT_SCOPES,
                             "cta: stage / accumulator-full waits at CTA scope (the ISA's minimum); "
                             "cluster: every wait a cluster-scope acquire (the previous form)")
-    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
-        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
-        if not persistent:
-            config["persistent"] = False
-        if kr.tile_order(name, knobs):
-            config["tile_order"] = knobs["tile_order"]
+    kr.record_knobs(config, name, knobs, persistent)
     required, forbidden = _sass_rules(arch, kind, pair, scheme.scale_vec if scheme else "")
     features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ())
     return KernelSpec(

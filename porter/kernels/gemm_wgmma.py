@@ -318,15 +318,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
     if cluster_m is not None:
         kr.check_choice(name, "cluster_m", cluster_m, _legal_clusters(arch),
                         "powers of two up to cluster.max_portable, with clusters and TMA multicast")
-    promote = knobs.get("promote_every_k")
-    if promote is not None:
-        if accumulation != "promoted":
-            if promote:
-                raise kr.fail(name, "promote_every_k", promote, f"{accumulation} accumulation never promotes; "
-                              "set accumulation=promoted (or promote_every_k=0)")
-        elif type(promote) is not int or promote <= 0 or promote % tile_k:
-            raise kr.fail(name, "promote_every_k", promote, f"a promoted chain spans whole stages: a positive "
-                          f"multiple of TILE_K {tile_k}")
+    promote = kr.promote_every_k(name, knobs, accumulation, tile_k)
     if "tile_n" in knobs:
         n = knobs["tile_n"]
         kr.check_choice(name, "tile_n", n, _legal_n(arch, kind, cluster_m or 1),
@@ -466,12 +458,7 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         "epilogue_bytes": epilogue_bytes,
         "tmem_columns": 0,
     }
-    if knobs:   # what was overridden, so show / reports say so (absent from default specs)
-        config["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
-        if not persistent:
-            config["persistent"] = False
-        if kr.tile_order(name, knobs):
-            config["tile_order"] = knobs["tile_order"]
+    kr.record_knobs(config, name, knobs, persistent)
     required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
     if accumulation == "promoted":
         required += (SassRule(arch.sass_pattern("op:fp32_add"),

@@ -144,3 +144,31 @@ def tile_order(kernel: str, knobs: Mapping[str, Any]) -> str | None:
     check_choice(kernel, "tile_order", knobs["tile_order"], TILE_ORDERS,
                  "m: group tile-rows (walk down columns), n: group tile-columns (walk along rows)")
     return knobs["tile_order"]
+
+
+def promote_every_k(kernel: str, knobs: Mapping[str, Any], accumulation: str, tile_k: int) -> int | None:
+    """The ``promote_every_k`` knob checked against the accumulation mode (None when it is
+    not set): only a promoted accumulation promotes, and its chain spans whole stages."""
+    promote = knobs.get("promote_every_k")
+    if promote is None:
+        return None
+    if accumulation != "promoted":
+        if promote:
+            raise fail(kernel, "promote_every_k", promote, f"{accumulation} accumulation never promotes; "
+                       "set accumulation=promoted (or promote_every_k=0)")
+    elif type(promote) is not int or promote <= 0 or promote % tile_k:
+        raise fail(kernel, "promote_every_k", promote, f"a promoted chain spans whole stages: a positive "
+                   f"multiple of TILE_K {tile_k}")
+    return promote
+
+
+def record_knobs(config: dict, kernel: str, knobs: Mapping[str, Any], persistent: bool) -> None:
+    """Write what was overridden into a spec's config, so show and the reports say so
+    (absent from default specs, whose sources stay byte-identical)."""
+    if not knobs:
+        return
+    config["knobs"] = {k: show(v) for k, v in sorted(knobs.items())}
+    if not persistent:
+        config["persistent"] = False
+    if tile_order(kernel, knobs):
+        config["tile_order"] = knobs["tile_order"]
