@@ -191,12 +191,7 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         "registers_estimate": need,
         "mma": "mma.sync m16n8k16 bf16 -> fp32 (S = Q K^T, O += P V)",
     })
-    if knobs:   # the grid (absent by default: the launch takes sm_count) and what was overridden
-        _, grid, persistent = kr.schedule(name, knobs, arch, 1, 1)
-        cfg["grid_ctas"] = grid
-        if not persistent:
-            cfg["persistent"] = False
-        cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
+    kr.record_grid_knobs(cfg, name, knobs, arch)
     required, forbidden = _sass_rules(arch, stage_with)
     features = ("mma_sync",) + (("tma", "mbarrier") if stage_with == "tma" else ("cp_async",))
     return KernelSpec(

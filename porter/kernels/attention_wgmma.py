@@ -195,12 +195,7 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         "desc_v_mn_major": enc.c_literal(enc.encode_smem_descriptor(
             0, block_n * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES, 0, "128B")),
     })
-    if knobs:   # the grid (absent by default: the launch takes sm_count) and what was overridden
-        _, grid, persistent = kr.schedule(name, knobs, arch, 1, 1)
-        cfg["grid_ctas"] = grid
-        if not persistent:
-            cfg["persistent"] = False
-        cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
+    kr.record_grid_knobs(cfg, name, knobs, arch)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
         entry=family.entry_name(head_dim, causal, MAINLOOP),

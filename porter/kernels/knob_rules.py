@@ -172,3 +172,15 @@ def record_knobs(config: dict, kernel: str, knobs: Mapping[str, Any], persistent
         config["persistent"] = False
     if tile_order(kernel, knobs):
         config["tile_order"] = knobs["tile_order"]
+
+
+def record_grid_knobs(config: dict, kernel: str, knobs: Mapping[str, Any], arch) -> None:
+    """For a kernel whose launch takes the grid from ``sm_count`` by default: with knobs,
+    the grid they chose and what was overridden go into its config (absent by default)."""
+    if not knobs:
+        return
+    _, grid, persistent = schedule(kernel, knobs, arch, 1, 1)
+    config["grid_ctas"] = grid
+    if not persistent:
+        config["persistent"] = False
+    config["knobs"] = {k: show(v) for k, v in sorted(knobs.items())}
