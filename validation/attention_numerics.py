@@ -26,8 +26,8 @@ import numpy as np
 from porter.errors import PorterError
 from porter.validation import metrics, tolerance
 from porter.validation.reference_attention import (
-    LN2, LOG2E, round_bf16, attention_same_precision, causal_mask, check_shapes, flash_attention_model,
-    reference_attention)
+    LN2, LOG2E, round_bf16, attention_same_precision, check_shapes, flash_attention_model,
+    kv_tiles, reference_attention)
 
 ALL_CASES = (
     # (head_dim, causal, b, hq, hkv, sq, sk)
@@ -93,19 +93,8 @@ def tcgen05_softmax_model(q, k, v, causal: bool, block_n: int, softmax_scale: fl
     finite old max moved it (so a test can see both paths taken)."""
     b, hq, hkv, sq, sk, d = check_shapes(q, k, v)
     scale = (1.0 / np.sqrt(d)) if softmax_scale is None else softmax_scale
-    q64 = np.asarray(q, dtype=np.float64)
-    rep = hq // hkv
-    k64 = np.repeat(np.asarray(k, dtype=np.float64), rep, axis=1)
-    v64 = np.repeat(np.asarray(v, dtype=np.float64), rep, axis=1)
     fold = np.float32(scale * LOG2E)
-    allowed = causal_mask(sq, sk) if causal else np.ones((sq, sk), dtype=bool)
-    n_tiles = -(-sk // block_n)
-    pad = n_tiles * block_n - sk
-    if pad:
-        zeros = np.zeros((b, hq, pad, d))
-        k64 = np.concatenate([k64, zeros], axis=2)
-        v64 = np.concatenate([v64, zeros], axis=2)
-        allowed = np.concatenate([allowed, np.zeros((sq, pad), dtype=bool)], axis=1)
+    q64, k64, v64, allowed, n_tiles = kv_tiles(q, k, v, causal, block_n)
     poly = poly_columns(block_n, poly_exp2_share)
     neg_inf = np.float32(-np.inf)
     m = np.full((b, hq, sq), neg_inf, dtype=np.float32)

@@ -69,6 +69,26 @@ def _expand_kv(x: np.ndarray, hq: int) -> np.ndarray:
     return np.repeat(x, hq // x.shape[1], axis=1)
 
 
+def kv_tiles(q, k, v, causal: bool, block_n: int, keep_pad: bool = False):
+    """The operands a tiled (flash) model walks: (q64, k64, v64, allowed, n_tiles) with K
+    and V in float64, expanded to the query heads and zero-padded to whole ``block_n``
+    tiles, and the mask of allowed (query, key) pairs; the padded key columns are
+    masked unless ``keep_pad`` (a planted fault)."""
+    b, hq, _, sq, sk, d = check_shapes(q, k, v)
+    q64 = np.asarray(q, dtype=np.float64)
+    k64 = _expand_kv(np.asarray(k, dtype=np.float64), hq)
+    v64 = _expand_kv(np.asarray(v, dtype=np.float64), hq)
+    allowed = causal_mask(sq, sk) if causal else np.ones((sq, sk), dtype=bool)
+    n_tiles = -(-sk // block_n)
+    pad = n_tiles * block_n - sk
+    if pad:
+        zeros = np.zeros((b, hq, pad, d))
+        k64 = np.concatenate([k64, zeros], axis=2)
+        v64 = np.concatenate([v64, zeros], axis=2)
+        allowed = np.concatenate([allowed, np.full((sq, pad), keep_pad)], axis=1)
+    return q64, k64, v64, allowed, n_tiles
+
+
 def _scale(d: int, softmax_scale: float | None) -> float:
     return 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
 
@@ -149,22 +169,12 @@ def flash_attention_model(q, k, v, causal: bool = False, block_n: int = 128,
         raise PorterError(f"reference_attention: block_n={block_n} must be positive")
     b, hq, hkv, sq, sk, d = check_shapes(q, k, v)
     scale = _scale(d, softmax_scale)
-    q64 = np.asarray(q, dtype=np.float64)
-    k64 = _expand_kv(np.asarray(k, dtype=np.float64), hq)
-    v64 = _expand_kv(np.asarray(v, dtype=np.float64), hq)
     fold = np.float32(scale if fault == "no_log2e" else scale * LOG2E)
-    allowed = causal_mask(sq, sk) if causal else np.ones((sq, sk), dtype=bool)
-    n_tiles = -(-sk // block_n)
-    pad = n_tiles * block_n - sk
-    if pad:
-        zeros = np.zeros((b, hq, pad, d))
-        k64 = np.concatenate([k64, zeros], axis=2)
-        v64 = np.concatenate([v64, zeros], axis=2)
-        # padded key columns j >= Sk must be masked.  The causal rule already hides
-        # them (j >= Sk > i + Sk - Sq for every row i), so the tail-mask fault can
-        # only show in non-causal attention, as in a real kernel.
-        keep_pad = fault == "no_tail_mask" and not causal
-        allowed = np.concatenate([allowed, np.full((sq, pad), keep_pad)], axis=1)
+    # padded key columns j >= Sk must be masked.  The causal rule already hides them
+    # (j >= Sk > i + Sk - Sq for every row i), so the tail-mask fault can only show in
+    # non-causal attention, as in a real kernel.
+    q64, k64, v64, allowed, n_tiles = kv_tiles(q, k, v, causal, block_n,
+                                               keep_pad=fault == "no_tail_mask" and not causal)
     neg_inf = np.float32(-np.inf)
     m = np.full((b, hq, sq), neg_inf, dtype=np.float32)
     l = np.zeros((b, hq, sq), dtype=np.float32)
