@@ -185,7 +185,8 @@ def print_summary(console, result) -> None:
 
     corrupt = corrupt_text(getattr(result, "cache_corrupt", 0))
     if corrupt:   # a cache entry whose bytes failed its digest was never used: rebuilt instead
-        console.print(f"{corrupt} (their content did not match its digest)", highlight=False, markup=False)
+        why = "its content did not match its digest" if getattr(result, "cache_corrupt", 0) == 1 else "each one's content did not match its digest"
+        console.print(f"{corrupt} ({why})", highlight=False, markup=False)
     # "fresh": compiles found in porter's compile cache (shared by every run) are not counted.
     console.print(f"{len(result.stages)} stages, {len(result.failed)} failed; {result.units_run} units run, "
                   f"{result.units_cached} reused from an earlier run, {result.nvrtc_calls} fresh NVRTC compiles; "
