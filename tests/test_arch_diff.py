@@ -17,7 +17,7 @@ def h2b():
 
 def test_features(h2b):
     assert h2b.features_lost == ("wgmma",)
-    assert set(h2b.features_gained) == {"tcgen05", "tmem", "cta_pair", "fp6", "fp4",
+    assert set(h2b.features_gained) == {"tcgen05", "tmem", "cta_pair", "fp6", "fp4", "cluster_launch_control",
                                         "block_scale_mx", "block_scale_nvfp4"}
     assert {"tma", "mbarrier", "clusters", "fp8"} <= set(h2b.features_kept)
 

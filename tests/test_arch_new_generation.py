@@ -24,7 +24,7 @@ from porter.compile.toolchain import compile_cuda
 NAME = "rtx-blackwell"
 TEXT = (paths.data_dir("arch") / f"{NAME}.yaml").read_text()
 CLAIMED = {"mma_sync", "clusters", "dsmem", "tma", "mbarrier", "cp_async", "fp8", "fp6", "fp4",
-           "block_scale_mx", "block_scale_nvfp4", "setmaxnreg"}
+           "block_scale_mx", "block_scale_nvfp4", "setmaxnreg", "cluster_launch_control"}
 
 
 @pytest.fixture(scope="module")

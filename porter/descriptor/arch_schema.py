@@ -38,6 +38,7 @@ SCHEMA_VERSION = 1
 FEATURES = (
     "mma_sync", "wgmma", "tcgen05", "tmem", "cta_pair", "clusters", "dsmem", "tma", "mbarrier",
     "cp_async", "fp8", "fp6", "fp4", "block_scale_mx", "block_scale_nvfp4", "setmaxnreg",
+    "cluster_launch_control",
 )
 
 # Element formats a tensor core may consume (A/B operands).
@@ -163,6 +164,10 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "max_nonportable": _int(1, 64, "CTAs"),
         "distributed_smem": _BOOL,
         "cta_pair": _BOOL,
+        # clusterlaunchcontrol.try_cancel / query_cancel (sm_100+): a running CTA cancels a
+        # not-yet-started cluster of its grid and takes over its work (dynamic scheduling).
+        # Optional so that descriptors written before it load; absent means not claimed.
+        "launch_control": Field("bool", required=False, default=False),
     },
     "async_copy": {
         "tma": _BOOL,
@@ -1096,6 +1101,7 @@ def derive_features(d: dict) -> frozenset[str]:
         "block_scale_mx": "mx" in d["block_scales"],
         "block_scale_nvfp4": "nvfp4" in d["block_scales"],
         "setmaxnreg": d["limits"]["setmaxnreg"],
+        "cluster_launch_control": cl.get("launch_control", False),
     }
     assert set(have) == set(FEATURES)
     return frozenset(f for f, on in have.items() if on)

@@ -65,6 +65,7 @@ FEATURE_ROLE = {
     "block_scale_mx": "MX block-scale staging (ue8m0 scales into TMEM)",
     "block_scale_nvfp4": "NVFP4 block scales (ue4m3 per 16, scale_vec::4X)",
     "setmaxnreg": "register reallocation between producer and consumer warps",
+    "cluster_launch_control": "dynamic tile scheduling (clusterlaunchcontrol.try_cancel takes over unstarted clusters)",
 }
 
 # The jobs a kernel's primitives do and who can do each: (needs, primitive folder, how),
