@@ -123,11 +123,13 @@ def default_knobs(arch, kernel_name: str) -> dict:
     return dict(knobs_of(arch, spec)) if knobs_of else {}
 
 
-def spec_with_knobs(arch, kernel_name: str, knobs: Mapping[str, Any] | None):
+def spec_with_knobs(arch, kernel_name: str, knobs: Mapping[str, Any] | None, default=None):
     """The KernelSpec of ``kernel_name`` with ``knobs`` applied (the default spec itself when
     there are none; over a tuned default's own knobs, see ``on_top_of``); PorterError naming
-    the knob and the limit when they cannot work."""
-    spec = _default_spec(arch, kernel_name)
+    the knob and the limit when they cannot work. ``default``: the kernel's default spec on
+    ``arch``, already looked up (porter tune applies thousands of combinations to one kernel:
+    looking it up is most of the cost of each)."""
+    spec = default if default is not None else _default_spec(arch, kernel_name)
     if not knobs:
         return spec
     knob_rules.check_names(kernel_name, knobs, _space(arch, kernel_name))
