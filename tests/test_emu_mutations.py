@@ -35,7 +35,8 @@ MUTATIONS = [
     ("stride-byte-offset", "gemm", "gemm.bf16",
      [("constexpr uint64_t DESC_TEMPLATE = 0x4000004000010000ull;",
        "constexpr uint64_t DESC_TEMPLATE = 0x4000002000010000ull;")],
-     (256, 256, 64), "read the same shared bytes"),
+     # the ISA states no rule against aliasing operand elements (a warning): the numbers catch it
+     (256, 256, 64), "outside tolerance or unwritten"),
     ("tile-index", "gemm", "gemm.bf16",
      [("const int row0 = tile_m * TILE_M + consumer * MMA_M;", "const int row0 = tile_m * TILE_M;")],
      (256, 256, 64), "outside tolerance or unwritten"),

@@ -124,9 +124,13 @@ def test_k_major_no_swizzle_core_matrices_as_worded():
                                                                          8 * j: 8 * j + 8], 2)[0]
     got = wgmma.read_matrix(smem, desc(base, 128, 256), rows=64, k=16, elem_bits=16, mn_major=False)
     assert np.array_equal(got, matrix_bytes(vals, 2))
-    # LBO and SBO swapped: core matrix (2, 0) and (0, 1) would be the same bytes
-    with pytest.raises(EmuError, match="same shared bytes"):
-        wgmma.read_matrix(smem, desc(base, 256, 128), rows=64, k=16, elem_bits=16, mn_major=False)
+    # LBO and SBO swapped: core matrix (2, 0) and (0, 1) are the same bytes; the ISA states no
+    # rule against it, so it reads what the offsets name, with a warning for the caller
+    swapped = wgmma.read_matrix(smem, desc(base, 256, 128), rows=64, k=16, elem_bits=16, mn_major=False)
+    assert np.array_equal(swapped[16:24, 0:16], got[8:16, 0:16])         # its (2, 0) is the bytes of (1, 0)
+    _, notes = wgmma.operand_layout(desc(base, 256, 128), 64, 16, 16, False)
+    assert [k for k, _ in notes] == ["alias"], notes
+    assert wgmma.operand_layout(desc(base, 128, 256), 64, 16, 16, False)[1] == ()
     # a wider LBO is a different (wrong) matrix, not an error
     other = wgmma.read_matrix(smem, desc(base, 2048, 256), rows=64, k=16, elem_bits=16, mn_major=False)
     assert not np.array_equal(other, got)
@@ -214,14 +218,24 @@ def test_nonzero_base_offset_with_swizzle_counts_the_pattern_from_its_start():
     wgmma.read_matrix(np.zeros(1 << 15, np.uint8), desc(1024, 128, 256, "none", base=3), 64, 16, 16, False)
 
 
-def test_k_slice_crossing_the_swizzle_row():
-    with pytest.raises(EmuError, match="crosses the 128 B swizzle row"):
-        wgmma.read_matrix(np.zeros(1 << 15, np.uint8), desc(1024 + 112, 16, 1024, "128B"), 64, 16, 16, False)
+def test_k_slice_crossing_the_swizzle_row_reads_on_with_a_warning():
+    # the ISA states no rule that a K slice stay in its swizzle row: row r's bytes 16.. are the
+    # linear addresses past the row's end (row r + 1's first chunk), swizzled by their own bits
+    smem = np.random.default_rng(5).integers(0, 256, 1 << 15).astype(np.uint8)
+    start = 1024 + 112
+    got = wgmma.read_matrix(smem, desc(start, 16, 1024, "128B"), 64, 16, 16, False)
+    lin = start + np.arange(8)[:, None] * 128 + np.arange(32)[None, :]
+    np.testing.assert_array_equal(got[:8], smem[tma.swizzle_array(lin, 128)])
+    _, notes = wgmma.operand_layout(desc(start, 16, 1024, "128B"), 64, 16, 16, False)
+    assert [k for k, _ in notes] == ["k-slice"] and "offset 112 in its 128 B row" in notes[0][1], notes
+    assert wgmma.operand_layout(desc(1024 + 96, 16, 1024, "128B"), 64, 16, 16, False)[1] == ()
 
 
-def test_overlapping_rows_rejected():
-    with pytest.raises(EmuError, match="same shared bytes"):
-        wgmma.read_matrix(np.zeros(1 << 15, np.uint8), desc(0, 128, 0), 64, 16, 16, False)
+def test_overlapping_rows_read_with_a_warning():
+    smem = np.random.default_rng(6).integers(0, 256, 1 << 15).astype(np.uint8)
+    got = wgmma.read_matrix(smem, desc(1024, 128, 0), 64, 16, 16, False)
+    np.testing.assert_array_equal(got[8:16], got[0:8])                   # SBO 0: every 8 rows alike
+    assert [k for k, _ in wgmma.operand_layout(desc(1024, 128, 0), 64, 16, 16, False)[1]] == ["alias"]
 
 
 def test_transposed_8bit_operand_rejected():

@@ -177,6 +177,15 @@ WARNINGS: list[tuple[str, str]] = [
      "the PTX ISA states no rule that a warp wait for its wgmma before exit; its results are lost"),
     ("tcgen05 operation(s)",
      "the PTX ISA states no rule that a tcgen05 operation be committed before exit; nothing tracks its end"),
+    ("read the same shared bytes",
+     "the PTX ISA (9.7.15.5.1.2 \"Shared Memory Matrix Layout\") defines the operand by LBO and SBO alone and "
+     "states no rule that they keep its elements apart; the hardware reads what they name"),
+    ("crosses its",
+     "the PTX ISA (9.7.15.5.1.2 canonical layouts) states no rule that a K slice lie inside one swizzle row; it is "
+     "read where the layout's addresses continue"),
+    ("starts inside its",
+     "the PTX ISA (9.7.15.5.1.2 canonical layouts) states no rule that an MN-major swizzled operand start at a "
+     "swizzle row; it is read where the layout's addresses continue"),
 ]
 
 

@@ -31,14 +31,44 @@ _ELEM_BITS = {"bf16": 16, "f16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8}
 
 
 @functools.lru_cache(maxsize=4096)
-def _addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, smem_size: int) -> np.ndarray:
-    return unit._physical_addresses(desc, rows, k, elem_bits, mn_major, "", smem_size)
+def _operand(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, smem_size: int, wq: int):
+    """One operand's read, computed once per (descriptor, shape): its shared byte addresses
+    (rows 16*wq.. of A for warp wq of the warpgroup; wq < 0: all of B), their [lo, hi) span
+    and the layout's warnings (rules the ISA does not state: see units.wgmma.operand_layout)."""
+    addr, notes = unit.operand_layout(desc, rows, k, elem_bits, mn_major, "", smem_size)
+    if wq >= 0:
+        addr = addr[16 * wq:16 * (wq + 1)]
+    addr = np.ascontiguousarray(addr)
+    addr.flags.writeable = False
+    return addr, int(addr.min()), int(addr.max()) + 1, notes
+
+
+def _warn_layout(launch, where: str, which: str, notes) -> None:
+    """The operand layout's findings that break no rule the PTX ISA states (isa_rules.WARNINGS),
+    once per instruction, operand and kind (each stage's descriptor differs only in its start)."""
+    seen = launch.__dict__.setdefault("_wgmma_layout_warned", set())
+    for kind, what in notes:
+        if (where, which, kind) in seen:
+            continue
+        seen.add((where, which, kind))
+        if kind == "alias":
+            launch.warn(f"{where}: wgmma.mma_async {which}: {what} makes different operand elements read the same shared bytes")
+        elif kind == "k-slice":
+            launch.warn(f"{where}: wgmma.mma_async {which}: {what}: the K slice crosses its swizzle row; read where the layout's "
+                        "addresses continue, swizzled by their own address bits")
+        else:
+            launch.warn(f"{where}: wgmma.mma_async {which}: {what} starts inside its swizzle row; read where the layout's "
+                        "addresses continue, swizzled by their own address bits")
 
 
 @functools.lru_cache(maxsize=64)
-def _acc_lanes(n: int, wq: int):
+def _acc_index(n: int, wq: int) -> np.ndarray:
+    """Flat index into warp wq's (16, n) D block of each accumulator register's lanes:
+    int64 (n/2, 32), row j = register j (one gather/scatter moves every register)."""
     rows, cols = unit.accumulator_layout(n)
-    return rows[32 * wq:32 * wq + 32] - 16 * wq, cols[32 * wq:32 * wq + 32]
+    idx = np.ascontiguousarray(((rows[32 * wq:32 * wq + 32] - 16 * wq) * n + cols[32 * wq:32 * wq + 32]).T)
+    idx.flags.writeable = False
+    return idx
 
 
 @functools.lru_cache(maxsize=64)
@@ -152,22 +182,27 @@ def build_wgmma(ins, d):
             return DEFER
         sel = w.live
         wq = w.index % 4
-        smem = w.cta.smem.data
+        cta = w.cta
+        smem = cta.smem.data
         size = smem.size
+        launch = cta.launch
         desc_b = _uniform(rb(w), "wgmma B descriptor", where, sel)
-        b_addr = _addresses(desc_b, n, k, eb, bool(tnsp_b), size)
+        b_addr, b_lo, b_hi, b_notes = _operand(desc_b, n, k, eb, bool(tnsp_b), size, -1)
         b_raw = smem[b_addr]
+        if b_notes:
+            _warn_layout(launch, where, "B", b_notes)
         if rs:
             a_regs = np.array([w.r[i] for i in a_ids]).T               # (32, 4) uint32 snapshot
             a_addr = None
             a_raw = None
         else:
             desc_a = _uniform(ra(w), "wgmma A descriptor", where, sel)
-            a_addr = _addresses(desc_a, 64, k, ea, bool(tnsp_a), size)[16 * wq:16 * (wq + 1)]
+            a_addr, a_lo, a_hi, a_notes = _operand(desc_a, 64, k, ea, bool(tnsp_a), size, wq)
             a_raw = smem[a_addr]
+            if a_notes:
+                _warn_layout(launch, where, "A", a_notes)
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
         st = _state(w)
-        cta = w.cta
         for addr in (b_addr, a_addr):
             if addr is not None:
                 check_async_read(cta, addr, f"{where}: the wgmma.mma_async of {w.name}")
@@ -176,10 +211,10 @@ def build_wgmma(ins, d):
         token = object()
         what = f"the wgmma.mma_async at line {line} ({w.name})"
         keys = [(id(token), 0)]
-        cta.inflight_reads[keys[0]] = (int(b_addr.min()), int(b_addr.max()) + 1, what)
+        cta.inflight_reads[keys[0]] = (b_lo, b_hi, what)
         if a_addr is not None:
             keys.append((id(token), 1))
-            cta.inflight_reads[keys[1]] = (int(a_addr.min()), int(a_addr.max()) + 1, what)
+            cta.inflight_reads[keys[1]] = (a_lo, a_hi, what)
         for i in acc_ids:
             st.refs[i] = st.refs.get(i, 0) + 1
             w.poisoned[i] = f"an accumulator of the wgmma.mma_async at line {line}, before the wgmma.wait_group that covers it"
@@ -207,14 +242,15 @@ def build_wgmma(ins, d):
                 avals = unit.decode_values(amat_raw.view(np.uint8).reshape(16, -1), atype)
             else:
                 avals = unit.decode_values(a_raw.reshape(16, -1), atype)
-            rows, cols = _acc_lanes(n, wq)
+            idx = _acc_index(n, wq)
             dmat = None
             if scale_d:
-                cur = np.array([w.r[i] for i in acc_ids]).T.view(np.float32)   # (np.stack costs 4x)
-                dmat = np.zeros((16, n), dtype=np.float32)
-                dmat[rows, cols] = cur
+                cur = np.array([w.r[i] for i in acc_ids]).view(np.float32)     # (n/2, 32)
+                dmat = np.zeros(16 * n, dtype=np.float32)
+                dmat[idx] = cur
+                dmat = dmat.reshape(16, n)
             res = unit.mma(avals, bvals, dmat, scale_a, scale_b)
-            out = np.ascontiguousarray(res[rows, cols].astype(np.float32).view(np.uint32).T)
+            out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
             for j, i in enumerate(acc_ids):
                 w.r[i] = out[j]                 # a row: contiguous, never written in place
                 st.refs[i] -= 1

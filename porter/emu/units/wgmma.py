@@ -17,6 +17,11 @@ API
     elements in K order, as the raw little-endian bytes of each element.
 ``operand_bytes(desc, rows, k, elem_bits, mn_major, where="") -> int64 (n,)``
     The sorted shared::cta byte addresses that read touches.
+``operand_layout(desc, rows, k, elem_bits, mn_major, where="", smem_size=None) -> (addresses, warnings)``
+    The addresses read_matrix gathers, int64 (rows, k*elem_bits//8), and the warnings of a
+    layout the ISA defines but states no rule about (elements reading the same bytes, a K
+    slice crossing its swizzle row): the hardware reads what the fields name, so these are
+    warnings for the caller to record, never errors.
 ``accumulator_layout(n) -> (rows, cols)``, each int64 (128, n//2)
     For warpgroup thread t and the j-th element of the D list {d0, d1, ...} of a
     m64nNk* wgmma, the D element (row, col) it holds.
@@ -36,8 +41,10 @@ chunk) and W the swizzle width in bytes (32, 64, 128),
   16 bytes, each row 16 contiguous bytes; the next core matrix along K is LBO bytes on,
   the next 8 rows SBO bytes on.
 * K-major, swizzled ("((8,m),(T,2k)):((W/16*T,SBO),(1,T))"): 8 rows of W contiguous bytes
-  (one swizzle atom), the next 8 rows SBO bytes on; LBO is "not used". A wgmma's K slice
-  (always 32 bytes) must lie inside one W-byte row, so K steps move the start address.
+  (one swizzle atom), the next 8 rows SBO bytes on; LBO is "not used". Kernels keep a
+  wgmma's K slice (always 32 bytes) inside one W-byte row, moving the start address per K
+  step; the ISA states no rule that they must, so a slice that crosses its row is read
+  where the addresses continue (swizzled by their own bits) with a warning.
 * MN-major, no swizzle ("((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))"): each 16-byte chunk
   holds T consecutive MN elements of one K index; the 8 K indices of a core matrix are
   16 bytes apart; the next T MN elements are SBO bytes on, the next 8 K indices LBO.
@@ -104,8 +111,10 @@ def decode_desc(desc: int, where: str = "", strict: bool = True) -> MatrixDesc:
 
 
 def _logical_addresses(md: MatrixDesc, rows: int, k: int, elem_bits: int, mn_major: bool,
-                       where: str) -> np.ndarray:
-    """Unswizzled byte addresses, shape (rows, k*elem_bits//8): [r, b] holds byte b of row r."""
+                       where: str, notes: list | None = None) -> np.ndarray:
+    """Unswizzled byte addresses, shape (rows, k*elem_bits//8): [r, b] holds byte b of row r.
+    Layouts the ISA defines but no kernel means (a K slice crossing its swizzle row) add a
+    line to ``notes``: the ISA states no rule against them, so they are warnings, not errors."""
     if elem_bits not in (8, 16, 32):
         raise EmuError(f"{_at(where)}wgmma operands are 8-, 16- or 32-bit elements, not {elem_bits}-bit")
     eb = elem_bits // 8
@@ -120,9 +129,9 @@ def _logical_addresses(md: MatrixDesc, rows: int, k: int, elem_bits: int, mn_maj
         kb = np.arange(kbytes, dtype=np.int64)[None, :]
         if width == 0:
             return start + (r % 8) * 16 + (r // 8) * sbo + (kb % 16) + (kb // 16) * lbo
-        if start % width + kbytes > width:
-            raise EmuError(f"{_at(where)}K-major {md.swizzle} operand: the {kbytes} B K slice at start "
-                           f"{start:#x} crosses the {width} B swizzle row (start offset {start % width} in the row)")
+        if start % width + kbytes > width and notes is not None:
+            notes.append(("k-slice", f"K-major {md.swizzle} operand, {kbytes} B K slice at start {start:#x} "
+                                     f"(offset {start % width} in its {width} B row)"))
         return start + (r % 8) * width + (r // 8) * sbo + kb
     if elem_bits != 16:
         raise EmuError(f"{_at(where)}MN-major (transposed) operands exist only for .f16/.bf16, "
@@ -135,9 +144,9 @@ def _logical_addresses(md: MatrixDesc, rows: int, k: int, elem_bits: int, mn_maj
         addr = start + (mn % t) * eb + (mn // t) * sbo + (kk % 8) * 16 + (kk // 8) * lbo
     else:
         per_row = width // eb                         # MN elements in one W-byte row
-        if start % width + min(rows, per_row) * eb > width:
-            raise EmuError(f"{_at(where)}MN-major {md.swizzle} operand: start {start:#x} is not at the start "
-                           f"of a {width} B swizzle row")
+        if start % width + min(rows, per_row) * eb > width and notes is not None:
+            notes.append(("mn-start", f"MN-major {md.swizzle} operand at start {start:#x} (offset {start % width} "
+                                      f"in its {width} B row)"))
         addr = start + (mn % per_row) * eb + (mn // per_row) * lbo + (kk % 8) * width + (kk // 8) * sbo
     return (addr + byte).reshape(rows, k * eb)
 
@@ -152,10 +161,16 @@ def swizzle_from(addr: np.ndarray, width: int, base_offset: int) -> np.ndarray:
     return addr ^ ((((addr >> 7) - base_offset) & mask) << 4)
 
 
-def _physical_addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, where: str,
-                        smem_size: int | None) -> np.ndarray:
+def operand_layout(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, where: str = "",
+                   smem_size: int | None = None) -> tuple[np.ndarray, tuple[tuple[str, str], ...]]:
+    """The operand's physical shared::cta byte addresses, int64 (rows, k*elem_bits//8), and the
+    warnings its layout earns (rules the PTX ISA does not state), each (kind, what): "alias"
+    (operand elements that read the same bytes), "k-slice" (a K slice crossing its swizzle
+    row), "mn-start" (an MN-major swizzled operand starting inside its row). Bytes
+    outside shared memory are a ``CheckFailed`` (5.1.7: operands lie in the CTA's window)."""
     md = decode_desc(desc, where)
-    addr = _logical_addresses(md, rows, k, elem_bits, mn_major, where)
+    notes: list[tuple[str, str]] = []
+    addr = _logical_addresses(md, rows, k, elem_bits, mn_major, where, notes)
     if md.swizzle_width:
         addr = swizzle_from(addr, md.swizzle_width, md.base_offset)
     lo, hi = int(addr.min()), int(addr.max())
@@ -164,10 +179,16 @@ def _physical_addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: 
                        f"the CTA's {smem_size} B of shared memory")
     flat = addr.reshape(-1)
     if np.unique(flat).size != flat.size:
-        raise EmuError(f"{_at(where)}matrix descriptor {desc:#x} (LBO {md.leading_byte_offset} B, SBO "
-                       f"{md.stride_byte_offset} B, {md.swizzle}) makes different operand elements read the "
-                       f"same shared bytes")
-    return addr
+        # 9.7.15.5.1.2 defines the layout by LBO and SBO alone and states no rule that they
+        # keep the elements apart: the hardware reads what the offsets name (wrong numbers)
+        notes.append(("alias", f"matrix descriptor {desc:#x} (LBO {md.leading_byte_offset} B, SBO "
+                               f"{md.stride_byte_offset} B, {md.swizzle})"))
+    return addr, tuple(notes)
+
+
+def _physical_addresses(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, where: str,
+                        smem_size: int | None) -> np.ndarray:
+    return operand_layout(desc, rows, k, elem_bits, mn_major, where, smem_size)[0]
 
 
 def read_matrix(smem: np.ndarray, desc: int, rows: int, k: int, elem_bits: int, mn_major: bool,
