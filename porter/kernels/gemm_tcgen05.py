@@ -13,6 +13,14 @@ tile i overlaps the MMAs of tile i+1; a single accumulator is handed back right 
 epilogue's last tcgen05.ld, so tile i+1's MMAs still overlap tile i's staging and stores. A persistent grid walks the tiles
 (gemm::TileScheduler from templates/gemm.cu.j2).
 
+``schedule=clc`` (descriptors with the cluster_launch_control feature): dynamic persistent
+scheduling. The grid is one cluster per tile; a 7th warp (warp 2, the epilogue moves to
+warps 3..6) asks cluster launch control to cancel a not-yet-started cluster and hands its
+tile to the producer, MMA and epilogue warps through a ring of TILE_SLOTS shared-memory
+slots, each guarded by a full / empty mbarrier pair (in a CTA pair the even CTA asks and
+writes both CTAs' slots). A CTA that finishes early takes the next tile (greedy), where
+the static walk deals tile i to CTA i mod grid.
+
 Choices, each from a descriptor figure:
   * MMA kind: the tensor-core kind whose formats hold the operand format; block-scaled
     variants take the kind listed under ``block_scales.<scheme>.kinds`` (mx ->
@@ -48,6 +56,17 @@ ALIGN_SLACK = 1024                 # dynamic smem base rounded up to the swizzle
 BARRIER_BYTES = 256                # full/empty per stage, acc full/empty per buffer, TMEM base
 MIN_STAGES = 3
 MAX_STAGES = 8
+# schedule=clc: one more warp (the scheduler), its slots and barriers after the others.
+CLC_WARPS = WARPS + 1
+CLC_SCHEDULER_WARP = 2
+CLC_BARRIER_BYTES = 512
+# Tile slots between the scheduler and the warps that read them. Two: the scheduler asks for
+# tile r + 2 once every reader has taken tile r + 1 from the slot, i.e. when the epilogue (the
+# last reader) finished tile r, while the producer - at most one tile plus the stage ring ahead
+# of it - still loads tile r + 1: the try_cancel round trip hides behind that work, and a CTA
+# claims no tile earlier than it needs to (the later it claims, the closer to greedy the tail).
+CLC_TILE_SLOTS = 2
+SCHEDULES = ("static", "clc")
 GROUP_M = 8
 EPILOGUE_COLUMNS = 32              # tcgen05.ld .32x32b.x32 per step
 # Columns staged per chunk: 64 bf16 = 128 B per row, so each read-back store instruction of
@@ -99,7 +118,7 @@ def _legal_n(arch, kind, mma_m, cta_group, scheme) -> tuple[int, ...]:
                                        or n // cta_group > TMA_BOX_MAX or (scheme is not None and n % bsl.CHUNK_ROWS)))
 
 
-def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None, name=""):
+def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None, name="", barrier_bytes=BARRIER_BYTES):
     """(N, stages, acc_buffers, layout dict) - the first fit, widest N first, double buffering
     preferred at that N.
     ``knobs`` (tile_n, stages, acc_buffers) fix those choices; each is held to the same
@@ -110,7 +129,7 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None,
     n_values = sorted(_legal_n(arch, kind, mma_m, cta_group, scheme), reverse=True)
     row_bytes = tile_k * elem_bits // 8
     a_bytes = (mma_m // cta_group) * row_bytes
-    budget = arch.smem_per_block_bytes - ALIGN_SLACK - BARRIER_BYTES - EPILOGUE_STAGING_BYTES
+    budget = arch.smem_per_block_bytes - ALIGN_SLACK - barrier_bytes - EPILOGUE_STAGING_BYTES
     if "tile_n" in knobs:
         kr.check_choice(name, "tile_n", knobs["tile_n"], tuple(reversed(n_values)),
                         f"{kind} N at M={mma_m} cta_group::{cta_group} (mma_shapes), whole 64-column epilogue "
@@ -147,8 +166,9 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None,
                 stages = knobs["stages"]
             if stages < min_stages:
                 why_not = (f"shared memory: {min_stages} stages x {stage_bytes} B (tile_n {n}: A {a_bytes} + B "
-                           f"{b_bytes} + scales {sf_bytes}, rounded to 1 KiB) + {budget_overhead()} B (epilogue "
-                           f"staging, barriers, alignment) = {min_stages * stage_bytes + budget_overhead()} B > "
+                           f"{b_bytes} + scales {sf_bytes}, rounded to 1 KiB) + {budget_overhead(barrier_bytes)} B "
+                           f"(epilogue staging, barriers, alignment) = "
+                           f"{min_stages * stage_bytes + budget_overhead(barrier_bytes)} B > "
                            f"smem_per_block_bytes {arch.smem_per_block_bytes}")
                 continue
             # Fewer stages if the scale slots (one per stage) crowd out the accumulators.
@@ -174,14 +194,14 @@ def _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme, knobs=None,
                       f"and {arch.tmem.columns} TMEM columns with >= {MIN_STAGES} stages")
 
 
-def budget_overhead() -> int:
+def budget_overhead(barrier_bytes: int = BARRIER_BYTES) -> int:
     """Shared memory besides the stages: alignment slack, barriers, epilogue staging."""
-    return ALIGN_SLACK + BARRIER_BYTES + EPILOGUE_STAGING_BYTES
+    return ALIGN_SLACK + barrier_bytes + EPILOGUE_STAGING_BYTES
 
 
 # Knobs (``--set``, porter.kernels.knobs): the choices above, overridable and held to the
 # same budgets. tile_m is the MMA's M (the 128 TMEM lanes per CTA): listed, not free.
-KNOBS = ("tile_m", "tile_n", "stages", "acc_buffers", "group_m", "grid_ctas", "persistent", "wait_scope")
+KNOBS = ("tile_m", "tile_n", "stages", "acc_buffers", "group_m", "grid_ctas", "persistent", "wait_scope", "schedule")
 # The pair form's stage / accumulator-full waits (templates/gemm/tcgen05.cu.j2 says why each
 # needs no more): "cta" (the ISA's minimum, the default) or "cluster" (every wait a
 # cluster-scope acquire, the form before issue 17 item 4, kept for the GPU visit's A/B).
@@ -201,6 +221,8 @@ def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
              "tile_order": kr.TILE_ORDERS, **kr.schedule_space(arch, cta_group, GROUP_M)}
     if pair:    # a single CTA's waits see only its own CTA: no scope to choose
         space["wait_scope"] = WAIT_SCOPES
+    if arch.has("cluster_launch_control"):
+        space["schedule"] = SCHEDULES
     return space
 
 
@@ -210,10 +232,12 @@ def knobs_of(config) -> dict:
            "persistent": config.get("persistent", True), "tile_order": config.get("tile_order", "m")}
     if "wait_scope" in config:
         out["wait_scope"] = config["wait_scope"]
+    if "schedule" in config:
+        out["schedule"] = config["schedule"]
     return out
 
 
-def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = ""):
+def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = "", clc: bool = False):
     """Required and forbidden SASS, every spelling read from the descriptor
     (``Arch.sass_patterns``): a target that spells a kind or a modifier differently is a
     YAML edit, not a change here."""
@@ -235,6 +259,8 @@ def _sass_rules(arch, kind: str, pair: bool, scale_vec: str = ""):
                  rule("op:mma_commit", "tcgen05.commit arrives on the stage / accumulator mbarriers")]
     if scale_vec:
         required.append(rule("op:tmem_copy", "tcgen05.cp stages the scale factors into TMEM"))
+    if clc:
+        required.append(rule("op:clc_try_cancel", "schedule=clc: the scheduler warp's clusterlaunchcontrol.try_cancel"))
     # The coalesced epilogue: 16-byte staging writes and read-backs, 16-byte global stores.
     required += [rule("op:shared_store/width_16b", "epilogue writes its bf16 row units into the staging buffer (16 B)"),
                  rule("op:shared_load/width_16b", "epilogue reads the staged chunk back row-contiguously (16 B)"),
@@ -269,6 +295,38 @@ def _tma_maps(elem_bits, mma_m, n, cta_group, layout, scheme) -> list[str]:
     return lines
 
 
+def _warp_roles(clc: bool) -> dict:
+    """Warp of each role: the scheduler (schedule=clc) takes warp 2 and the epilogue moves up,
+    staying the last four warps (one per TMEM lane quarter, warp % 4)."""
+    first_epilogue = FIRST_EPILOGUE_WARP + (1 if clc else 0)
+    roles = {"producer": PRODUCER_WARP, "mma": MMA_WARP,
+             "epilogue": list(range(first_epilogue, first_epilogue + EPILOGUE_WARPS))}
+    if clc:
+        roles["scheduler"] = CLC_SCHEDULER_WARP
+    return roles
+
+
+def _schedule(name: str, knobs) -> str:
+    """The ``schedule`` knob checked against the launch knobs it replaces: clc launches one
+    cluster per tile and lets the hardware keep as many resident as fit, so it takes no
+    grid_ctas and is persistent by construction."""
+    from porter.kernels import knob_rules as kr
+
+    schedule = knobs.get("schedule", SCHEDULES[0])
+    if "schedule" in knobs:
+        kr.check_choice(name, "schedule", schedule, SCHEDULES,
+                        "static: a persistent grid of sm_count CTAs, tile i to CTA i mod grid; clc: one cluster "
+                        "per tile, a CTA that frees takes the next unstarted cluster's tile (cluster launch control)")
+    if schedule == "clc":
+        if knobs.get("persistent") is False:
+            raise kr.fail(name, "schedule", schedule, "clc keeps each CTA's pipeline and TMEM across the tiles it "
+                          "takes over (persistent by construction); drop persistent=false")
+        if "grid_ctas" in knobs:
+            raise kr.fail(name, "schedule", schedule, "clc launches one cluster per tile and the hardware keeps "
+                          "as many resident as fit; drop grid_ctas")
+    return schedule
+
+
 def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
     """The tcgen05 KernelSpec of ``variant``; ``knobs`` override the choices (``KNOBS``)."""
     from porter.kernels import gemm_variants as gemm
@@ -299,9 +357,12 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
         raise PorterError(f"arch {arch.name}: kind {kind} K={mma_k} does not match the "
                           f"{variant.block_scale} scheme (block {variant.scale_block_k}, MMA K {scheme.mma_k})")
     mma_m = _mma_m(arch, kind, cta_group)
+    clc = _schedule(name, knobs) == "clc"
+    barrier_bytes = CLC_BARRIER_BYTES if clc else BARRIER_BYTES
+    threads = (CLC_WARPS if clc else WARPS) * 32
     n, stages, acc_buffers, layout = _choose(arch, kind, mma_m, cta_group, tile_k, elem_bits, scheme,
                                              {k: v for k, v in knobs.items() if k in ("tile_n", "stages", "acc_buffers")},
-                                             name)
+                                             name, barrier_bytes)
     group_m, grid_ctas, persistent = kr.schedule(name, knobs, arch, cta_group, GROUP_M)
     if not arch.tensor_core.valid_shape(kind, mma_m, n, cta_group):
         raise PorterError(f"arch {arch.name}: chosen {kind} shape M={mma_m} N={n} cta_group {cta_group} is not legal")
@@ -329,7 +390,7 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
         sfa_cols = sfb_cols = [0] * mmas_per_stage
         sfa_chunk_cols = sfb_chunk_cols = []
 
-    smem_bytes = ALIGN_SLACK + stages * layout["stage_bytes"] + EPILOGUE_STAGING_BYTES + BARRIER_BYTES
+    smem_bytes = ALIGN_SLACK + stages * layout["stage_bytes"] + EPILOGUE_STAGING_BYTES + barrier_bytes
     tile_m = mma_m                     # rows of C per CTA pair (or CTA)
     tx_bytes = layout["a_stage_bytes"] + layout["b_stage_bytes"] + layout["sfa_stage_bytes"] + layout["sfb_stage_bytes"]
     config = {
@@ -354,8 +415,7 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
         "acc_buffers": acc_buffers,
         "group_m": group_m,
         "grid_ctas": grid_ctas,
-        "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
-                  "epilogue": list(range(FIRST_EPILOGUE_WARP, FIRST_EPILOGUE_WARP + EPILOGUE_WARPS))},
+        "warps": _warp_roles(clc),
         "epilogue_columns": EPILOGUE_COLUMNS,
         "epilogue_chunk_columns": EPILOGUE_CHUNK_COLUMNS,
         "idesc": [f"0x{w:08X}" for w in idescs],
@@ -367,7 +427,7 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
             "per_block": arch.smem_per_block_bytes, "per_stage": layout["stage_bytes"],
             "a_stage": layout["a_stage_bytes"], "b_stage": layout["b_stage_bytes"],
             "sfa_stage": layout["sfa_stage_bytes"], "sfb_stage": layout["sfb_stage_bytes"],
-            "stages": stages, "barriers": BARRIER_BYTES, "align_slack": ALIGN_SLACK,
+            "stages": stages, "barriers": barrier_bytes, "align_slack": ALIGN_SLACK,
             "epilogue_staging": EPILOGUE_STAGING_BYTES, "epilogue_row": EPILOGUE_ROW_BYTES, "total": smem_bytes,
         },
         "tmem_budget": {
@@ -376,8 +436,8 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
             "sfa_per_slot": layout["sfa_tmem_columns"], "sfb_per_slot": layout["sfb_tmem_columns"],
             "used": layout["tmem_columns_used"], "allocated": layout["tmem_columns"],
         },
-        # Everything a thread can keep live: 64K registers over 192 threads, capped.
-        "registers_budget": min(arch.regs_per_sm // THREADS, arch.max_regs_per_thread),
+        # Everything a thread can keep live: 64K registers over 192 (clc: 224) threads, capped.
+        "registers_budget": min(arch.regs_per_sm // threads, arch.max_regs_per_thread),
         # The largest live set is an epilogue thread's: ptxas issues the second tcgen05.ld of
         # a chunk while it converts the first (64 f32 live), their bf16 pairs (32), the 64-bit
         # C addresses (16) and staging offsets (16) of the 8 read-back steps, which it hoists
@@ -396,12 +456,16 @@ def make_spec(arch, variant, pair: bool, knobs=None) -> KernelSpec:
             kr.check_choice(name, "wait_scope", knobs["wait_scope"], WAIT_SCOPES,
                             "cta: stage / accumulator-full waits at CTA scope (the ISA's minimum); "
                             "cluster: every wait a cluster-scope acquire (the previous form)")
+    if clc:     # absent from static configs, whose sources stay byte-identical
+        config["schedule"] = "clc"
+        config["tile_slots"] = CLC_TILE_SLOTS
     kr.record_knobs(config, name, knobs, persistent)
-    required, forbidden = _sass_rules(arch, kind, pair, scheme.scale_vec if scheme else "")
-    features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ())
+    required, forbidden = _sass_rules(arch, kind, pair, scheme.scale_vec if scheme else "", clc)
+    features = ("tcgen05", "tmem", "tma", "mbarrier") + tuple(variant.features) + (("cta_pair", "clusters") if pair else ()) \
+        + (("cluster_launch_control",) if clc else ())
     return KernelSpec(
         family=gemm.FAMILY, name=gemm.spec_name(variant, pair), variant=variant.variant,
         entry=gemm.entry_name(variant, pair, arch.tensor_core.generation),
         config=config, features=features, sass_required=required, sass_forbidden=forbidden,
-        threads=THREADS, smem_bytes=smem_bytes, tmem_columns=layout["tmem_columns"],
+        threads=threads, smem_bytes=smem_bytes, tmem_columns=layout["tmem_columns"],
         cluster=(cta_group, 1, 1), template=gemm.TEMPLATE)

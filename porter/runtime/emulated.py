@@ -178,8 +178,14 @@ class EmuDevice:
         state = LaunchState(prog, dims[0], dims[1], dims[2], int(smem_bytes), bytes(params), self.memory.gmem,
                             function.regs, cooperative)
         self.launches += 1
+        # A kernel scheduled by cluster launch control takes over the clusters not yet started,
+        # so how many start at once decides its tile walk: it runs with this device's residency,
+        # one CTA per SM (the simulator's default keeps 16 clusters resident).
+        resident = {}
+        if "cluster_launch_control" in (getattr(getattr(function, "spec", None), "features", None) or ()):
+            resident["max_resident_clusters"] = max(1, self.sm_count // (dims[2][0] * dims[2][1] * dims[2][2]))
         sched = Scheduler(state, seed=self.seed + self.launches if self.seed >= 0 else None,
-                          check_races=self.check_races, wall_limit_s=self.time_limit_s)
+                          check_races=self.check_races, wall_limit_s=self.time_limit_s, **resident)
         try:
             try:
                 summary = sched.run()

@@ -133,12 +133,16 @@ def _scales(obj, what: str, spec_name: str, rows: int, k: int, variant, row_majo
 def _grid(spec, m: int, n: int, max_ctas: int | None = None) -> int:
     """The template's launch contract: csize x min(#cluster units, grid_ctas // csize) CTAs,
     where a unit is what one cluster computes together (``shape_multiple`` rows x cols of C,
-    else one tile). ``max_ctas`` caps the persistent grid below the descriptor's SM count
+    else one tile); csize x #units under schedule=clc. ``max_ctas`` caps the persistent grid below the descriptor's SM count
     (a device with fewer SMs, such as the emulated one); the kernel walks the rest."""
     cfg = spec.config
     csize = spec.cluster[0] * spec.cluster[1] * spec.cluster[2]
     unit_m, unit_n = (cfg.get("shape_multiple") or (cfg["tile_m"], cfg["tile_n"]))[:2]
     units = (m // unit_m) * (n // unit_n)
+    if cfg.get("schedule") == "clc":
+        # Dynamic scheduling: one cluster per unit; the hardware starts as many as fit and
+        # the running ones cancel the rest and take their units over (cluster launch control).
+        return csize * units
     ctas = cfg["grid_ctas"] if max_ctas is None else min(cfg["grid_ctas"], max_ctas)
     return csize * max(1, min(units, ctas // csize))
 
