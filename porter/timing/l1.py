@@ -91,11 +91,18 @@ def _reduced_shape(spec, tiles: int, steps: int):
     raise PorterError(f"L1: no reduced problem for the {spec.family} family ({spec.name}); L0 predicts it")
 
 
-_MEASURED: dict = {}     # in-process: the same kernel, product and figures are simulated once
+# In-process: the same kernel, descriptor and figures are simulated once. A product's
+# figures reach the simulation only through ``params`` (and its SM count through the
+# spec), so two products whose params agree share a measurement (porter tune times each
+# candidate once for both).
+_MEASURED: dict = {}
 
 
 def _measure(arch, spec_key: str, spec, params_json: str, expansion_json: str) -> dict:
-    key = (arch.digest, arch.product or "", spec_key, params_json, expansion_json)
+    import hashlib
+
+    key = (hashlib.sha256(arch.text.encode("utf-8")).hexdigest(), arch.sm_count, spec_key, params_json,
+           expansion_json)
     if key not in _MEASURED:
         _MEASURED[key] = _simulate(arch, spec, params_json, expansion_json)
     return _MEASURED[key]
