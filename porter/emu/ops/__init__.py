@@ -3,19 +3,36 @@
 Each family module maps an opcode's first word to ``build(instr, decoder) -> fn(warp,
 mask)``. An opcode no family knows, or a form a family does not implement, is an
 ``Unsupported`` error naming the PTX line: the simulator never skips an instruction.
+
+Some forms share their first word with an older family but are a different operation
+(``st.async`` is not ``st``, ``add.f16x2`` is not an integer ``add``, ``bar.red`` is not
+``bar.sync``). Their modules list them in ``FORMS``: (head, matches(instr), build). The
+first form whose head and predicate match wins; every other instruction of that head goes
+to the family's builder as before.
 """
 
 from __future__ import annotations
 
-from porter.emu.ops import alu, bits, call, clc, control, cp_async, memory, mma_sync, sync, tcgen05, tma, wgmma
+from porter.emu.ops import (alu, bits, call, clc, cluster_async, control, cp_async, cvt_packed, int_extra, memory,
+                            mma_sync, packed_float, sync, tcgen05, tensormap, tma, warp_ops, wgmma)
 
 FAMILIES = {}
-for _mod in (alu, bits, control, memory, sync, tma, wgmma, mma_sync, cp_async, tcgen05, call, clc):
+for _mod in (alu, bits, control, memory, sync, tma, wgmma, mma_sync, cp_async, tcgen05, call, clc,
+             warp_ops, int_extra, tensormap, packed_float):
     FAMILIES.update(_mod.BUILDERS)
+
+# forms that share a head with an older family, by head (checked before the family's builder)
+FORMS: dict[str, list] = {}
+for _mod in (packed_float, cvt_packed, warp_ops, cluster_async, int_extra, tensormap):
+    for _head, _matches, _build in _mod.FORMS:
+        FORMS.setdefault(_head, []).append((_matches, _build))
 
 
 def builder_for(ins, d):
     head = ins.opcode.split(".", 1)[0]
+    for matches, build in FORMS.get(head, ()):
+        if matches(ins):
+            return build
     build = FAMILIES.get(head)
     if build is None:
         raise d.unsupported()
