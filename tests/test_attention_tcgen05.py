@@ -114,7 +114,7 @@ def test_tmem_column_map_is_disjoint_and_fits(specs, tc_arch, name):
     cfg = spec.config
     cols = cfg["tmem_columns"]
     bn, d = cfg["block_n"], cfg["head_dim"]
-    regions = [(c, c + bn) for c in cols["s"]] + [(cols["o"], cols["o"] + d), (cols["p"], cols["p"] + bn // 2)]
+    regions = [(c, c + bn) for c in cols["s"]] + [(o, o + d) for o in cols["o"]] + [(cols["p"], cols["p"] + bn // 2)]
     regions.sort()
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(regions, regions[1:])), regions
     assert regions[-1][1] == cols["used"] <= cols["allocated"] == spec.tmem_columns <= tc_arch.tmem.columns

@@ -81,6 +81,18 @@ RESCALE_THRESHOLDS = (0, 4, 8)
 # softmax warpgroups saturate the MUFU. Kept as a knob for the first GPU visit's A/B.
 POLY_EXP2_SHARE = 0
 POLY_EXP2_SHARES = (0, 25, 50, 75, 100)
+# 128-row Q tiles per CTA; knob ``q_tiles``. 2 = FA4's structure (attention/tcgen05_2q.cu.j2):
+# 16 warps = a load/MMA warpgroup, one softmax warpgroup per Q tile taking turns on the tensor
+# core, and a correction warpgroup that rescales O in TMEM and stores it; P written into S's
+# own columns so S_0, S_1, O_0, O_1 fill the 512 TMEM columns (hd128).
+Q_TILES = 1
+Q_TILE_CHOICES = (1, 2)
+# The two-Q-tile form's registers per thread (setmaxnreg from the launch count of 512
+# threads): the load/MMA warpgroup, each softmax warpgroup (a whole S row of block_n fp32 in
+# registers plus a chunk of P), the correction warpgroup (one 32-column O chunk at a time).
+REGS_2Q = {"other": 48, "softmax": 192, "correction": 80}
+SOFTMAX_ROW_OVERHEAD = 40   # registers beside the S row: addresses, m, l, the partials, a P chunk's share
+STAT_SLOTS = 2              # softmax -> correction ring of per-row floats (alpha, then 1 / l)
 
 
 def v_swizzle_bytes(v_cols: int) -> int | None:
@@ -89,39 +101,58 @@ def v_swizzle_bytes(v_cols: int) -> int | None:
     return next((w for w in V_SWIZZLES if (2 * v_cols) % w == 0), None)
 
 
-def barrier_count(stages: int) -> int:
-    """q_full, q_empty; per stage k_full, v_full, kv_empty; s_full per S buffer; p_full;
-    pv_done. (No "S read" barrier: the MMA issue order already implies it - see the template.)"""
-    return 2 + 3 * stages + S_BUFFERS + 2
+def barrier_count(stages: int, q_tiles: int = 1) -> int:
+    """One Q tile: q_full, q_empty; per stage k_full, v_full, kv_empty; s_full per S buffer;
+    p_full; pv_done. (No "S read" barrier: the MMA issue order already implies it - see the
+    template.) Two: q_full per Q tile, q_empty; the stages'; per Q tile s_full, p_full,
+    o_ready, pv_done and the stats ring's full / empty per slot."""
+    if q_tiles == 1:
+        return 2 + 3 * stages + S_BUFFERS + 2
+    return q_tiles + 1 + 3 * stages + q_tiles * (4 + 2 * STAT_SLOTS)
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1) -> dict:
+def stats_bytes(q_tiles: int) -> int:
+    """The two-Q-tile form's softmax -> correction ring: a float per row, slot and Q tile."""
+    return 0 if q_tiles == 1 else 4 * q_tiles * STAT_SLOTS * CTA_ROWS
+
+
+def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_tiles: int = 1) -> dict:
     """Per-CTA byte sizes and the K/V stages that fit ``budget`` (stages None if fewer than 2).
-    In a pair each CTA holds half of every K tile (keys) and half of every V tile (columns)."""
+    In a pair each CTA holds half of every K tile (keys) and half of every V tile (columns).
+    ``q_bytes`` is one Q tile's; the CTA holds ``q_tiles`` of them."""
     q_bytes = CTA_ROWS * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2 // cta_group      # K + V
 
     def total(stages: int) -> int:
-        return ALIGN_SLACK + q_bytes + stages * stage_bytes + 8 * barrier_count(stages) + 8   # + TMEM slot
+        return (ALIGN_SLACK + q_tiles * q_bytes + stages * stage_bytes + stats_bytes(q_tiles)
+                + 8 * barrier_count(stages, q_tiles) + 8)   # + TMEM slot
 
     stages = MAX_STAGES
     while stages >= MIN_STAGES and total(stages) > budget:
         stages -= 1
     ok = stages >= MIN_STAGES
     return {"q_bytes": q_bytes, "stage_bytes": stage_bytes, "stages": stages if ok else None,
-            "smem_bytes": total(stages if ok else MIN_STAGES)}
+            "smem_bytes": total(stages if ok else MIN_STAGES), "total": total}
 
 
-def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int) -> dict:
-    """Column offsets of S0, S1, O, P and the power-of-two allocation (per CTA, either mode)."""
+def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int, q_tiles: int = 1) -> dict:
+    """Column offsets of S0, S1, O (one per Q tile), P and the power-of-two allocation (per
+    CTA, either mode). One Q tile: S0, S1 double-buffer its S, P has its own columns. Two:
+    S_j is Q tile j's, P_j lives in S_j's first block_n / 2 columns, O_0 and O_1 follow."""
     s_cols = [i * block_n for i in range(S_BUFFERS)]
     o_col = S_BUFFERS * block_n
-    p_col = o_col + head_dim
-    used = p_col + block_n // 2                     # P: two bf16 keys per 32-bit column
+    if q_tiles == 1:
+        p_col = o_col + head_dim
+        used = p_col + block_n // 2                 # P: two bf16 keys per 32-bit column
+        o_cols = [o_col]
+    else:
+        p_col = s_cols[0]
+        o_cols = [o_col + j * head_dim for j in range(q_tiles)]
+        used = o_cols[-1] + head_dim
     alloc = max(min_alloc, 1)
     while alloc < used:
         alloc *= 2
-    return {"s": s_cols, "o": o_col, "p": p_col, "used": used, "allocated": alloc,
+    return {"s": s_cols, "o": o_cols, "p": p_col, "used": used, "allocated": alloc,
             "fits": alloc <= columns}
 
 
@@ -166,7 +197,7 @@ def make_spec(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupporte
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile (S columns, held to the TMEM
 # budget), K/V stages and the persistent grid.
-KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold", "poly_exp2_share")
+KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold", "poly_exp2_share", "q_tiles")
 
 
 def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
@@ -178,6 +209,7 @@ def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[st
     return {"block_n": ns, "stages": tuple(range(MIN_STAGES, MAX_STAGES + 1)),
             "rescale_threshold": RESCALE_THRESHOLDS,
             "poly_exp2_share": POLY_EXP2_SHARES,
+            "q_tiles": Q_TILE_CHOICES,
             **{k: v for k, v in kr.schedule_space(arch, cta_group, 1).items() if k != "group_m"}}
 
 
@@ -185,7 +217,8 @@ def knobs_of(config) -> dict:
     return {"block_n": config["block_n"], "stages": config["stages"], "grid_ctas": config["grid_ctas"],
             "persistent": config.get("persistent", True),
             "rescale_threshold": config.get("rescale_threshold_log2", RESCALE_THRESHOLD),
-            "poly_exp2_share": round(100 * config.get("poly_exp2_share", POLY_EXP2_SHARE / 100))}
+            "poly_exp2_share": round(100 * config.get("poly_exp2_share", POLY_EXP2_SHARE / 100)),
+            "q_tiles": config.get("cta_q_tiles", Q_TILES)}
 
 
 def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> KernelSpec | Unsupported:
@@ -196,7 +229,8 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
     name = family.spec_name(head_dim, causal, suffix)
     variant = family.variant_name(head_dim, causal)
     cta_group = 2 if pair else 1
-    block_m = CTA_ROWS * cta_group
+    q_tiles = knobs.get("q_tiles", Q_TILES)
+    block_m = CTA_ROWS * cta_group * (q_tiles if q_tiles in Q_TILE_CHOICES else 1)
     features = FEATURES + (PAIR_FEATURES if pair else ())
     missing = tuple(f for f in features if not arch.has(f))
     if missing:
@@ -226,11 +260,15 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         if "poly_exp2_share" in knobs:
             kr.check_choice(name, "poly_exp2_share", knobs["poly_exp2_share"], POLY_EXP2_SHARES,
                             "percent of each row's exp2 on the FMA units, in quarters of the column pairs")
+        if "q_tiles" in knobs:
+            kr.check_choice(name, "q_tiles", knobs["q_tiles"], Q_TILE_CHOICES,
+                            "128-row Q tiles per CTA: 1, or 2 with a softmax warpgroup each and a correction warpgroup")
     block_n = knobs.get("block_n", BLOCK_N)
+    mma_m = CTA_ROWS * cta_group             # one MMA covers one Q tile (of the pair)
     for n in (block_n, head_dim):
-        if not arch.tensor_core.valid_shape(MMA_KIND, block_m, n, cta_group):
+        if not arch.tensor_core.valid_shape(MMA_KIND, mma_m, n, cta_group):
             return Unsupported(family.FAMILY, name, variant, ("tcgen05",),
-                               f"tcgen05 kind::{MMA_KIND} has no M={block_m} N={n} cta_group::{cta_group} "
+                               f"tcgen05 kind::{MMA_KIND} has no M={mma_m} N={n} cta_group::{cta_group} "
                                f"shape on {arch.name}")
     if arch.tensor_core.k_of(MMA_KIND) != MMA_K:
         return Unsupported(family.FAMILY, name, variant, ("tcgen05",),
@@ -238,32 +276,56 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
     if pair and arch.cluster.max_portable < cta_group:
         return Unsupported(family.FAMILY, name, variant, ("clusters",),
                            f"a CTA pair needs clusters of {cta_group}; portable maximum {arch.cluster.max_portable}")
-    tmem = tmem_plan(head_dim, block_n, arch.tmem.columns, arch.tmem.alloc_min_columns)
-    if not tmem["fits"] and "block_n" in knobs:
-        raise kr.fail(name, "block_n", block_n, f"Tensor Memory: S x {S_BUFFERS} + O + P = {tmem['used']} columns "
+    tmem = tmem_plan(head_dim, block_n, arch.tmem.columns, arch.tmem.alloc_min_columns, q_tiles)
+    what = f"S x {S_BUFFERS} + O + P" if q_tiles == 1 else f"S_j (P_j inside) + O_j for {q_tiles} Q tiles"
+    if not tmem["fits"] and knobs.keys() & {"block_n", "q_tiles"}:
+        knob = "q_tiles" if q_tiles > 1 and "q_tiles" in knobs else "block_n"
+        raise kr.fail(name, knob, knobs.get(knob, block_n), f"Tensor Memory: {what} = {tmem['used']} columns "
                       f"({tmem['allocated']} allocated) > tmem.columns {arch.tmem.columns}")
+    threads = THREADS if q_tiles == 1 else 128 * (2 + q_tiles)
+    regs = None
+    if q_tiles > 1:
+        # setmaxnreg budgets: the launch pool of __launch_bounds__(threads, 1), the softmax's
+        # whole S row (block_n fp32) with its overhead, every warpgroup within the pool
+        launch = min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8)
+        regs = dict(REGS_2Q, launch=launch)
+        pool = 128 * (regs["other"] + q_tiles * regs["softmax"] + regs["correction"])
+        need = block_n + SOFTMAX_ROW_OVERHEAD
+        why = None
+        if not arch.has("setmaxnreg"):
+            why = "the two-Q-tile form moves registers between warpgroups with setmaxnreg; the descriptor has none"
+        elif threads > arch.max_threads_per_block or pool > launch * threads:
+            why = (f"{threads} threads, setmaxnreg budgets {regs['other']} + {q_tiles} x {regs['softmax']} + "
+                   f"{regs['correction']} per thread of a warpgroup exceed the launch pool of {launch} x {threads}")
+        elif not regs["other"] <= launch <= regs["softmax"] or regs["correction"] > launch:
+            why = f"setmaxnreg needs other {regs['other']}, correction {regs['correction']} <= launch {launch} <= softmax {regs['softmax']}"
+        elif need > regs["softmax"]:
+            why = (f"a softmax thread holds its S row: {block_n} + {SOFTMAX_ROW_OVERHEAD} registers > the "
+                   f"{regs['softmax']} it gets after setmaxnreg")
+        if why:
+            raise kr.fail(name, "block_n" if "block_n" in knobs and need > regs["softmax"] else "q_tiles", q_tiles, why)
     if not tmem["fits"]:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"S x {S_BUFFERS} + O + P need {tmem['used']} TMEM columns "
                            f"({tmem['allocated']} allocated); the descriptor has {arch.tmem.columns}")
-    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group)
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group, q_tiles)
     if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
         want = knobs["stages"]
         if want > plan["stages"]:
-            raise kr.fail(name, "stages", want, f"does not fit shared memory: Q {plan['q_bytes']} B + {want} x "
-                          f"{plan['stage_bytes']} B K/V + barriers + {ALIGN_SLACK} B alignment > smem_per_block_bytes "
+            raise kr.fail(name, "stages", want, f"does not fit shared memory: Q {q_tiles} x {plan['q_bytes']} B + "
+                          f"{want} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers + "
+                          f"{ALIGN_SLACK} B alignment > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
-        plan = dict(plan, stages=want, smem_bytes=ALIGN_SLACK + plan["q_bytes"] + want * plan["stage_bytes"]
-                    + 8 * barrier_count(want) + 8)
+        plan = dict(plan, stages=want, smem_bytes=plan["total"](want))
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
-                           f"Q + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
+                           f"Q x {q_tiles} + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
                            f"the block budget is {arch.smem_per_block_bytes} B")
 
-    idesc_qk = enc.encode_instr_desc(enc.InstrDesc(MMA_KIND, "bf16", "bf16", m=block_m, n=block_n))
+    idesc_qk = enc.encode_instr_desc(enc.InstrDesc(MMA_KIND, "bf16", "bf16", m=mma_m, n=block_n))
     # P V: A = P from TMEM (K-major by definition), B = V stored [keys, D] row-major, i.e.
     # N (= D) contiguous: an MN-major B (transpose-B bit set).
-    idesc_pv = enc.encode_instr_desc(enc.InstrDesc(MMA_KIND, "bf16", "bf16", m=block_m, n=head_dim,
+    idesc_pv = enc.encode_instr_desc(enc.InstrDesc(MMA_KIND, "bf16", "bf16", m=mma_m, n=head_dim,
                                                    b_major_mn=True))
     # V as MN-major, 128B swizzle (PTX ISA 9.7.16.3.3 canonical layouts): the swizzle atom
     # is 8 keys x 64 D-columns (1024 B); SBO = next 8 keys = 1024 B, LBO = next 64
@@ -277,7 +339,8 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
     cfg = family.base_config(arch, head_dim, causal, MAINLOOP)
     cfg.update({
         "cta_group": cta_group,
-        "block_m": block_m,             # query rows per tile (of the pair)
+        "cta_q_tiles": q_tiles,         # 128-row Q tiles per CTA (knob q_tiles)
+        "block_m": block_m,             # query rows per tile (of the pair; all its Q tiles)
         "cta_rows": CTA_ROWS,
         "block_n": block_n,
         "stages": plan["stages"],
@@ -293,12 +356,15 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         "v_box_cols": v_swizzle // 2,
         # A pair's grid is 2 x clusters; cluster c serves tiles c, c + clusters, ...
         "grid_ctas": kr.schedule(name, knobs, arch, cta_group, 1)[1],
-        "warps": {"producer": PRODUCER_WARP, "mma": MMA_WARP,
-                  "softmax": list(range(FIRST_SOFTMAX_WARP, FIRST_SOFTMAX_WARP + SOFTMAX_WARPS))},
+        "warps": ({"producer": PRODUCER_WARP, "mma": MMA_WARP,
+                   "softmax": list(range(FIRST_SOFTMAX_WARP, FIRST_SOFTMAX_WARP + SOFTMAX_WARPS))} if q_tiles == 1 else
+                  {"producer": PRODUCER_WARP, "mma": MMA_WARP, "idle": [2, 3],
+                   "softmax": list(range(4, 4 + 4 * q_tiles)),
+                   "correction": list(range(4 + 4 * q_tiles, 8 + 4 * q_tiles))}),
         "mma_kind": MMA_KIND,
         "mma_k": MMA_K,
-        "mma_qk": f"m{block_m}n{block_n}k{MMA_K} {cg}, A = Q (smem, K-major), B = K (smem, K-major)",
-        "mma_pv": f"m{block_m}n{head_dim}k{MMA_K} {cg}, A = P (TMEM), B = V (smem, MN-major)",
+        "mma_qk": f"m{mma_m}n{block_n}k{MMA_K} {cg}, A = Q (smem, K-major), B = K (smem, K-major)",
+        "mma_pv": f"m{mma_m}n{head_dim}k{MMA_K} {cg}, A = P (TMEM), B = V (smem, MN-major)",
         "idesc_qk": f"0x{idesc_qk:08X}",
         "idesc_pv": f"0x{idesc_pv:08X}",
         "desc_k_major": f"0x{enc.kmajor_sw128_operand_desc():016X}",
@@ -319,11 +385,15 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         "tmem_chunk": TMEM_CHUNK,
         "tmem_columns": {"s": tmem["s"], "o": tmem["o"], "p": tmem["p"],
                          "used": tmem["used"], "allocated": tmem["allocated"]},
-        "smem_budget": {"per_block": arch.smem_per_block_bytes, "q": plan["q_bytes"],
+        "smem_budget": {"per_block": arch.smem_per_block_bytes, "q": q_tiles * plan["q_bytes"],
                         "per_stage": plan["stage_bytes"], "stages": plan["stages"],
-                        "barriers": 8 * barrier_count(plan["stages"]) + 8, "align_slack": ALIGN_SLACK,
+                        "barriers": 8 * barrier_count(plan["stages"], q_tiles) + 8, "align_slack": ALIGN_SLACK,
                         "total": plan["smem_bytes"]},
     })
+    if q_tiles > 1:
+        cfg["stats_bytes"] = stats_bytes(q_tiles)
+        cfg["stat_slots"] = STAT_SLOTS
+        cfg["regs"] = regs
     if knobs:   # what was overridden, so show / reports say so (absent from default specs)
         cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
         if not knobs.get("persistent", True):
@@ -334,6 +404,6 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         entry=family.entry_name(head_dim, causal, MAINLOOP, suffix),
         config=cfg, features=features,
         sass_required=required, sass_forbidden=forbidden,
-        threads=THREADS, smem_bytes=plan["smem_bytes"], tmem_columns=tmem["allocated"],
+        threads=threads, smem_bytes=plan["smem_bytes"], tmem_columns=tmem["allocated"],
         cluster=(cta_group, 1, 1), template=family.TEMPLATE,
     )
