@@ -70,35 +70,85 @@ def test_local_executor_retries_once_then_records(tmp_path):
 
 @pytest.fixture(scope="module")
 def swept(blackwell, tmp_path_factory):
-    """One real sweep (screen, compile, emulate) on the in-process executor."""
+    """One real sweep (screen, compile, L1, emulate) on the in-process executor, for both
+    of the descriptor's products at once (they generate the same code: one set of tasks)."""
     cache = ResultCache(tmp_path_factory.mktemp("tune-cache"))
-    sweep = Sweep(LocalExecutor(), cache, options=SweepOptions(budget=3, finalists=1, shapes=(SHAPE,), fixed=PINNED))
-    result = sweep.kernel(blackwell, KERNEL, "B200")
-    return sweep, cache, result
+    sweep = Sweep(LocalExecutor(), cache, options=SweepOptions(budget=3, finalists=1, l1_top=2, shapes=(SHAPE,),
+                                                               fixed=PINNED))
+    b200, gb200 = sweep.kernels(blackwell, KERNEL, ["B200", "GB200"])
+    return sweep, cache, b200, gb200
 
 
-def test_sweep_screens_compiles_and_emulates(swept):
+def test_sweep_screens_compiles_times_and_emulates(swept):
     import math
 
     from porter.kernels.knobs import knob_space
 
-    _, _, s = swept
+    _, _, s, other = swept
     space = knob_space(load_arch("blackwell"), KERNEL) | {k: (v,) for k, v in PINNED.items()}
-    assert s.space_size == math.prod(len(v) for v in space.values()) and 0 < s.legal <= s.space_size
-    assert sum(s.pruned.values()) == s.space_size - s.legal
+    assert s.raw_space == math.prod(len(v) for v in space.values())
+    # grid_ctas applies only to a persistent launch: the non-persistent ones are one each
+    assert s.space_size < s.raw_space and set(s.collapsed) == {"grid_ctas applies only with persistent=true (collapsed)"}
+    assert 0 < s.legal <= s.space_size and sum(s.pruned.values()) == s.space_size - s.legal
     assert len(s.candidates) == 3 and s.candidates[0]["knobs"] == s.default_knobs   # the default is always compiled
     (bucket, row), = s.buckets.items()
     assert bucket == "hd64.s4096"
     chosen, default = row["chosen"], row["default"]
     assert chosen["level"] == "emulated" and chosen["emulation"] == "passed"
-    assert chosen["time_us"] <= default["time_us"]           # never slower than the default, by the model
-    assert "L0 only" in s.ranker_note
+    # ranked by L1 (the timed simulation), never slower than the default by it
+    assert chosen["level_model"] == "L1" and chosen["l1"]["level"] == "L1"
+    assert chosen["time_us"] <= default["time_us"] and chosen["time_us"] == chosen["l1"]["time_us"]
+    assert chosen["l0"]["low"] <= chosen["l0"]["time_us"] <= chosen["l0"]["high"]
+    assert "L1" in s.ranker_note and s.l1_separates[bucket]["timed"] >= 2
     assert s.failures == []
+    # the second product shared every task (the first counts them) and has its own choice
+    assert other.product == "GB200" and other.shared_with == ["B200"] and other.tasks["run"] == 0
+    assert other.buckets[bucket]["chosen"]["level"] == "emulated"
+
+
+def test_knob_rules_collapse_only_what_the_rules_refuse():
+    """space.APPLIES against the knob rules on every kernel with both knobs: the neutral
+    spelling is legal, every other value of the dependent knob is refused."""
+    from porter.kernels.knobs import check_knobs, default_knobs, knob_space
+    from porter.tuning.space import APPLIES, OMIT
+
+    seen = set()
+    for name in ("hopper", "blackwell"):
+        arch = load_arch(name)
+        with table.untuned():
+            from porter.commands.tune import _kernels
+
+            for k in _kernels(arch, None):
+                space, dflt = knob_space(arch, k), default_knobs(arch, k)
+                for dep, on, need, neutral in APPLIES:
+                    if dep not in space or on not in space:
+                        continue
+                    for off in (v for v in space[on] if v != need):
+                        knobs = dict(dflt, **{on: off})
+                        ok = {kk: vv for kk, vv in knobs.items() if kk != dep} if neutral is OMIT else \
+                            dict(knobs, **{dep: neutral})
+                        assert check_knobs(arch, k, ok) is None, (k, ok)
+                        for v in space[dep]:
+                            if v != neutral:
+                                assert check_knobs(arch, k, dict(knobs, **{dep: v})) is not None, (k, dep, v)
+                        seen.add(dep)
+    assert seen == {dep for dep, *_ in APPLIES}
+
+
+def test_the_screen_ranks_by_predicts_own_central_time(blackwell):
+    from porter.timing import predict
+    from porter.tuning.model import point
+
+    spec = _spec(blackwell, "gemm.bf16.pair")
+    for product in ("B200", "GB200"):
+        p = predict(blackwell, spec, product=product, shape="4096x4096x4096")
+        q = point(blackwell, spec, product, "4096x4096x4096")
+        assert q["time_us"] == p.time_us and q["bound"] == p.bound and q["tflops"] == p.tflops
 
 
 def test_a_rerun_hands_out_nothing(swept, blackwell):
-    sweep, cache, first = swept
-    again = Sweep(LocalExecutor(), cache, options=sweep.options).kernel(blackwell, KERNEL, "B200")
+    sweep, cache, first, _ = swept
+    again = Sweep(LocalExecutor(), cache, options=sweep.options).kernels(blackwell, KERNEL, ["B200", "GB200"])[0]
     assert again.tasks["run"] == 0 and again.tasks["cached"] == first.tasks["run"] + first.tasks["cached"]
     assert again.buckets == first.buckets
 
@@ -107,7 +157,7 @@ def test_the_tuning_file_is_read_back_by_the_variants(swept, blackwell, tmp_path
     from porter.commands.kernel import find_kernel
     from porter.tuning.entries import tuned_note
 
-    _, _, s = swept
+    _, _, s, _ = swept
     monkeypatch.setenv("PORTER_TUNING_DIR", str(tmp_path))
     path = table.write(blackwell, "B200", [s])
     assert path == tmp_path / "blackwell.B200.yaml"
@@ -116,6 +166,8 @@ def test_the_tuning_file_is_read_back_by_the_variants(swept, blackwell, tmp_path
     b = entry["buckets"][entry["default_bucket"]]
     assert entry["source_hash"] == s.source_hash and entry["porter_commit"]
     assert b["level"] == "emulated" and "not measured" in b["predicted"]["label"]
+    assert b["predicted"]["model"] == "L1" and b["predicted_l0"]["model"] == "L0"
+    assert b["predicted_l0"]["low_us"] <= b["predicted_l0"]["time_us"] <= b["predicted_l0"]["high_us"]
     assert b["default"]["predicted"]["time_us"] >= b["predicted"]["time_us"]
 
     spec, = find_kernel(KERNEL, blackwell)
@@ -140,7 +192,7 @@ def test_the_tuning_file_is_read_back_by_the_variants(swept, blackwell, tmp_path
 def test_report_marks_default_chosen_and_the_front(swept):
     from porter.tuning.report import page, pareto
 
-    _, _, s = swept
+    _, _, s, _ = swept
     text = page("blackwell", "B200", [s], {"executor": "local", "seconds": 1.0})
     assert "not measured" in text and "Pareto front" in text and "chosen" in text and "<svg" in text
     assert pareto([(100, 5.0), (120, 4.0), (130, 6.0), (90, 3.0)]) == [(90, 3.0), (100, 5.0), (130, 6.0)]

@@ -18,7 +18,12 @@ def register(sub) -> None:
                    help="product to tune for (repeatable; 'all' for every product; default: the descriptor's default)")
     p.add_argument("--shapes", "--shape", dest="shapes", nargs="+", metavar="SHAPE",
                    help="shapes to bucket (as porter predict takes them; default: the standard shapes and smaller ones)")
-    p.add_argument("--budget", type=int, default=40, help="candidates compiled per kernel and product (default 40)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="candidates compiled per kernel, all buckets and products together (default: 6 per bucket)")
+    p.add_argument("--rank", choices=("L1", "L0"), default="L1",
+                   help="the middle stage: L1 (default: the top candidates timed in porter's timed simulator) or L0")
+    p.add_argument("--l1-top", type=int, default=3, metavar="N",
+                   help="candidates timed by L1 per bucket and product, besides the default (default 3)")
     p.add_argument("--finalists", type=int, default=2, help="candidates emulated per bucket, besides the default (default 2)")
     p.add_argument("--executor", choices=("ray", "local"), default="ray",
                    help="ray (default: a local Ray runtime, or --address) or local (this process, one task at a time)")
@@ -26,7 +31,8 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=0, help="CPUs of the local Ray runtime (default: every CPU)")
     p.add_argument("--task-timeout", type=float, default=None, metavar="S",
                    help="seconds per task attempt before it is cancelled and retried (default 600, emulation 1200)")
-    p.add_argument("--out", help="folder for report.html and sweep.json (default build/tune/ARCH-PRODUCT)")
+    p.add_argument("--out", help="folder for report.html and sweep.json (default build/tune/ARCH-PRODUCT; "
+                                 "with several products, ARCH-PRODUCT folders under it)")
     p.add_argument("--tuning-file", metavar="PATH", help="write here instead of tuning/ARCH.PRODUCT.yaml (one product)")
     from porter.kernels.knobs import add_set_argument
 
@@ -67,7 +73,7 @@ class Progress:
             c["bad"] += 1
         elif kind == "evaluate":
             first = next(iter(sweep.shapes))
-            p = out.result["predictions"].get(first, {})
+            p = out.result["predictions"].get(sweep.product, {}).get(first, {})
             v = p.get("tflops") if p.get("tflops") is not None else p.get("gb_s")
             if v is not None and (c["best"] is None or v > c["best"][0]):
                 c["best"] = (v, "TFLOP/s" if p.get("tflops") is not None else "GB/s", first)
@@ -124,10 +130,12 @@ def run(args) -> int:
     from porter.tuning.engine import make_executor
     from porter.tuning.sweep import Sweep, SweepOptions
 
-    if args.budget < 1:
+    if args.budget is not None and args.budget < 1:
         raise PorterError(f"--budget {args.budget}: give 1 or more candidates")
     if args.finalists < 1:
         raise PorterError(f"--finalists {args.finalists}: give 1 or more")
+    if args.l1_top < 1:
+        raise PorterError(f"--l1-top {args.l1_top}: give 1 or more")
     if args.address and args.executor != "ray":
         raise PorterError(f"--address {args.address}: only with --executor ray")
     from porter.kernels.knobs import parse_sets
@@ -156,7 +164,7 @@ def run(args) -> int:
     start = time.perf_counter()
     executor = make_executor(args.executor, args.address, args.workers or None)
     opts = SweepOptions(budget=args.budget, finalists=args.finalists, shapes=tuple(args.shapes or ()),
-                        timeout_s=args.task_timeout, fixed=fixed)
+                        ranker=args.rank, l1_top=args.l1_top, timeout_s=args.task_timeout, fixed=fixed)
     cache = ResultCache(read=not args.fresh)
     written, everything = [], []
     desc = executor.describe()
@@ -164,14 +172,21 @@ def run(args) -> int:
         progress.say(f"porter tune {arch.name}: {len(kernels)} kernel{'s' if len(kernels) != 1 else ''} x "
                      f"{len(products)} product{'s' if len(products) != 1 else ''} on {desc}")
         sweeper = Sweep(executor, cache, progress, opts)
+        # each kernel on every product at once: products that generate the same code share its tasks
+        per_product: dict = {p: [] for p in products}
+        for k in kernels:
+            for s in sweeper.kernels(arch, k, products):
+                per_product[s.product].append(s)
         for product in products:
-            parch = arch.for_product(product) if product in arch.product_names and product != arch.product else arch
-            sweeps = [sweeper.kernel(parch, k, product) for k in kernels]
+            sweeps = per_product[product]
             everything += sweeps
             path = table.write(arch, product, sweeps, Path(args.tuning_file) if args.tuning_file else None)
             written.append(path)
             summary = _summary(desc, sweeps, time.perf_counter() - start)
-            out = Path(args.out) if args.out else Path("build") / "tune" / f"{arch.name}-{table.product_slug(product)}"
+            folder = f"{arch.name}-{table.product_slug(product)}"
+            # --out with several products: one folder each under it
+            out = (Path(args.out) / folder if len(products) > 1 else Path(args.out)) if args.out else \
+                Path("build") / "tune" / folder
             atomic_write(out / "report.html", report.page(arch.name, product, sweeps, summary))
             atomic_write(out / "sweep.json", json.dumps({"summary": summary, "table": table_rows(sweeps)},
                                                         indent=1, default=str))
@@ -189,14 +204,24 @@ def run(args) -> int:
 
 def _summary(desc: str, sweeps, seconds: float) -> dict:
     run = sum(s.tasks["run"] for s in sweeps)
-    cands = sum(len(s.candidates) for s in sweeps)
+    # a task serves every product of its build group: a candidate is counted once per group
+    groups = [s for s in sweeps if not any(q.kernel == s.kernel and q.product in s.shared_with
+                                           for q in sweeps[:sweeps.index(s)])]
+    cands = sum(len(s.candidates) for s in groups)
+    screened = sum(s.space_size for s in groups)
     return {"executor": desc,
-            "kernels": len(sweeps), "configurations": sum(s.space_size for s in sweeps),
-            "legal": sum(s.legal for s in sweeps), "candidates": cands,
+            "kernels": len({s.kernel for s in sweeps}), "products": sorted({s.product for s in sweeps}),
+            "kernel_products": len(sweeps),
+            "configurations": sum(s.raw_space for s in groups), "screened": screened,
+            "legal": sum(s.legal for s in groups), "candidates": cands,
+            "timed_l1": sum(sum(1 for c in s.candidates if c.get("l1_status")) for s in groups),
+            "emulated": sum(sum(1 for c in s.candidates if c.get("emulation")) for s in groups),
             "tasks_run": run, "tasks_cached": sum(s.tasks["cached"] for s in sweeps),
             "retried": sum(s.tasks["retried"] for s in sweeps), "failed": sum(len(s.failures) for s in sweeps),
             "seconds": round(seconds, 2), "candidates_per_s": round(cands / seconds, 3) if seconds else None,
-            "task_seconds": _by_kind(sweeps)}
+            "screened_per_s": round(screened / seconds, 1) if seconds else None,
+            "task_seconds": _by_kind(groups),
+            "l1_separates": {f"{s.kernel} [{s.product}] {b}": v for s in sweeps for b, v in s.l1_separates.items()}}
 
 
 def _by_kind(sweeps) -> dict:
@@ -209,6 +234,8 @@ def _by_kind(sweeps) -> dict:
             o["seconds"] = round(o["seconds"] + c["seconds"], 3)
     if "screen" in out:
         out["screen"]["configurations"] = sum(s.space_size for s in sweeps)
+    for o in out.values():
+        o["per_task_s"] = round(o["seconds"] / o["tasks"], 3) if o["tasks"] else None
     return out
 
 
@@ -220,7 +247,10 @@ def table_rows(sweeps) -> list[dict]:
             c, d = row["chosen"], row["default"]
             out.append({"kernel": s.kernel, "product": s.product, "bucket": b, "shape": row["shape"],
                         "chosen": dict(c["knobs"]) if c else None,
-                        "time_us": round(c["time_us"], 3) if c else None,
+                        "time_us": round(c["time_us"], 3) if c else None, "ranked_by": c["level_model"] if c else None,
+                        "l0_time_us": round(c["l0"]["time_us"], 3) if c else None,
+                        "default_l0_time_us": round(d["l0"]["time_us"], 3) if d else None,
+                        "same_as_default": bool(c and d and c["knobs"] == d["knobs"]),
                         "tflops": (round(c["tflops"], 1) if c and c["tflops"] is not None else None),
                         "default_time_us": round(d["time_us"], 3) if d else None,
                         "level": c["level"] if c else None, "why_none": row["why_none"],
@@ -244,6 +274,7 @@ def _print_table(rows, summary) -> None:
                   f"{r['default_time_us']:.1f}" if r["default_time_us"] else "-", r["level"] or r["why_none"])
     Console(width=None if sys.stdout.isatty() else 160).print(t)
     print(f"{summary['candidates']} candidates compiled of {summary['legal']} legal configurations "
-          f"({summary['configurations']} in the space); {summary['tasks_run']} tasks run, {summary['tasks_cached']} "
+          f"({summary['screened']} screened of {summary['configurations']} in the space), {summary['timed_l1']} timed "
+          f"by L1, {summary['emulated']} emulated; {summary['tasks_run']} tasks run, {summary['tasks_cached']} "
           f"from the cache, {summary['retried']} retried, {summary['failed']} failed; {summary['seconds']:.1f} s "
           f"on {summary['executor']}")

@@ -44,7 +44,7 @@ def emulation_digest() -> str:
 
 @functools.lru_cache(maxsize=None)
 def tuner_digest() -> str:
-    return keys.file_digest([_PKG / "tuning" / "tasks.py", _PKG / "kernels" / "build.py",
+    return keys.file_digest([_PKG / "tuning" / "tasks.py", _PKG / "tuning" / "model.py", _PKG / "kernels" / "build.py",
                              _PKG / "compile" / "toolchain.py", _PKG / "compile" / "sass.py"])
 
 

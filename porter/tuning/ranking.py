@@ -1,8 +1,16 @@
-"""The middle stage of the search: order the compiled candidates of one bucket before the
-few best are emulated. A ranker is pluggable (``RANKERS``); the only one today is L0,
-porter's analytical timing model. L1 (the simulator's timed mode, issue 16 item 3) is not
-in porter yet, so until it lands the middle stage ranks by L0 alone and says so: the
-candidates it keeps are the ones L0 puts first, not ones a timed simulation confirmed.
+"""The middle stage of the search: order one bucket's compiled candidates before the few
+best are emulated. A ranker is pluggable (``RANKERS``):
+
+- ``L1`` (the default): the candidates L0 puts first in each bucket (and the default) are
+  timed in porter's timed simulator (``porter.timing.l1``: the kernel's own PTX run on a
+  reduced problem, its per-tile period measured, the schedule extrapolated); they rank by
+  that. A candidate the timed simulation could not time (it failed its functional checks
+  there) is not ranked. A family with no tiles to time (the megakernel's queue model is
+  direct) has no L1: L0 ranks it, and the entry says so.
+- ``L0``: porter's analytical model alone (a faster, coarser search).
+
+A candidate is a dict with ``predictions`` (bucket -> L0) and, once timed, ``l1`` (bucket
+-> L1) for one product.
 """
 
 from __future__ import annotations
@@ -17,23 +25,38 @@ def knob_order(knobs: dict) -> str:
 
 class L0Ranker:
     name = "L0"
-    note = ("ranked by L0 only (porter's analytical timing model); L1, the timed simulation, "
-            "is not in porter yet and will replace this stage when it lands")
+    level = "L0"
+    note = "ranked by L0 (porter's analytical timing model) only"
+
+    def time(self, c: dict, bucket: str) -> float | None:
+        p = c.get("predictions", {}).get(bucket)
+        return p["time_us"] if p else None
 
     def rank(self, bucket: str, candidates: list[dict], default: dict | None = None) -> list[dict]:
-        """``candidates`` with a prediction for ``bucket``, fastest first; on a tie the
+        """``candidates`` this ranker can time at ``bucket``, fastest first; on a tie the
         default first (a change the model cannot tell apart buys nothing), then by knobs."""
-        have = [c for c in candidates if bucket in c.get("predictions", {})]
-        return sorted(have, key=lambda c: (c["predictions"][bucket]["time_us"], c["knobs"] != default,
-                                           knob_order(c["knobs"])))
+        have = [c for c in candidates if self.time(c, bucket) is not None]
+        return sorted(have, key=lambda c: (self.time(c, bucket), c["knobs"] != default, knob_order(c["knobs"])))
 
 
-RANKERS = {"L0": L0Ranker}
+class L1Ranker(L0Ranker):
+    name = "L1"
+    level = "L1"
+    note = ("screened by L0 (porter's analytical timing model), the top of each bucket ranked by L1 "
+            "(each candidate's per-tile period measured in porter's timed simulator)")
+    timed = True      # the sweep runs the l1 stage for this ranker
+
+    def time(self, c: dict, bucket: str) -> float | None:
+        p = (c.get("l1") or {}).get(bucket)
+        return p["time_us"] if p else None
 
 
-def make_ranker(name: str = "L0"):
+RANKERS = {"L1": L1Ranker, "L0": L0Ranker}
+
+
+def make_ranker(name: str = "L1"):
     from porter.errors import PorterError
 
     if name not in RANKERS:
-        raise PorterError(f"--rank {name!r}: known rankers: {', '.join(RANKERS)} (L1 is not in porter yet)")
+        raise PorterError(f"--rank {name!r}: known rankers: {', '.join(RANKERS)}")
     return RANKERS[name]()

@@ -20,20 +20,22 @@ def entry_for(sweep, arch) -> dict | None:
     buckets = {}
     for b, row in sweep.buckets.items():
         chosen, dflt = row["chosen"], row["default"]
-        if not chosen:
-            continue
+        if not chosen or (dflt and chosen["time_us"] > dflt["time_us"]):
+            continue   # never an entry slower than the default, by the level it was ranked by
         buckets[b] = {
             "shape": row["shape"], "knobs": _plain(chosen["knobs"]), "level": chosen["level"],
-            "predicted": _pred(chosen),
-            "default": ({"knobs": _plain(dflt["knobs"]), "level": dflt["level"], "predicted": _pred(dflt)}
-                        if dflt else None),
+            "same_as_default": bool(dflt) and chosen["knobs"] == dflt["knobs"],
+            "predicted": _pred(chosen), "predicted_l0": _pred_l0(chosen),
+            "default": ({"knobs": _plain(dflt["knobs"]), "level": dflt["level"], "predicted": _pred(dflt),
+                         "predicted_l0": _pred_l0(dflt)} if dflt else None),
         }
     if not buckets:
         return None
     with untuned():
         dflt_bucket = default_bucket(spec_with_knobs(arch, sweep.kernel, {}))
     return {"source_hash": sweep.source_hash, "porter_commit": porter_commit(), "ranking": sweep.ranker_note,
-            "candidates": len(sweep.candidates), "space": sweep.space_size, "legal": sweep.legal,
+            "candidates": len(sweep.candidates), "space": sweep.space_size, "raw_space": sweep.raw_space,
+            "legal": sweep.legal,
             "default_bucket": dflt_bucket if dflt_bucket in buckets else next(iter(buckets)),
             "buckets": buckets}
 
@@ -43,10 +45,20 @@ def _plain(knobs: dict) -> dict:
 
 
 def _pred(brief: dict) -> dict:
+    """The prediction the candidates were ranked by (L1: the central time from the timed
+    simulation; L0 where the family has no tiles to time, or --rank L0)."""
     return {"time_us": round(brief["time_us"], 3),
             "tflops": None if brief["tflops"] is None else round(brief["tflops"], 1),
-            "gb_s": round(brief["gb_s"], 1), "low_us": round(brief["low"], 3), "high_us": round(brief["high"], 3),
-            "bound": brief["bound"], "model": brief.get("level_model", "L0"), "label": LABEL}
+            "gb_s": round(brief["gb_s"], 1), "bound": brief["bound"], "model": brief.get("level_model", "L0"),
+            "label": LABEL}
+
+
+def _pred_l0(brief: dict) -> dict:
+    """L0's prediction with its range (every uncertain figure at its fast end, then its slow end)."""
+    p = brief["l0"]
+    return {"time_us": round(p["time_us"], 3), "tflops": None if p["tflops"] is None else round(p["tflops"], 1),
+            "gb_s": round(p["gb_s"], 1), "low_us": round(p["low"], 3), "high_us": round(p["high"], 3),
+            "bound": p["bound"], "model": "L0", "label": LABEL}
 
 
 def write(arch, product: str, sweeps: list, path: Path | None = None) -> Path:

@@ -1,11 +1,20 @@
 """The tasks of a sweep, as pure functions of their payload (they run on Ray workers).
 
+A payload names the products that share one build (``products``: a descriptor's products
+with the same SM count generate the same specs and sources, so one legality check, one
+compile, one timed simulation and one emulation serve them all); predictions come back
+per product and bucket.
+
 - ``screen``: a chunk of knob combinations: illegal ones pruned with the knobs' own reason,
-  the rest predicted by L0 at every bucket's shape (no compile: milliseconds each).
-- ``evaluate``: one candidate: render, compile (NVRTC), disassemble and check its SASS and
-  ptxas resource usage (a configuration that spills is discarded), predict per bucket.
-  The rendered source comes back in the result: it is the artifact the emulation task
-  runs, so no file system is shared between workers.
+  the rest predicted by L0 at every bucket's shape (the central time only, ``model.point``:
+  no compile, no range: what a ranking reads).
+- ``evaluate``: one candidate (one rendered source): render, compile (NVRTC), disassemble
+  and check its SASS and ptxas resource usage (a configuration that spills is discarded),
+  predict per product and bucket by L0 with its range. The rendered source comes back in
+  the result: it is the artifact the later tasks run, so no file system is shared.
+- ``l1``: one top candidate by L1: its per-tile period measured in porter's timed
+  simulator on its own PTX (``porter.timing.l1``; the functional results checked as in any
+  emulation), then each product and bucket's time from it (the central time).
 - ``emulate``: one finalist at the family's emulation shapes in porter's simulator against
   the fp64 references (level ``emulated``, or the candidate is not eligible).
 
@@ -16,21 +25,30 @@ porter installed and nothing else.
 from __future__ import annotations
 
 import re
-import time
 
 from porter.errors import PorterError
 
 
-def _predictions(arch, spec, product: str, shapes: dict) -> dict:
+def _predictions(arch, spec, products: list, shapes: dict) -> dict:
+    """product -> bucket -> the full prediction (central time and range) by L0."""
     from porter.timing import predict
 
-    out = {}
-    for bucket, shape in shapes.items():
-        p = predict(arch, spec, product=product or None, shape=shape)
-        out[bucket] = {"shape": shape, "time_us": p.time_us, "tflops": p.tflops, "gb_s": p.gb_s,
-                       "bound": p.bound, "low": p.low, "high": p.high, "level": p.level,
-                       "resources": dict(p.resources)}
+    out: dict = {}
+    for product in products:
+        for bucket, shape in shapes.items():
+            p = predict(arch, spec, product=product or None, shape=shape)
+            out.setdefault(product, {})[bucket] = {
+                "shape": shape, "time_us": p.time_us, "tflops": p.tflops, "gb_s": p.gb_s, "bound": p.bound,
+                "low": p.low, "high": p.high, "level": p.level, "resources": dict(p.resources)}
     return out
+
+
+def _points(arch, spec, products: list, shapes: dict, level: str) -> dict:
+    """product -> bucket -> the central time at ``level`` (porter.tuning.model.point)."""
+    from porter.tuning.model import point
+
+    return {product: {bucket: point(arch, spec, product, shape, level) for bucket, shape in shapes.items()}
+            for product in products}
 
 
 _PREFIX = re.compile(r"^[^:]*: --set [^:]*: ")
@@ -63,32 +81,46 @@ def emulate(payload: dict) -> dict:
         return _emulate(payload)
 
 
-def _screen(payload: dict) -> dict:
-    from porter.kernels.knobs import spec_with_knobs
+def l1(payload: dict) -> dict:
+    from porter.tuning.entries import untuned
 
-    arch, kernel, product, shapes = payload["arch"], payload["kernel"], payload.get("product", ""), payload["shapes"]
+    with untuned():
+        return _l1(payload)
+
+
+def _screen(payload: dict) -> dict:
+    from porter.kernels.knobs import _default_spec, spec_with_knobs
+
+    arch, kernel, products, shapes = payload["arch"], payload["kernel"], payload["products"], payload["shapes"]
+    default = _default_spec(arch, kernel)
     rows = []
     for knobs in payload["combos"]:
         try:
-            spec = spec_with_knobs(arch, kernel, knobs)
+            spec = spec_with_knobs(arch, kernel, knobs, default=default)
         except PorterError as exc:
             rows.append({"knobs": knobs, "pruned": prune_reason(str(exc))})
             continue
         try:
-            rows.append({"knobs": knobs, "predictions": _predictions(arch, spec, product, shapes)})
+            pts = _points(arch, spec, products, shapes, "L0")
         except PorterError as exc:
             rows.append({"knobs": knobs, "pruned": f"timing model: {prune_reason(str(exc))}"})
+            continue
+        # what a ranking reads (the central time) and what progress shows (the bound)
+        rows.append({"knobs": knobs, "predictions": {p: {b: {"time_us": v["time_us"], "bound": v["bound"]}
+                                                          for b, v in by.items()} for p, by in pts.items()}})
     return {"rows": rows}
 
 
 def _evaluate(payload: dict) -> dict:
+    import time as clock
+
     from porter.compile import toolchain
     from porter.kernels import family_module
     from porter.kernels.build import build_kernel
     from porter.kernels.knobs import spec_with_knobs
     from porter.levels import Level
 
-    start = time.perf_counter()
+    start = clock.perf_counter()
     arch, kernel, knobs = payload["arch"], payload["kernel"], payload["knobs"]
     out = {"knobs": knobs, "status": "discarded", "reason": "", "level": "failed", "resources": {},
            "predictions": {}, "source": "", "nvrtc_calls": 0}
@@ -114,9 +146,28 @@ def _evaluate(payload: dict) -> dict:
     else:
         out["status"] = "built"
         out["source"] = source
-        out["predictions"] = _predictions(arch, spec, payload.get("product", ""), payload["shapes"])
-    out["seconds"] = round(time.perf_counter() - start, 3)
+        out["predictions"] = _predictions(arch, spec, payload["products"], payload["shapes"])
+    out["seconds"] = round(clock.perf_counter() - start, 3)
     return out
+
+
+def _l1(payload: dict) -> dict:
+    """L1 of one candidate: {"status": "timed", "l1": product -> bucket -> point} or
+    {"status": "failed", "reason": ...} (it did not pass in the timed simulator, or its
+    family has no reduced problem to time: L0 ranks it)."""
+    import time as clock
+
+    from porter.kernels.knobs import spec_with_knobs
+
+    start = clock.perf_counter()
+    arch, kernel, knobs = payload["arch"], payload["kernel"], payload["knobs"]
+    spec = spec_with_knobs(arch, kernel, knobs)
+    try:
+        l1 = _points(arch, spec, payload["products"], payload["shapes"], "L1")
+    except PorterError as exc:
+        return {"knobs": knobs, "status": "failed", "reason": prune_reason(str(exc)),
+                "seconds": round(clock.perf_counter() - start, 3)}
+    return {"knobs": knobs, "status": "timed", "l1": l1, "seconds": round(clock.perf_counter() - start, 3)}
 
 
 def _emulate(payload: dict) -> dict:
