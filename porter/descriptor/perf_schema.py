@@ -52,6 +52,8 @@ SCALARS: dict[str, tuple[str, float, float, bool]] = {
     "mufu_latency_cycles": ("cycles from a special-function (ex2) instruction's issue to its result", 1, 1000, False),
     "tmem_latency_cycles": ("cycles from a tcgen05.ld's issue to its registers", 1, 1000, False),
     "tmem_bytes_per_clk_per_sm": ("bytes per clock per SM between Tensor Memory and registers", 1, 65536, False),
+    # optional, read by the GEMM model for kernels scheduled by cluster launch control (schedule=clc)
+    "clc_round_trip_ns": ("ns from a clusterlaunchcontrol.try_cancel to its response in shared memory", 1, 100000, False),
     # optional, read by the attention model for kernels that rescale O only past a threshold
     "lazy_rescale_tile_share": ("fraction of K/V tiles after which a lazily rescaling softmax rescales O", 0, 1, False),
 }

@@ -52,6 +52,12 @@ AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # (FAST_ACCUM) at 128 x 256 over promotion into fp32 registers every 128 of K at 128 x 128
     ("gemm.fp8", ("accumulation=promoted", "tile_n=128"),
      "fp8 fast accumulation 128 x 256 vs promoted 128 x 128"),
+    # issue 17 item 3 (wave-clc): dynamic persistent scheduling by cluster launch control is a
+    # knob, not the default (the model sees equal tiles and predicts clc no faster; only tile
+    # time variation, which the model lacks, could make it pay): the default static walk vs
+    # schedule=clc, so one visit measures what the model cannot
+    *((k, ("schedule=clc",), "static tile walk (default) vs dynamic scheduling by cluster launch control")
+      for k in ("gemm.bf16.pair", "gemm.nvfp4.pair")),
 )
 
 # ---- the cost model (seconds on the GPU machine) -----------------------------------------------

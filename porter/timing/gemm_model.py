@@ -19,6 +19,10 @@ Per K step of a tile (``tile_k`` of K), on one SM, in cycles:
   expose the MMA latency, hidden by the other consumers' MMAs.
 The tile's period is the largest of these (they overlap); the epilogue is exposed per tile
 unless the accumulator is double-buffered (tcgen05 acc_buffers >= 2).
+
+schedule=clc (cluster launch control): the tiles go greedily to the unit that frees first
+(porter.timing.schedule), and each tile a unit takes over pays what its hand-over leaves
+exposed (``clc_fetch_cycles``).
 """
 
 from __future__ import annotations
@@ -137,6 +141,25 @@ def tile_costs(spec, arch, fig) -> dict:
             "scale_bytes_per_element": (1.0 / int(c["scale_block_k"])) if c.get("block_scale") else 0.0}
 
 
+def clc_fetch_cycles(fig, t: dict, per_tile: float, arch=None) -> float:
+    """Cycles a taken-over tile waits for its hand-over under schedule=clc (the kernel's two
+    tile slots, templates/gemm/tcgen05.cu.j2). The scheduler asks for tile r + 2 once the
+    epilogue (the slot's last reader) has finished tile r: that is ``epilogue`` after the MMAs
+    of tile r, i.e. one period before the MMAs of tile r + 2 could start plus one more for
+    tile r + 1. The answer takes the try_cancel round trip (perf.clc_round_trip_ns) and two
+    mbarrier hand-offs (response, slot); then the producer's first loads of the tile take
+    the TMA latency. Whatever of that exceeds the two periods stalls the MMAs:
+        max(0, epilogue + round trip + 2 mbarriers + TMA latency - 2 x period)."""
+    if "clc_round_trip_ns" not in fig.values:
+        where = f"{arch.path}: " if arch is not None else ""
+        raise PorterError(f"{where}perf.clc_round_trip_ns: schedule=clc needs the try_cancel round trip in "
+                          "ns for porter's timing model; add it (with its range under perf.uncertain if no "
+                          "source gives it)")
+    handover = (t["epilogue"] + fig.ns_to_cycles(fig["clc_round_trip_ns"]) + 2 * fig["mbarrier_cycles"]
+                + fig.ns_to_cycles(fig["tma_latency_ns"]))
+    return max(0.0, handover - 2 * per_tile)
+
+
 def model(spec, arch, fig, shape: str) -> dict:
     m, n, k = parse_shape(shape)
     t = tile_costs(spec, arch, fig)
@@ -150,14 +173,20 @@ def model(spec, arch, fig, shape: str) -> dict:
     grid = int(c.get("grid_ctas", arch.sm_count))
     grid = min(grid, fig.sm_count) if c.get("grid_ctas") else fig.sm_count
     units = max(1, grid // t["cta_group"])
+    dynamic = c.get("schedule") == "clc"
+    fetch = clc_fetch_cycles(fig, t, per_tile, arch) if dynamic else 0.0
     sched = Schedule(units, (per_tile,) * tiles, t["prologue"],
-                     t["epilogue"] if t["epilogue_overlapped"] else 0.0)
+                     t["epilogue"] if t["epilogue_overlapped"] else 0.0, dynamic=dynamic, fetch_cycles=fetch)
     bytes_a = t["bits"] / 8 + t["scale_bytes_per_element"]
     hbm = operand_hbm_bytes(fig, rows=m, cols=n, depth_bytes_a=k * bytes_a, depth_bytes_b=k * bytes_a,
                             tile_m=t["tile_m"], tile_n=t["tile_n"], units=units,
                             group_m=int(c.get("group_m", 0)), out_bytes=OUT_BYTES)
-    return {"schedule": sched, "per_tile_resources": res, "per_tile": True, "hbm_bytes": hbm, "flops": 2.0 * m * n * k,
-            "bytes_moved": hbm, "peak_key": _peak_key(arch, c), "mma_kind": c["kind"]}
+    out = {"schedule": sched, "per_tile_resources": res, "per_tile": True, "hbm_bytes": hbm, "flops": 2.0 * m * n * k,
+           "bytes_moved": hbm, "peak_key": _peak_key(arch, c), "mma_kind": c["kind"]}
+    if dynamic:
+        out["extra"] = {"schedule": "clc: greedy tile walk (cluster launch control)",
+                        "clc_fetch_exposed_cycles": round(fetch, 1)}
+    return out
 
 
 def _peak_key(arch, c) -> str:

@@ -4,13 +4,19 @@ simulator run) extrapolated to a full shape on one product.
 time = launch + prologue + the busiest unit's tiles x their periods + the last epilogue,
 where tiles are dealt to the persistent units in the kernel's own order (tile i goes to
 unit i mod units: a static persistent schedule, so the last wave's tail and causal
-attention's unequal tile lengths show), and the whole is capped from below by the HBM
+attention's unequal tile lengths show) or, for a dynamically scheduled kernel (cluster
+launch control: ``dynamic``), greedily: each unit starts one tile, and every later tile
+goes to the unit that frees first, paying ``fetch_cycles`` (what the hand-over of a
+taken-over tile leaves exposed) on top of its period. With equal tiles the greedy walk
+gives the busiest unit as many tiles as the static one: dynamic scheduling evens out
+unequal tiles, it does not remove wave quantisation. The whole is capped from below by the HBM
 bytes the tile order leaves after the L2 (a wave whose working set fits in the L2 reads
 each operand from HBM once; one that does not re-reads it every wave).
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 
@@ -20,16 +26,40 @@ class Schedule:
     tile_cycles: tuple         # per tile, in the kernel's walk order: its period in cycles
     prologue_cycles: float
     epilogue_cycles: float     # exposed after the last tile
+    dynamic: bool = False      # greedy: the next tile to the unit that frees first (cluster launch control)
+    fetch_cycles: float = 0.0  # dynamic: exposed cost of each tile a unit takes over (not its first)
+
+    def _loads(self) -> tuple[list[float], list[int]]:
+        """(cycles, tiles) per unit."""
+        n = max(1, self.units)
+        loads, counts = [0.0] * n, [0] * n
+        if not self.dynamic:
+            for i, c in enumerate(self.tile_cycles):
+                loads[i % n] += c
+                counts[i % n] += 1
+            return loads, counts
+        free = []                                    # (time the unit frees, unit)
+        for i, c in enumerate(self.tile_cycles):
+            if i < n:                                # every unit starts on its own tile
+                loads[i], counts[i] = c, 1
+                heapq.heappush(free, (c, i))
+                continue
+            t, u = heapq.heappop(free)               # the first to free takes the next tile
+            loads[u] = t + self.fetch_cycles + c
+            counts[u] += 1
+            heapq.heappush(free, (loads[u], u))
+        return loads, counts
 
     def busiest_cycles(self) -> float:
-        loads = [0.0] * max(1, self.units)
-        for i, c in enumerate(self.tile_cycles):
-            loads[i % len(loads)] += c
-        return max(loads)
+        return max(self._loads()[0])
 
     @property
     def waves(self) -> int:
-        return -(-len(self.tile_cycles) // max(1, self.units))
+        """Tiles the busiest unit runs (static: ceil(tiles / units))."""
+        if not self.dynamic:
+            return -(-len(self.tile_cycles) // max(1, self.units))
+        loads, counts = self._loads()
+        return counts[loads.index(max(loads))]
 
     @property
     def tail_fraction(self) -> float:
