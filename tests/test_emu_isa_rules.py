@@ -1,6 +1,8 @@
-"""Every checker error of the simulator names the PTX ISA section that states its rule
-(issue 18 item 4): the walk below finds each ``CheckFailed(...)`` raise site and each
-``launch.warn(...)`` site in porter/emu and checks that porter.emu.isa_rules covers it."""
+"""Every error of the simulator that enforces a PTX ISA rule names the section that states it
+(issue 18 item 4): the walk below finds each ``CheckFailed(...)`` and ``EmuError(...)`` raise
+site, each ``Unsupported`` whose message invokes the ISA, and each ``launch.warn(...)`` site in
+porter/emu, and checks that porter.emu.isa_rules covers it (a plain error that enforces no ISA
+rule names what states it instead, in ``isa_rules.NOT_ISA``)."""
 
 import ast
 from pathlib import Path
@@ -94,9 +96,73 @@ def test_every_checker_error_names_its_isa_section():
     assert not missing, "checker errors with no PTX ISA section:\n" + "\n".join(missing)
 
 
+# plain-error sites whose rule-naming text is interpolated: (file, a piece of the site's source)
+# -> a message of the shape the site builds
+HELPER_MESSAGES = {
+    ("units/tcgen05.py", 'f"{where}: {field}: {why}"'):
+        "tcgen05.mma.cta_group::1.kind::f16 idesc 0x00000000: dtype (bits 4-5): 3 is not a D type",
+    ("units/tmem.py", "needs {('.' + needs) if needs else 'no multicast qualifier'}"):
+        "tcgen05.cp.cta_group::1.4x256b [0x0]: .4x256b needs no multicast qualifier",
+}
+
+
+def _helper_message(file: str, seg: str) -> str | None:
+    return next((m for (f, piece), m in HELPER_MESSAGES.items() if f == file and piece in seg), None)
+
+
+def test_every_plain_emu_error_names_its_isa_section_or_what_states_it():
+    sites = list(_sites("EmuError"))
+    assert len(sites) > 80                      # the walk finds the units' errors
+    missing = []
+    for file, line, arg, seg in sites:
+        text = _template(arg)
+        assert text is not None, f"{file}:{line}: a message the walk cannot read: {seg}"
+        if _helper_message(file, seg) is not None:
+            text = _helper_message(file, seg)
+        assert text.replace("\x00", "").strip(" :"), f"{file}:{line}: a message built elsewhere: {seg}"
+        plain = text.replace("\x00", "")
+        if "PTX ISA" in text:
+            continue
+        cited = isa_rules.cite_plain(text) or isa_rules.cite_plain(plain)
+        reason = isa_rules.not_isa_reason(text) or isa_rules.not_isa_reason(plain)
+        if cited is None and reason is None:
+            missing.append(f"{file}:{line}: {text!r}")
+        assert not (cited and reason), f"{file}:{line}: both an ISA rule and not one: {text!r}"
+    assert not missing, "plain errors neither citing a PTX ISA section nor naming what states them:\n" + \
+        "\n".join(missing)
+
+
+def test_every_unsupported_form_that_invokes_the_isa_cites_it():
+    sites = [s for kind in ("unsupported", "Unsupported") for s in _sites(kind)]
+    assert len(sites) > 50
+    invoking = [(f, ln, _template(a)) for f, ln, a, _ in sites if _template(a) and "ISA" in _template(a)]
+    assert len(invoking) >= 4
+    for file, line, text in invoking:
+        if "ISA Table" in text or "ISA Figure" in text or "PTX ISA" in text:
+            continue
+        assert isa_rules.cite_plain(text.replace("\x00", "")) is not None, f"{file}:{line}: {text!r}"
+
+
+def test_plain_errors_carry_their_section_and_subset_limits_do_not():
+    from porter.emu.errors import Deadlock, EmuError, Unsupported
+
+    e = EmuError("tmem: tcgen05.alloc: nCols must be a power of 2 in [32, 512]")
+    assert e.args[0].endswith('[PTX ISA 9.7.16 "tcgen05.alloc / tcgen05.dealloc / '
+                              'tcgen05.relinquish_alloc_permit"]'), str(e)
+    u = Unsupported("k.ptx:3: PTX form `cvt.rz.e4m3x2.f32` (the ISA requires .rn.satfinite for f32 -> FP8 pairs) "
+                    "is outside the simulator's subset")
+    assert "[PTX ISA 9.7.9 \"cvt\"" in str(u)
+    plain = Unsupported("k.ptx:3: PTX form `tcgen05.cp.cta_group::1.4x256b` (a lane offset) is outside the subset")
+    assert "PTX ISA" not in str(plain)
+    assert "PTX ISA" not in str(Deadlock("deadlock: every live warp is parked (mbarrier at 0x10, tx-count 4)"))
+    assert "PTX ISA" not in str(EmuError("launch: block (2048, 1, 1) has 2048 threads; at most 1024"))
+
+
 def test_every_citation_names_the_ptx_isa():
-    for fragment, section in isa_rules.RULES:
+    for fragment, section in isa_rules.RULES + isa_rules.PLAIN_RULES:
         assert fragment and section.startswith("PTX ISA "), (fragment, section)
+    for fragment, reason in isa_rules.NOT_ISA:
+        assert fragment and "PTX ISA" not in reason, (fragment, reason)
     for fragment, reason in isa_rules.WARNINGS:
         assert fragment and "PTX ISA" in reason, (fragment, reason)
 

@@ -1,20 +1,41 @@
-"""Which PTX ISA section states each rule the simulator's checkers enforce.
+"""Which PTX ISA section states each rule the simulator enforces.
 
-A checker's error (``CheckFailed``) names the section of the PTX ISA (numbered as in
-PTX ISA 9.0) that states the rule it caught the kernel breaking. The table lives here, one
-place, rather than at each raise site: the checkers sit on the simulator's hot paths, and a
-message's text is only built when a check fails. ``CheckFailed`` appends the citation of the
-first fragment its message contains (a message that already names "PTX ISA" keeps its own).
+Numbering: PTX ISA 9.0 (CUDA 13.0). Chapter 9.7's sections there are 9.7.1 Integer, 9.7.2
+Extended-Precision Integer, 9.7.3 Floating-Point, 9.7.4 Half Precision, 9.7.5 Mixed Precision
+Floating-Point, 9.7.6 Comparison and Selection, 9.7.7 Half Precision Comparison, 9.7.8 Logic
+and Shift, 9.7.9 Data Movement and Conversion, 9.7.10 Texture, 9.7.11 Surface, 9.7.12 Control
+Flow, 9.7.13 Parallel Synchronization and Communication, 9.7.14 Warp Level Matrix Multiply-
+Accumulate, 9.7.15 Asynchronous Warpgroup Level Matrix Multiply-Accumulate (wgmma), 9.7.16
+TensorCore 5th Generation Family (tcgen05), 9.7.17 Stack Manipulation, 9.7.18 Video, 9.7.19
+Miscellaneous. How that was checked: the CUDA 13.0 CCCL headers (cuda/__ptx/instructions)
+cite the numbering of PTX ISA 8.x, before 9.7.5 (Mixed Precision, PTX ISA 8.6) and 9.7.16
+(tcgen05, PTX ISA 8.6) were inserted: their "9.7.8.24.6 cp.async.bulk", "9.7.12.15.9
+mbarrier.init", "9.7.12.3 barrier.cluster", "9.7.12.4 membar/fence" are 9.7.9.25...,
+9.7.13.15.9, 9.7.13.3 and 9.7.13.4 here; the 9.0 contents list 9.7.1.5 mul24 .. 9.7.1.17 fns.
+Where a sub-section's number could not be pinned that way, a citation gives the section
+above it and the instruction's title (``PTX ISA 9.7.14 "ldmatrix"``), never a guessed number.
 
-A check for something the ISA does not state is not an error: it goes to the run's warnings
-(``LaunchState.warn``, ``LaunchResult.warnings``) with its reason, listed in ``WARNINGS``.
-tests/test_emu_isa_rules.py walks every ``CheckFailed`` raise site and every ``warn`` site of
-``porter/emu`` and fails on one this table does not cover.
+A checker's error (``CheckFailed``) names the section that states the rule it caught the
+kernel breaking (``RULES``); a unit's plain ``EmuError`` refusing an operand the ISA forbids,
+and an ``Unsupported`` that states an ISA rule, name theirs from ``PLAIN_RULES``. The tables
+live here, one place, rather than at each raise site: the checkers sit on the simulator's hot
+paths, and a message's text is only built when a check fails. ``porter.emu.errors`` appends
+the citation of the first fragment the message contains (a message that already names
+"PTX ISA" keeps its own).
+
+A plain error that enforces no ISA rule (the Python API's argument checks, porter's emulated
+host encoding of tensor maps, the CUDA driver's tensor-map and launch limits, the simulator's
+own limits) is listed in ``NOT_ISA`` with what states it instead. A check for something the
+ISA does not state is not an error: it goes to the run's warnings (``LaunchState.warn``,
+``LaunchResult.warnings``) with its reason, listed in ``WARNINGS``.
+tests/test_emu_isa_rules.py walks every ``CheckFailed`` and ``EmuError`` raise site, every
+``Unsupported`` whose message invokes the ISA, and every ``warn`` site of ``porter/emu``, and
+fails on one these tables do not cover.
 """
 
 from __future__ import annotations
 
-# sections (PTX ISA 9.0 numbering)
+# sections (PTX ISA 9.0 numbering; see the module doc)
 _STATE = 'PTX ISA 5.1 "State Spaces"'
 _GLOBAL = 'PTX ISA 5.1.4 "Global State Space"'
 _PARAM = 'PTX ISA 5.1.6 "Parameter State Space"'
@@ -23,7 +44,7 @@ _GENERIC = 'PTX ISA 6.4.1 "Generic Addressing"'
 _TENSOR = 'PTX ISA 5.5 "Tensors" (the tensor map)'
 _MCM_RACE = 'PTX ISA 8 "Memory Consistency Model": a data race between weak accesses leaves the values undefined'
 _PROXY = 'PTX ISA 8 "Memory Consistency Model: Proxies" and 9.7.13.4 "membar/fence"'
-_DIV = 'PTX ISA 9.7.1 "div"/"rem": division by zero yields an unspecified value'
+_DIV = 'PTX ISA 9.7.1.8 "div" / 9.7.1.9 "rem": division by zero yields an unspecified value'
 _LDST = 'PTX ISA 9.7.9 "ld"/"st": the address must be naturally aligned to the access size'
 _CVTA = 'PTX ISA 9.7.9 "cvta" and 6.4.1 "Generic Addressing"'
 _MAPA = 'PTX ISA 9.7.9 "mapa": the target CTA rank must exist in the cluster'
@@ -40,7 +61,7 @@ _WGMMA_DESC = 'PTX ISA 9.7.15 "Matrix Descriptor Format" and 5.1.7 "Shared State
 _TC_DESC = 'PTX ISA 9.7.16 "Shared memory descriptor" (Table 40: its fixed and reserved fields, swizzle modes)'
 _REDUCE = 'PTX ISA 9.7.9.25 "cp.reduce.async.bulk.tensor" (its .redOp / type combinations)'
 _BRA = 'PTX ISA 9.7.12.3 "bra": .uni asserts that the branch is non-divergent'
-_TRAP = 'PTX ISA 9.7 "trap": aborts the kernel'
+_TRAP = 'PTX ISA 9.7.19 "trap" (Miscellaneous Instructions): aborts the kernel'
 _BAR = 'PTX ISA 9.7.13.1 "bar, barrier" (barriers 0..15; b a multiple of the warp size, the same in every thread)'
 _BAR_CLUSTER = 'PTX ISA 9.7.13.3 "barrier.cluster" (each thread arrives once, then waits, per phase)'
 _FENCE_INIT = 'PTX ISA 9.7.13.4 "membar/fence": fence.mbarrier_init makes an mbarrier.init visible to the cluster'
@@ -58,7 +79,7 @@ _WGMMA_WAIT = ('PTX ISA 9.7.15 "wgmma.wait_group": accumulators and shared-memor
 _UNIFORM = ('PTX ISA 9.7.15 "wgmma.mma_async" / 9.7.16 "tcgen05.alloc" (.sync.aligned: every thread of the '
             'warp executes the instruction with the same operand values)')
 _ST_BULK = 'PTX ISA 9.7.9 "st.bulk" (size a multiple of 8, the address 8-byte aligned)'
-_SETMAXNREG = 'PTX ISA 9.7 "setmaxnreg" (a multiple of 8 in 24..256, executed by the whole warpgroup)'
+_SETMAXNREG = 'PTX ISA 9.7.19 "setmaxnreg" (a multiple of 8 in 24..256, executed by the whole warpgroup)'
 _CLC = 'PTX ISA 9.7 "clusterlaunchcontrol.try_cancel" / "clusterlaunchcontrol.query_cancel"'
 _TC_ALLOC = 'PTX ISA 9.7.16 "tcgen05.alloc / tcgen05.dealloc / tcgen05.relinquish_alloc_permit"'
 _TC_TMEM = 'PTX ISA 9.7.16 "Tensor Memory" (128 lanes x 512 columns; access within allocated columns)'
@@ -171,6 +192,107 @@ RULES: list[tuple[str, str]] = [
     ("shared memory", _SHARED),
 ]
 
+# sections the units' plain errors cite (besides the ones above)
+_TENSOR_BOX = ('PTX ISA 5.5 "Tensors" (rank 1..5; the bounding box, its inner dimension a multiple of 16 bytes and '
+               'within the swizzle span; traversal strides 1..8; OOB NaN fill for floating-point tensors only)')
+_TENSOR_COORD = 'PTX ISA 9.7.9.25 "cp.async.bulk.tensor" (tensor coordinates are .s32)'
+_TC_IDESC = 'PTX ISA 9.7.16 "Instruction descriptor" (Tables 42-44, 49, 54, 55: its fields per .kind)'
+_TC_LAYOUT = 'PTX ISA 9.7.16 "Data path layout organization" (Layouts A-F: where D lies in TMEM for M and .cta_group)'
+_TC_LDST = 'PTX ISA 9.7.16 "tcgen05.ld / tcgen05.st" (Table 47: .num per .shape, and the registers each takes)'
+_TC_CP_SHAPE = 'PTX ISA 9.7.16 "tcgen05.cp" (the .shape and its multicast qualifier)'
+_WGMMA_CORE = ('PTX ISA 9.7.15 "Shared Memory Matrix Layout" (core matrices of 8 rows x 16 bytes; transposed '
+               'operands only for .f16/.bf16)')
+_WGMMA_SHAPE = ('PTX ISA 9.7.15 "wgmma.mma_async" (shapes m64nNk16/k32/k8: N a multiple of 8 up to 256; '
+                'imm-scale-a/b in {-1, 1})')
+_MMA_TYPES = 'PTX ISA 9.7.14 "mma" (the element types of each shape)'
+_MMA_SCALE_TABLE = 'PTX ISA 9.7.14 "mma" block scaling (Table 36: .kind, .scale_vec and the scale types)'
+_CVT_NARROW = 'PTX ISA 9.7.9 "cvt" (conversions to FP8/FP6/FP4 pairs are .rn.satfinite)'
+_MAXNTID = 'PTX ISA 11.4 ".maxntid" (Performance-Tuning Directives: the launch may not exceed it)'
+_REQNCTA = 'PTX ISA 11.7 ".reqnctapercluster" (Cluster Dimension Directives: the launch must use that cluster)'
+_LDMATRIX_NUM = 'PTX ISA 9.7.14 "ldmatrix" (.num is .x1, .x2 or .x4)'
+
+# (a fragment of a plain EmuError's or an ISA-stating Unsupported's message, its section)
+PLAIN_RULES: list[tuple[str, str]] = [
+    (" idesc 0x", _TC_IDESC),
+    ("D's lane must be", _TC_LAYOUT),
+    ("does not hold whole consecutive rows of D", _TC_LAYOUT),
+    ("bytes of K do not fit the", _TC_DESC),
+    ("bytes of K are not whole 32-bit columns", _TC_TMEM),
+    ("needs [scale-A-tmem] and [scale-B-tmem]", _TC_SCALE),
+    ("nCols must be a power of 2", _TC_ALLOC),
+    ("is not 1 or 2", _TC_GROUP),
+    ("(Table 47)", _TC_LDST),
+    ("register values, got", _TC_LDST),
+    ("needs no multicast qualifier", _TC_CP_SHAPE),
+    ("needs .warpx", _TC_CP_SHAPE),
+    ("matrix descriptor", _WGMMA_DESC),
+    ("wgmma operands are 8-, 16- or 32-bit elements", _WGMMA_SHAPE),
+    ("(core matrix height)", _WGMMA_CORE),
+    ("must be a positive multiple of 16 B", _WGMMA_CORE),
+    ("MN-major (transposed) operands exist only", _WGMMA_CORE),
+    ("wgmma N =", _WGMMA_SHAPE),
+    ("is not a wgmma shape", _WGMMA_SHAPE),
+    ("imm-scale-a/b must be 1 or -1", _WGMMA_SHAPE),
+    ("ldmatrix .num must be", _LDMATRIX_NUM),
+    ("element format", _MMA_TYPES),
+    ("not in the ISA's Table 36", _MMA_SCALE_TABLE),
+    ("the ISA requires .rn.satfinite", _CVT_NARROW),
+    ("the ISA allows only initval 0", _ST_BULK),
+    ("tensor map rank", _TENSOR_BOX),
+    ("strides and", _TENSOR_BOX),
+    ("the bounding box must be a multiple of 16 B", _TENSOR_BOX),
+    ("swizzle span", _TENSOR_BOX),
+    ("element stride", _TENSOR_BOX),
+    ("NaN OOB fill needs a floating-point", _TENSOR_BOX),
+    ("tensor map swizzle", _TENSOR_BOX),
+    ("swizzle width", _TENSOR_BOX),
+    ("swizzle mode", _TENSOR_BOX),
+    ("tensor map OOB fill", _TENSOR_BOX),
+    ("a tensor map is", _TENSOR),
+    ("coordinates for a rank-", _TENSOR),
+    ("does not fit in .s32", _TENSOR_COORD),
+    ("(.maxntid)", _MAXNTID),
+    ("(.reqnctapercluster)", _REQNCTA),
+]
+
+# plain errors that enforce no PTX ISA rule: (a fragment of the message, what states it instead)
+NOT_ISA: list[tuple[str, str]] = [
+    ("launch: ", "the arguments of porter.emu.launch (the simulator's Python API)"),
+    ("timed mode:", "the parameters of porter's timed simulator"),
+    (": argument ", "the arguments of porter.emu.launch (the simulator's Python API)"),
+    (" parameters, ", "the arguments of porter.emu.launch against the kernel's .param list"),
+    ("threads is outside 1..1024", "CUDA's launch limit of 1024 threads per CTA (CUDA Programming Guide)"),
+    ("is not a multiple of the cluster shape", "CUDA's launch rule for clusters (CUDA Programming Guide)"),
+    ("global address", "the CUDA driver API (cuTensorMapEncodeTiled: globalAddress 16-byte aligned)"),
+    ("must be in 1..2^32", "the CUDA driver API (cuTensorMapEncodeTiled: globalDim)"),
+    ("below 2^40", "the CUDA driver API (cuTensorMapEncodeTiled: globalStrides multiples of 16 below 2^40)"),
+    ("tensor map box size", "the CUDA driver API (cuTensorMapEncodeTiled: boxDim 1..256)"),
+    ("tensor map data type", "the CUDA driver API (cuTensorMapEncodeTiled: CUtensorMapDataType)"),
+    ("L2 promotion", "the CUDA driver API (cuTensorMapEncodeTiled: CUtensorMapL2promotion)"),
+    ("not a map from porter's emulated host", "porter's emulated host encoding of tensor maps"),
+    ("checksum mismatch", "porter's emulated host encoding of tensor maps"),
+    ("out-of-range enum code", "porter's emulated host encoding of tensor maps"),
+    ("shared memory must be a 1-D uint8 array", "the units' Python API"),
+    ("needs one address per lane", "the units' Python API"),
+    ("must be 'a'", "the units' Python API"),
+    ("major must be 'K' or 'MN'", "the units' Python API"),
+    ("codes must fit in", "the units' Python API"),
+    ("operand format", "the units' Python API (the format names)"),
+    ("do not hold whole", "the units' Python API (operand bytes for a shape)"),
+    ("do not share a K dimension", "the units' Python API (operands decoded by the caller)"),
+    ("does not match A.B^T", "the units' Python API (operands decoded by the caller)"),
+    ("registers, got", "the units' Python API (fragments gathered by the caller)"),
+    ("A must be", "the units' Python API (operands decoded by the caller)"),
+    ("scales must be", "the units' Python API (scales decoded by the caller)"),
+    ("needs both scale_A and scale_B", "the units' Python API"),
+    ("need scale_A and scale_B", "the units' Python API"),
+    ("exactly one of a_desc and a_tmem", "the units' Python API"),
+    ("TMEM(s) and shared memories", "the units' Python API"),
+    ("bytes is not a whole number of", "the units' Python API (operand bytes for a shape)"),
+    ("not simulated", "the simulator's subset (an Unsupported in all but name)"),
+]
+
+
 # checks for rules the ISA does not state: a warning (its fragment, the reason), never an error
 WARNINGS: list[tuple[str, str]] = [
     ("wgmma.mma_async operation(s) never waited for",
@@ -194,6 +316,22 @@ def cite(message: str) -> str | None:
     for fragment, section in RULES:
         if fragment in message:
             return section
+    return None
+
+
+def cite_plain(message: str) -> str | None:
+    """The ISA section of the first ``PLAIN_RULES`` fragment ``message`` contains, or None."""
+    for fragment, section in PLAIN_RULES:
+        if fragment in message:
+            return section
+    return None
+
+
+def not_isa_reason(message: str) -> str | None:
+    """What states the rule of a plain error that enforces no ISA rule, or None."""
+    for fragment, reason in NOT_ISA:
+        if fragment in message:
+            return reason
     return None
 
 

@@ -1,5 +1,5 @@
 """The packed and narrow ``cvt`` forms of block-scaled and quantizing kernels (PTX ISA 9.0,
-9.7.9.21 "cvt" and 9.7.9.22 "cvt.pack"), which the plain ``cvt`` builder lacks or took
+9.7.9 "cvt" and "cvt.pack"), which the plain ``cvt`` builder lacks or took
 without their modifiers:
 
 * ``cvt.rn{.relu}{.satfinite}.{f16x2,bf16x2}.f32 d, a, b`` and the scalar ``.f16/.bf16``:

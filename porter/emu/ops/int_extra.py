@@ -1,7 +1,8 @@
 """Integer and test instructions NVRTC emits for ordinary CUDA that porter's own kernels do
-not use (PTX ISA 9.0: 9.7.1 "Integer Arithmetic Instructions", 9.7.2 "Extended-Precision
-Integer Arithmetic Instructions", 9.7.3.x "testp", 9.7.8 "Data Movement": isspacep, ldu;
-9.7.7 "Comparison and Selection": slct):
+not use (PTX ISA 9.0: 9.7.1 "Integer Arithmetic Instructions" (9.7.1.5 mul24, 9.7.1.6 mad24,
+9.7.1.7 sad, 9.7.1.16 bfind, 9.7.1.17 fns, and szext, bmsk, dp4a, dp2a), 9.7.2
+"Extended-Precision Integer Arithmetic Instructions", 9.7.3 "testp", 9.7.6 "Comparison and
+Selection": slct, 9.7.9 "Data Movement and Conversion": isspacep, ldu, prmt):
 
 * carry chains: ``add.cc``, ``addc{.cc}``, ``sub.cc``, ``subc{.cc}``, ``mad{.lo,.hi}.cc``,
   ``madc{.lo,.hi}{.cc}`` (.u32/.s32/.u64/.s64), the carry flag kept per lane (the ISA's

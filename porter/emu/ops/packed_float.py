@@ -250,7 +250,7 @@ def _compare(cmp: str, x, y):
 
 def _setp(ins, d):
     """setp of bf16 or packed halves: ``setp.op.f16x2 p|q, a, b`` sets p from the low halves'
-    compare and q from the high halves' (PTX ISA "Half Precision Comparison Instructions")."""
+    compare and q from the high halves' (PTX ISA 9.7.7 "Half Precision Comparison Instructions")."""
     parts = ins.parts
     cmp = parts[1]
     kind, n, _ = _float_kind(ins)
@@ -282,8 +282,8 @@ def _setp(ins, d):
 
 
 def build_set(ins, d):
-    """``set.CmpOp{.BoolOp}.dtype.stype d, a, b{, c}`` (PTX ISA 9.7.3 "set"; 9.7.4 for the
-    f16x2/bf16x2 sources): each compare as all ones (u32/s32 destination) or 1.0 (f32), else 0;
+    """``set.CmpOp{.BoolOp}.dtype.stype d, a, b{, c}`` (PTX ISA 9.7.6 "set"; 9.7.7 "Half Precision
+    Comparison Instructions" for the f16x2/bf16x2 sources): each compare as all ones (u32/s32 destination) or 1.0 (f32), else 0;
     with a packed source, one result per half."""
     parts = ins.parts
     cmp = parts[1]
@@ -361,7 +361,7 @@ FORMS = [
 
 def build_packed_atomic(ins, d):
     """``red`` / ``atom`` ``.add/.min/.max{.noftz}`` on ``.f16x2``, ``.bf16x2`` or ``.bf16`` in global or
-    shared memory (PTX ISA 9.7.9.14 "red", 9.7.9.15 "atom"): each half rounds to nearest once;
+    shared memory (PTX ISA 9.7.13 "atom" and "red"): each half rounds to nearest once;
     ``atom`` returns the old value. The lanes apply in lane order."""
     from porter.emu import memory as mem
     from porter.emu.ops.memory import _resolve, _space
