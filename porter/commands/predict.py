@@ -90,6 +90,10 @@ def run(args) -> int:
         tf = f"{p['tflops']:8.0f}" if p["tflops"] is not None else f"{'-':>8}"
         print(f"{p['kernel']:28} {p['product']:14} {p['shape']:22} {p['time_us']:10.1f} "
               f"{p['low']:10.1f}-{p['high']:<10.1f} {tf} {p['gb_s']:8.0f} {p['pct_peak']:6.1f}  {p['bound']}")
+    for p in preds:     # what a queue model's instruction costs and counter wake-up came from (the megakernel)
+        if p["extra"].get("costs"):
+            print(f"{p['kernel']} {p['product']} ({p['level']}): instruction costs from {p['extra']['costs']}; "
+                  f"counter wake-up from {p['extra'].get('wake_up', '-')}")
     return 0
 
 

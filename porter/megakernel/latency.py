@@ -24,6 +24,21 @@ Calibration, such as it is: Llama-3.2-1B at pos 512 on H100 figures (132 SMs,
 3.35 TB/s) comes out at ~79% of the floor without prefetch and ~84% with it, near
 the ~78% published for a hand-written Llama-1B megakernel on an H100. Compare
 arches and schedules with it; do not quote its microseconds as measurements.
+
+Measured instruction costs (``costs``, porter.timing.megakernel_l1: the megakernel's PTX
+in the simulator's timed mode): per instruction kind (``instruction_kind``) a ``fixed``
+and a ``per_unit`` time. With them an instruction's step 4 lasts the longer of its stream
+and ``per_unit x size`` (the SM's own work per row / position / element, which overlaps
+the stream), then ``fixed`` (input staging, epilogue, barriers, signal), and step 1's
+``overhead_s`` is what L1 did not see (0: the fetch is hidden by the double buffer).
+
+The counter wake-up (``backoff``, the kernel's own constants): a waiter polls with
+``ld.acquire`` round trips of ``poll_s`` - ``spin_polls`` back to back, then one per
+sleep of ``backoff_min_s`` doubling to ``backoff_max_s`` (x ``sleep_scale``: the PTX ISA
+lets __nanosleep last 0 to 2x its argument) - from the moment it starts waiting; a poll
+issued after the producer's release (which lands half a round trip after it) returns the
+count half a round trip later. Without ``backoff``, a remote producer costs
+``dep_latency_s + wakeup_s`` as before.
 """
 
 from __future__ import annotations
@@ -50,6 +65,12 @@ class LatencyModel:
     # a waiting SM polls its counter with a backoff (NANOSLEEP): it sees a release this
     # long after it lands, on top of dep_latency_s (0 in the assumed-constant model)
     wakeup_s: float = 0.0
+    # measured costs: instruction kind -> (fixed_s, per_unit_s); None: no measured costs
+    costs: dict | None = None
+    # the kernel's poll schedule (see the module doc); None: dep_latency_s + wakeup_s
+    backoff: dict | None = None
+    poll_s: float = 0.0
+    sleep_scale: float = 1.0
 
     @classmethod
     def from_arch(cls, arch, **overrides) -> "LatencyModel":
@@ -63,17 +84,59 @@ class LatencyModel:
         return cls.from_figures(Figures.of(arch), **overrides)
 
     @classmethod
-    def from_figures(cls, fig, **overrides) -> "LatencyModel":
+    def from_figures(cls, fig, *, backoff: dict | None = None, costs: dict | None = None,
+                     **overrides) -> "LatencyModel":
+        """``backoff``: the kernel's spin / back-off constants (porter.timing.megakernel_l1.backoff):
+        the waits are timed by their polls (an L2 round trip each) instead of
+        ``counter_wakeup_ns``. ``costs``: per instruction kind (fixed_s, per_unit_s) measured in
+        the timed simulator; they replace the fetch overhead built from the figures."""
         cyc = 1.0 / fig.clock_hz
         overhead = (fig["l2_latency_ns"] * 1e-9 + 2 * fig["named_barrier_cycles"] * cyc
                     + fig["mbarrier_cycles"] * cyc + fig["fence_cycles"] * cyc)
         values = {"overhead_s": overhead, "dep_latency_s": 2 * fig["l2_latency_ns"] * 1e-9,
                   "wakeup_s": fig["counter_wakeup_ns"] * 1e-9, "hbm_efficiency": fig["hbm_efficiency"]}
+        if backoff is not None:
+            values.update(backoff=dict(backoff), poll_s=fig["l2_latency_ns"] * 1e-9)
+        if costs is not None:
+            values.update(costs=dict(costs), overhead_s=0.0)
         values.update(overrides)
         return cls(**values)
 
 
-IDLE, OVERHEAD, PRE, WAIT, ARRIVE, POST = range(6)
+IDLE, OVERHEAD, PRE, WAIT, ARRIVE, POST, TAIL = range(7)
+
+
+def instruction_kind(d: dict, cfg) -> str:
+    """The cost class of a DAG node: opcode, epilogue, flags and, for a matvec, its K
+    (the weight's columns): instructions of one kind cost alike per row."""
+    op = getattr(d["op"], "name", str(d["op"]))
+    k = ""
+    if op == "MATVEC":
+        k = f"/k{cfg.weight_shapes()[d['tensors'][0]][1]}"
+    return f"{op}/e{int(d.get('epilogue') or 0)}/f{int(d.get('flags') or 0)}{k}"
+
+
+def poll_return(start: float, release: float, poll: float, b: dict, sleep_scale: float = 1.0) -> float:
+    """When a waiter that began polling at ``start`` holds a count its producer released
+    (issued its red.release) at ``release``: the return of its first poll issued at or
+    after the release (the release and the poll's read each take half a round trip to
+    and from L2, so such a poll reads the new count)."""
+    if release <= start:
+        return start + poll
+    spin = int(b["spin_polls"])
+    if spin and release <= start + (spin - 1) * poll:
+        j = -(-(release - start) // poll) if poll > 0 else 0
+        return start + j * poll + poll
+    t = start + spin * poll                      # the back-off loop's first poll
+    sleep = b["backoff_min_ns"] * 1e-9
+    cap = b["backoff_max_ns"] * 1e-9
+    while t < release:
+        step = poll + sleep * sleep_scale
+        if step <= 0:                            # no round trip, no sleep: it sees the release at once
+            return release + poll
+        t += step
+        sleep = min(2 * sleep, cap)
+    return t + poll
 
 
 def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel = LatencyModel(),
@@ -89,6 +152,16 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
         pre = d.get("prefetch_bytes", 0) if model.prefetch_weights else 0
         pre_bytes[n] = pre
         post_bytes[n] = d["hbm_bytes"] - pre + ACT_BYTES_WEIGHT * d["act_bytes"]
+    # measured costs per node (zero without them): the work that overlaps the stream, the rest
+    cfg = g.graph.get("cfg")
+    var_s, fixed_s = {}, {}
+    if model.costs is not None:
+        for n, d in g.nodes(data=True):
+            kind = instruction_kind(d, cfg)
+            if kind not in model.costs:
+                raise PorterError(f"latency model: no measured cost for instruction kind {kind} ({d.get('label', n)})")
+            fixed, per_unit = model.costs[kind]
+            fixed_s[n], var_s[n] = fixed, per_unit * (d["r1"] - d["r0"])
     producers, waits = dep_groups(g)
     group_left = {k: len(ps) for k, ps in producers.items()}
     group_done = {k: 0.0 for k in producers}
@@ -104,6 +177,8 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
     remaining = np.zeros(n_sm)          # PRE and POST end when their bytes are streamed
     cur = [None] * n_sm
     started = np.zeros(n_sm)
+    polling = np.zeros(n_sm)             # when the SM's waits began (its polls start then)
+    post_start = np.zeros(n_sm)
     busy_s = np.zeros(n_sm)
     now = 0.0
     total = g.number_of_nodes()
@@ -115,17 +190,36 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
 
     def after_overhead(sm: int) -> None:
         phase[sm], t_end[sm], remaining[sm] = PRE, np.inf, pre_bytes[cur[sm]]
+        polling[sm] = now
 
     def try_release(sm: int) -> None:
         """WAIT -> ARRIVE once all producers are done."""
         n = cur[sm]
-        ready = now
-        for k in waits[n]:
-            if group_left[k]:
-                return
-            remote = group_sms[k] != {sm}
-            ready = max(ready, group_done[k] + (model.dep_latency_s + model.wakeup_s if remote else 0.0))
+        if any(group_left[k] for k in waits[n]):
+            return
+        if model.backoff is not None:
+            # the waits in the instruction's order, each polled from when the last ended
+            t = polling[sm]
+            for k in waits[n]:
+                t = poll_return(t, group_done[k], model.poll_s, model.backoff, model.sleep_scale)
+            ready = max(now, t)
+        else:
+            ready = now
+            for k in waits[n]:
+                remote = group_sms[k] != {sm}
+                ready = max(ready, group_done[k] + (model.dep_latency_s + model.wakeup_s if remote else 0.0))
         phase[sm], t_end[sm] = ARRIVE, ready
+
+    def finish(sm: int) -> None:
+        n = cur[sm]
+        done_at[n] = now
+        busy_s[sm] += now - started[sm]
+        for k in signals[n]:
+            group_left[k] -= 1
+            group_done[k] = max(group_done[k], now)
+        head[sm] += 1
+        phase[sm], cur[sm], remaining[sm] = IDLE, None, 0.0
+        begin(sm)
 
     for sm in range(n_sm):
         begin(sm)
@@ -137,15 +231,18 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
             # only SMs whose phase can end now do anything in a pass (a timed phase that is
             # due, a stream that is drained, a wait): the others are skipped in numpy, not
             # visited one by one; the order within a pass is the SM order as before
-            due = ((((phase == OVERHEAD) | (phase == ARRIVE)) & (t_end <= now))
+            due = ((((phase == OVERHEAD) | (phase == ARRIVE) | (phase == TAIL)) & (t_end <= now))
                    | (((phase == PRE) | (phase == POST)) & (remaining <= 1e-6)) | (phase == WAIT))
             for sm in np.flatnonzero(due).tolist():
                 ph = phase[sm]
-                if ph in (OVERHEAD, ARRIVE) and t_end[sm] <= now:
+                if ph in (OVERHEAD, ARRIVE, TAIL) and t_end[sm] <= now:
                     if ph == OVERHEAD:
                         after_overhead(sm)
-                    else:
+                    elif ph == ARRIVE:
                         phase[sm], t_end[sm], remaining[sm] = POST, np.inf, post_bytes[cur[sm]]
+                        post_start[sm] = now
+                    else:
+                        finish(sm)
                     moved = True
                 elif ph == PRE and remaining[sm] <= 1e-6:
                     phase[sm] = WAIT
@@ -153,14 +250,11 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
                     moved = True
                 elif ph == POST and remaining[sm] <= 1e-6:
                     n = cur[sm]
-                    done_at[n] = now
-                    busy_s[sm] += now - started[sm]
-                    for k in signals[n]:
-                        group_left[k] -= 1
-                        group_done[k] = max(group_done[k], now)
-                    head[sm] += 1
-                    phase[sm], cur[sm], remaining[sm] = IDLE, None, 0.0
-                    begin(sm)
+                    end = max(now, post_start[sm] + var_s.get(n, 0.0)) + fixed_s.get(n, 0.0)
+                    if end > now:                # the SM's own work outlasts the stream, then its fixed part
+                        phase[sm], t_end[sm] = TAIL, end
+                    else:
+                        finish(sm)
                     moved = True
                 elif ph == WAIT:
                     try_release(sm)
@@ -171,7 +265,7 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
         n_stream = int(streaming.sum())
         rate = min(cap, bw / n_stream) if n_stream else 0.0
         dt = np.inf
-        timed = (phase == OVERHEAD) | (phase == ARRIVE)
+        timed = (phase == OVERHEAD) | (phase == ARRIVE) | (phase == TAIL)
         if timed.any():
             dt = float(t_end[timed].min()) - now
         if n_stream:
@@ -187,7 +281,6 @@ def simulate(g: nx.DiGraph, queues: list[list[int]], arch, model: LatencyModel =
     latency = now
     hbm_bytes = sum(d["hbm_bytes"] for d in g.nodes.values())
     kv_bytes = sum(d["hbm_bytes"] for d in g.nodes.values() if getattr(d.get("op"), "name", "") == "ATTN_PARTIAL")
-    cfg = g.graph.get("cfg")
     weight_bytes = weight_bytes_needed(cfg) if cfg is not None else hbm_bytes - kv_bytes
     floor = weight_bytes / hw.hbm_bandwidth_bytes_per_s
     out = {

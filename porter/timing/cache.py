@@ -91,3 +91,30 @@ def cached_predict(arch, spec, *, product: str, shape: str, stats: dict | None =
     if stats is not None:
         stats["misses"] = stats.get("misses", 0) + 1
     return out
+
+
+def l1_cached(inputs: dict, compute) -> dict:
+    """An L1 measurement (a JSON-able dict) for ``inputs``, from disk when present: keyed on
+    ``inputs`` plus what every L1 run reads (``l1_digest``: the simulator, the kernel's
+    sources and build, the toolchain) and the timing model's code (``model_digest``)."""
+    from porter.pipeline import keys
+
+    k = keys.digest({"inputs": json.loads(json.dumps(inputs, sort_keys=True, default=str)),
+                     "simulator": l1_digest(), "model": model_digest()})
+    path = paths_l1() / k[:2] / f"{k}.json"
+    try:
+        out = json.loads(path.read_text())
+        if isinstance(out, dict) and out.get("key") == k:
+            return out["value"]
+    except (OSError, ValueError):
+        pass
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps({"key": k, "value": value}, sort_keys=True))
+    return value
+
+
+def paths_l1():
+    from porter import paths
+
+    return paths.cache_dir() / "predict-l1"

@@ -52,12 +52,15 @@ class Prediction:
                 "label": self.label, "arch": self.arch, "level": self.level, "extra": dict(self.extra)}
 
 
-def _time(spec, arch, fig, shape: str, level: str = "L0") -> tuple[float, dict, dict]:
-    """(seconds, resource -> seconds for the whole kernel, the model's output)."""
+def _time(spec, arch, fig, shape: str, level: str = "L0", end: str | None = None) -> tuple[float, dict, dict]:
+    """(seconds, resource -> seconds for the whole kernel, the model's output). ``end``: the
+    range's "fast" or "slow" end, for a model with uncertain terms of its own."""
     mod = MODELS.get(spec.family)
     if mod is None:
         raise PorterError(f"timing model: no model for kernel family '{spec.family}' ({spec.name})")
-    out = mod.model(spec, arch, fig, shape)
+    # a model that takes the level itself (the megakernel's queues: L1 times its instructions)
+    out = mod.model(spec, arch, fig, shape, level=level, end=end) if level in getattr(mod, "LEVELS", ()) \
+        else mod.model(spec, arch, fig, shape)
     if level == "L1" and not out.get("direct"):       # the per-tile period measured in the timed simulator
         from .l1 import apply
 
@@ -112,7 +115,7 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None,
             slow_end = hi if _slower_when_larger(key) else lo
             fast_end = lo if _slower_when_larger(key) else hi
             f = f.with_value(key, fast_end if fast else slow_end)
-        ends.append(_time(spec, arch, f, shape, level)[0])
+        ends.append(_time(spec, arch, f, shape, level, end="fast" if fast else "slow")[0])
     low, high = min(ends + [seconds]), max(ends + [seconds])
     sensitivity = _sensitivity(spec, arch, fig, shape, seconds) if not out.get("direct") else []
     bound = max(resources, key=lambda r: resources[r])
@@ -138,8 +141,8 @@ def predict(arch, spec, *, product: str | None = None, shape: str | None = None,
     if "extrapolation" in out:
         extra.update({k: round(v, 4) if isinstance(v, float) else v for k, v in out["extrapolation"].items()
                       if k in ("waves", "tail_fraction")})
-    if level == "L1" and out.get("direct"):
-        level = "L0"                                 # a direct model (the megakernel's queues) has no tiles to time
+    if out.get("direct"):
+        level = out.get("level", "L0")               # a direct model says what it used (the megakernel's queues)
     if level == "L1":
         bound = extra.get("l1_bound", bound)        # the timed run's busiest unit, or its latency
     return Prediction(kernel=spec.name, product=product, shape=shape, time_us=seconds * 1e6,

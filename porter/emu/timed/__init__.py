@@ -22,14 +22,15 @@ __all__ = ["timed", "TimedModel", "REQUIRED"]
 
 
 @contextlib.contextmanager
-def timed(params: dict, expansion: dict | None = None):
-    """Time every launch made inside the block; yields the list their results go to."""
+def timed(params: dict, expansion: dict | None = None, marks: tuple = ()):
+    """Time every launch made inside the block; yields the list their results go to.
+    ``marks``: PTX opcodes whose issue times each result lists (``result()["marks"]``)."""
     runs: list = []
     models: list = []
     previous = machine.TIMING_FACTORY
 
     def factory(sched):
-        model = TimedModel(sched, params, expansion)
+        model = TimedModel(sched, params, expansion, marks)
         models.append(model)
         return model
     machine.TIMING_FACTORY = factory

@@ -90,7 +90,7 @@ class WarpTime:
 
 
 class TimedModel:
-    def __init__(self, scheduler, params: dict, expansion: dict | None = None):
+    def __init__(self, scheduler, params: dict, expansion: dict | None = None, marks: tuple = ()):
         missing = [k for k in REQUIRED if k not in params]
         if missing:
             raise EmuError(f"timed mode: missing parameter(s) {', '.join(missing)}")
@@ -103,6 +103,11 @@ class TimedModel:
         self.events = 0.0                                   # the latest event time seen
         self.instructions = 0
         self._engine = None
+        # PTX opcodes (e.g. "red.release.gpu.global.add.s32") whose issue times are recorded per
+        # CTA: a caller that knows the program (porter.timing.megakernel_l1) reads the
+        # boundaries of its own units of work from them
+        self.mark_opcodes = frozenset(marks)
+        self.marks: list = []
 
     def _watch_engine(self) -> None:
         """Note the asynchronous work each instruction submits (a TMA copy's bytes and
@@ -171,6 +176,7 @@ class TimedModel:
         # scheduler's free cycles (a list schedule); a branch, wait, barrier, fence or
         # asynchronous-unit instruction closes the block: it issues after all before it
         reorder = cls in REORDERABLE
+        mark = ins.opcode in self.mark_opcodes
 
         def op(w, m):
             wt = w.__dict__.get("_timed") or model._warp(w)
@@ -203,6 +209,8 @@ class TimedModel:
                 t = wt.sm.issue[wt.sched].reserve(max(t, wt.fin), n_sass)
                 wt.t = wt.fin = t
             wt.issued += 1
+            if mark:
+                model.marks.append((id(w.cta), w.index, t, ins.opcode))
             if cost is None:
                 res = fn(w, m)
                 done = t + alu_lat
@@ -599,7 +607,9 @@ class TimedModel:
                          "tensor": sm.tensor.busy, "mufu": sm.mufu.busy / sm.mufu.rate,
                          "l2": sm.l2.busy / sm.l2.rate, "tmem": sm.tmem.busy / sm.tmem.rate})
         issued = sum(w._timed.issued for w in warps if "_timed" in w.__dict__)
-        return {"cycles": cycles, "busy": busy, "issued": issued, "ctas": len(self.sched.all_ctas)}
+        order = {id(c): i for i, c in enumerate(self.sched.all_ctas)}
+        marks = [(order.get(c, -1), wi, t, op) for c, wi, t, op in self.marks]
+        return {"cycles": cycles, "busy": busy, "issued": issued, "ctas": len(self.sched.all_ctas), "marks": marks}
 
 
 def _closure(fn) -> dict:
