@@ -147,7 +147,7 @@ def test_plain_errors_carry_their_section_and_subset_limits_do_not():
     from porter.emu.errors import Deadlock, EmuError, Unsupported
 
     e = EmuError("tmem: tcgen05.alloc: nCols must be a power of 2 in [32, 512]")
-    assert e.args[0].endswith('[PTX ISA 9.7.16 "tcgen05.alloc / tcgen05.dealloc / '
+    assert e.args[0].endswith('[PTX ISA 9.7.16.7.1 "tcgen05.alloc / tcgen05.dealloc / '
                               'tcgen05.relinquish_alloc_permit"]'), str(e)
     u = Unsupported("k.ptx:3: PTX form `cvt.rz.e4m3x2.f32` (the ISA requires .rn.satfinite for f32 -> FP8 pairs) "
                     "is outside the simulator's subset")

@@ -7,13 +7,19 @@ and Shift, 9.7.9 Data Movement and Conversion, 9.7.10 Texture, 9.7.11 Surface, 9
 Flow, 9.7.13 Parallel Synchronization and Communication, 9.7.14 Warp Level Matrix Multiply-
 Accumulate, 9.7.15 Asynchronous Warpgroup Level Matrix Multiply-Accumulate (wgmma), 9.7.16
 TensorCore 5th Generation Family (tcgen05), 9.7.17 Stack Manipulation, 9.7.18 Video, 9.7.19
-Miscellaneous. How that was checked: the CUDA 13.0 CCCL headers (cuda/__ptx/instructions)
-cite the numbering of PTX ISA 8.x, before 9.7.5 (Mixed Precision, PTX ISA 8.6) and 9.7.16
-(tcgen05, PTX ISA 8.6) were inserted: their "9.7.8.24.6 cp.async.bulk", "9.7.12.15.9
-mbarrier.init", "9.7.12.3 barrier.cluster", "9.7.12.4 membar/fence" are 9.7.9.25...,
-9.7.13.15.9, 9.7.13.3 and 9.7.13.4 here; the 9.0 contents list 9.7.1.5 mul24 .. 9.7.1.17 fns.
-Where a sub-section's number could not be pinned that way, a citation gives the section
-above it and the instruction's title (``PTX ISA 9.7.14 "ldmatrix"``), never a guessed number.
+Miscellaneous. Sub-section numbers were checked against the online edition's section titles
+(the 9.0-era edition, whose sm_101a notes say "renamed to sm_110a from PTX ISA version 9.0"):
+9.7.1.8 div, 9.7.1.9 rem, 9.7.9.12 st.async, 9.7.9.25.3.1 cp.async, 9.7.9.25.4.1
+cp.async.bulk, 9.7.9.25.4.2 cp.reduce.async.bulk, 9.7.9.27.1.2 cp.async.bulk.tensor,
+9.7.9.27.1.3 cp.reduce.async.bulk.tensor, 9.7.9.28 tensormap.replace, 9.7.13.3
+barrier.cluster, 9.7.13.14 elect.sync, 9.7.13.15.9 mbarrier.init, 9.7.14.5.15 ldmatrix,
+9.7.14.5.17 movmatrix, 9.7.16.7.1 tcgen05.alloc, 9.7.16.12.1 tcgen05.commit, 9.7.19.4 trap,
+9.7.19.5 setmaxnreg. Other editions number 9.7.9 differently (PTX ISA 9.2 puts the tensor
+copies at 9.7.9.25.5 and tensormap.replace at 9.7.9.26; the 8.x editions, which CUDA 13.0's
+CCCL headers still cite, lack 9.7.5 and 9.7.16, so their Data Movement is 9.7.8 and their
+Parallel Synchronization 9.7.12). Where a sub-section's number could not be pinned, a citation
+gives the section above it and the instruction's title (``PTX ISA 9.7.14 "mma"``), never a
+guessed number.
 
 A checker's error (``CheckFailed``) names the section that states the rule it caught the
 kernel breaking (``RULES``); a unit's plain ``EmuError`` refusing an operand the ISA forbids,
@@ -48,24 +54,24 @@ _DIV = 'PTX ISA 9.7.1.8 "div" / 9.7.1.9 "rem": division by zero yields an unspec
 _LDST = 'PTX ISA 9.7.9 "ld"/"st": the address must be naturally aligned to the access size'
 _CVTA = 'PTX ISA 9.7.9 "cvta" and 6.4.1 "Generic Addressing"'
 _MAPA = 'PTX ISA 9.7.9 "mapa": the target CTA rank must exist in the cluster'
-_CP_ASYNC = 'PTX ISA 9.7.9.25.3 "cp.async" (the destination may be accessed only after the wait that covers it)'
-_CP_ASYNC_SIZE = 'PTX ISA 9.7.9.25.3 "cp.async": src-size larger than cp-size is undefined behaviour'
-_BULK = 'PTX ISA 9.7.9.25 "cp.async.bulk" / "cp.async.bulk.tensor"'
-_BULK_MCAST = 'PTX ISA 9.7.9.25 "cp.async.bulk.tensor": ctaMask names CTAs of the cluster'
-_BULK_DST = ('PTX ISA 9.7.9.25 "cp.async.bulk.tensor": the destination may be rewritten only after the mbarrier '
+_CP_ASYNC = 'PTX ISA 9.7.9.25.3.1 "cp.async" (the destination may be accessed only after the wait that covers it)'
+_CP_ASYNC_SIZE = 'PTX ISA 9.7.9.25.3.1 "cp.async": src-size larger than cp-size is undefined behaviour'
+_BULK = 'PTX ISA 9.7.9.25.4.1 "cp.async.bulk" / 9.7.9.27.1.2 "cp.async.bulk.tensor"'
+_BULK_MCAST = 'PTX ISA 9.7.9.27.1.2 "cp.async.bulk.tensor": ctaMask names CTAs of the cluster'
+_BULK_DST = ('PTX ISA 9.7.9.27.1.2 "cp.async.bulk.tensor": the destination may be rewritten only after the mbarrier '
              'phase that covers the copy')
-_BULK_ALIGN = ('PTX ISA 9.7.9.25 "cp.async.bulk" / "cp.async.bulk.tensor" (shared::cta tensor boxes 128-byte '
+_BULK_ALIGN = ('PTX ISA 9.7.9.25.4.1 "cp.async.bulk" / 9.7.9.27.1.2 "cp.async.bulk.tensor" (shared::cta tensor boxes 128-byte '
                'aligned; bulk sizes and addresses multiples of 16 bytes)')
-_LDMATRIX = 'PTX ISA 9.7.14 "ldmatrix" (each row address 16-byte aligned, in the shared window)'
+_LDMATRIX = 'PTX ISA 9.7.14.5.15 "ldmatrix" (each row address 16-byte aligned, in the shared window)'
 _WGMMA_DESC = 'PTX ISA 9.7.15 "Matrix Descriptor Format" and 5.1.7 "Shared State Space" (operands in the CTA\'s shared memory)'
 _TC_DESC = 'PTX ISA 9.7.16 "Shared memory descriptor" (Table 40: its fixed and reserved fields, swizzle modes)'
-_REDUCE = 'PTX ISA 9.7.9.25 "cp.reduce.async.bulk.tensor" (its .redOp / type combinations)'
+_REDUCE = 'PTX ISA 9.7.9.27.1.3 "cp.reduce.async.bulk.tensor" (its .redOp / type combinations)'
 _BRA = 'PTX ISA 9.7.12.3 "bra": .uni asserts that the branch is non-divergent'
-_TRAP = 'PTX ISA 9.7.19 "trap" (Miscellaneous Instructions): aborts the kernel'
+_TRAP = 'PTX ISA 9.7.19.4 "trap": aborts the kernel'
 _BAR = 'PTX ISA 9.7.13.1 "bar, barrier" (barriers 0..15; b a multiple of the warp size, the same in every thread)'
 _BAR_CLUSTER = 'PTX ISA 9.7.13.3 "barrier.cluster" (each thread arrives once, then waits, per phase)'
 _FENCE_INIT = 'PTX ISA 9.7.13.4 "membar/fence": fence.mbarrier_init makes an mbarrier.init visible to the cluster'
-_ELECT = 'PTX ISA 9.7.13 "elect.sync": the executing thread must be in membermask'
+_ELECT = 'PTX ISA 9.7.13.14 "elect.sync": the executing thread must be in membermask'
 _MBAR_OBJ = 'PTX ISA 9.7.13.15.1 "Size and alignment of mbarrier object" (8 bytes, 8-byte aligned)'
 _MBAR_INIT = 'PTX ISA 9.7.13.15.9 "mbarrier.init" (count 1..2^20-1; an mbarrier is used only after its init)'
 _MBAR_TX = 'PTX ISA 9.7.13.15.2 "Contents of the mbarrier object" (tx-count range -(2^20-1)..2^20-1)'
@@ -79,9 +85,9 @@ _WGMMA_WAIT = ('PTX ISA 9.7.15 "wgmma.wait_group": accumulators and shared-memor
 _UNIFORM = ('PTX ISA 9.7.15 "wgmma.mma_async" / 9.7.16 "tcgen05.alloc" (.sync.aligned: every thread of the '
             'warp executes the instruction with the same operand values)')
 _ST_BULK = 'PTX ISA 9.7.9 "st.bulk" (size a multiple of 8, the address 8-byte aligned)'
-_SETMAXNREG = 'PTX ISA 9.7.19 "setmaxnreg" (a multiple of 8 in 24..256, executed by the whole warpgroup)'
+_SETMAXNREG = 'PTX ISA 9.7.19.5 "setmaxnreg" (a multiple of 8 in 24..256, executed by the whole warpgroup)'
 _CLC = 'PTX ISA 9.7 "clusterlaunchcontrol.try_cancel" / "clusterlaunchcontrol.query_cancel"'
-_TC_ALLOC = 'PTX ISA 9.7.16 "tcgen05.alloc / tcgen05.dealloc / tcgen05.relinquish_alloc_permit"'
+_TC_ALLOC = 'PTX ISA 9.7.16.7.1 "tcgen05.alloc / tcgen05.dealloc / tcgen05.relinquish_alloc_permit"'
 _TC_TMEM = 'PTX ISA 9.7.16 "Tensor Memory" (128 lanes x 512 columns; access within allocated columns)'
 _TC_LANES = 'PTX ISA 9.7.16 "Tensor Memory": warp i%4 of a warpgroup accesses lanes 32*(i%4)..32*(i%4)+31'
 _TC_GROUP = 'PTX ISA 9.7.16 ".cta_group": all tcgen05 instructions of a kernel use the same .cta_group'
@@ -91,7 +97,7 @@ _TC_WAIT = ('PTX ISA 9.7.16 "tcgen05.ld / tcgen05.st / tcgen05.wait" (a tcgen05.
             'after its tcgen05.wait::ld / ::st)')
 _TC_MCM = ('PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of TensorCore operations" '
            '(tcgen05.fence::before/after_thread_sync around the thread synchronization)')
-_TC_COMMIT = 'PTX ISA 9.7.16 "tcgen05.commit" (an operation is complete at the mbarrier of its commit)'
+_TC_COMMIT = 'PTX ISA 9.7.16.12.1 "tcgen05.commit" (an operation is complete at the mbarrier of its commit)'
 _TC_CP = 'PTX ISA 9.7.16 "tcgen05.cp"'
 
 # (a fragment of the message, the section that states the rule); the first fragment found wins
@@ -195,7 +201,7 @@ RULES: list[tuple[str, str]] = [
 # sections the units' plain errors cite (besides the ones above)
 _TENSOR_BOX = ('PTX ISA 5.5 "Tensors" (rank 1..5; the bounding box, its inner dimension a multiple of 16 bytes and '
                'within the swizzle span; traversal strides 1..8; OOB NaN fill for floating-point tensors only)')
-_TENSOR_COORD = 'PTX ISA 9.7.9.25 "cp.async.bulk.tensor" (tensor coordinates are .s32)'
+_TENSOR_COORD = 'PTX ISA 9.7.9.27.1.2 "cp.async.bulk.tensor" (tensor coordinates are .s32)'
 _TC_IDESC = 'PTX ISA 9.7.16 "Instruction descriptor" (Tables 42-44, 49, 54, 55: its fields per .kind)'
 _TC_LAYOUT = 'PTX ISA 9.7.16 "Data path layout organization" (Layouts A-F: where D lies in TMEM for M and .cta_group)'
 _TC_LDST = 'PTX ISA 9.7.16 "tcgen05.ld / tcgen05.st" (Table 47: .num per .shape, and the registers each takes)'
@@ -209,7 +215,7 @@ _MMA_SCALE_TABLE = 'PTX ISA 9.7.14 "mma" block scaling (Table 36: .kind, .scale_
 _CVT_NARROW = 'PTX ISA 9.7.9 "cvt" (conversions to FP8/FP6/FP4 pairs are .rn.satfinite)'
 _MAXNTID = 'PTX ISA 11.4 ".maxntid" (Performance-Tuning Directives: the launch may not exceed it)'
 _REQNCTA = 'PTX ISA 11.7 ".reqnctapercluster" (Cluster Dimension Directives: the launch must use that cluster)'
-_LDMATRIX_NUM = 'PTX ISA 9.7.14 "ldmatrix" (.num is .x1, .x2 or .x4)'
+_LDMATRIX_NUM = 'PTX ISA 9.7.14.5.15 "ldmatrix" (.num is .x1, .x2 or .x4)'
 
 # (a fragment of a plain EmuError's or an ISA-stating Unsupported's message, its section)
 PLAIN_RULES: list[tuple[str, str]] = [

@@ -1,6 +1,6 @@
 """Asynchronous cluster stores and the bulk forms beside TMA that public kernels use
-(PTX ISA 9.0: 9.7.9 "st.async", 9.7.13 "red.async", and in 9.7.9.25 "Asynchronous copy":
-"cp.async.bulk", "cp.reduce.async.bulk", "cp.async.bulk.prefetch",
+(PTX ISA 9.0: 9.7.9.12 "st.async", 9.7.13 "red.async", 9.7.9.25.4.1 "cp.async.bulk",
+9.7.9.25.4.2 "cp.reduce.async.bulk", 9.7.9.25.4.3 "cp.async.bulk.prefetch", 9.7.9.27
 "cp.async.bulk.prefetch.tensor"; numbering as in porter.emu.isa_rules):
 
 * ``st.async{.sem}{.scope}.shared::cluster.mbarrier::complete_tx::bytes{.v2,.v4}.type

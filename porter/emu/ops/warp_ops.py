@@ -2,7 +2,7 @@
 ``redux.sync.{min,max}{.abs}{.NaN}.f32`` (sm_100a), ``movmatrix.sync.aligned.m8n8.trans.b16``
 and the CTA barrier with a reduction, ``bar.red`` / ``barrier.red`` (``__syncthreads_count``,
 ``_and``, ``_or``) (PTX ISA 9.0: 9.7.13.1 "bar, barrier", 9.7.13 "match.sync" and "redux.sync",
-9.7.14 "movmatrix"; numbering as in porter.emu.isa_rules).
+9.7.14.5.17 "movmatrix"; numbering as in porter.emu.isa_rules).
 
 Like the other ``.sync`` collectives, each waits for every lane of its member mask: reached
 by only some (a diverged warp), those lanes defer until the rest arrive.
