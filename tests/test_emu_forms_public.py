@@ -369,3 +369,87 @@ def test_integer_extras_dp4a_bfind_fns_mul24_sad_bmsk_szext_prmt_testp_slct():
     assert got[64] == 6 and got[96] == (0xFFFFFF * 0xFFFFFF) >> 16 & 0xFFFFFFFF
     assert got[128] == 107 and got[160] == 0xFF0 and got[192] == 0xFFFFFFFC
     assert got[224] == 0x55443322 and got[256] == 1 and got[288] == 22
+
+
+# ---- tensor maps rewritten on the device (grouped GEMMs) ----------------------------------------
+
+TMAP_KERNEL = """
+.version 8.7
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .align 64 .b8 tmap[128], .param .u64 second, .param .u64 scratch, .param .u64 out)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<32>;
+  .reg .b64 %rd<32>;
+  .shared .align 128 .b8 tm[128];
+  .shared .align 1024 .b8 tile[1024];
+  .shared .align 8 .b64 bar;
+  mov.u32 %r0, %tid.x;
+  setp.eq.u32 %p1, %r0, 0;
+  // each lane copies 4 bytes of the param map into shared memory
+  mov.u64 %rd1, tmap;
+  cvta.param.u64 %rd1, %rd1;
+  mul.wide.u32 %rd2, %r0, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  ld.u32 %r1, [%rd3];
+  mov.u32 %r2, tm;
+  shl.b32 %r3, %r0, 2;
+  add.u32 %r4, %r2, %r3;
+  st.shared.u32 [%r4], %r1;
+  bar.sync 0;
+  ld.param.u64 %rd4, [second];
+  cvta.to.global.u64 %rd4, %rd4;
+  @%p1 tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%r2], %rd4;
+  @%p1 tensormap.replace.tile.global_dim.shared::cta.b1024.b32 [%r2], 1, 8;
+  @%p1 tensormap.replace.tile.global_stride.shared::cta.b1024.b64 [%r2], 0, 64;
+  bar.sync 0;
+  ld.param.u64 %rd5, [scratch];
+  cvta.to.global.u64 %rd5, %rd5;
+  tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [%rd5], [%r2], 128;
+  fence.proxy.tensormap::generic.acquire.gpu [%rd5], 128;
+  mov.u32 %r5, bar;
+  mov.u32 %r6, tile;
+  @%p1 mbarrier.init.shared::cta.b64 [%r5], 1;
+  bar.sync 0;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r5], 256;
+  @%p1 cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r6], [%rd5, {0, 4}], [%r5];
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r5], 0;
+  @!%p2 bra WAIT;
+  // the 4 x 16 u32 box: rows 4..7 of the second tensor (8 rows now), lanes take one word each
+  add.u32 %r7, %r6, %r3;
+  ld.shared.u32 %r8, [%r7];
+  ld.shared.u32 %r9, [%r7+128];
+  ld.param.u64 %rd6, [out];
+  cvta.to.global.u64 %rd6, %rd6;
+  add.s64 %rd7, %rd6, %rd2;
+  st.global.u32 [%rd7], %r8;
+  st.global.u32 [%rd7+128], %r9;
+  ret;
+}
+"""
+
+
+def test_tensormap_replace_retargets_a_tma_map_published_by_cp_fenceproxy():
+    from porter.runtime.tensormap import TensorMapParams
+
+    first = np.arange(4 * 16, dtype=np.uint32).reshape(4, 16)              # 4 rows, 64-byte rows
+    second = (np.arange(8 * 16, dtype=np.uint32) + 1000).reshape(8, 16)    # 8 rows
+    p = TensorMapParams("t", "UINT32", dims=(16, 4), strides=(64,), box=(16, 4), swizzle="NONE")
+    out = np.zeros(64, np.uint32)
+    res = emu.launch(TMAP_KERNEL, "k", grid=1, block=32,
+                     args=[emu.tensor_map(p, first), second, np.zeros(32, np.uint32), out])
+    got = res.outputs[3]
+    np.testing.assert_array_equal(got, second[4:8].reshape(-1))          # rows 4..7 exist only in `second`
+
+
+def test_tensormap_replace_of_a_driver_map_is_one_clear_error():
+    bad = TMAP_KERNEL.replace("st.shared.u32 [%r4], %r1;", "st.shared.u32 [%r4], 0;")
+    from porter.runtime.tensormap import TensorMapParams
+
+    p = TensorMapParams("t", "UINT32", dims=(16, 4), strides=(64,), box=(16, 4), swizzle="NONE")
+    with pytest.raises(emu.EmuError, match="not a map from porter's emulated host"):
+        emu.launch(bad, "k", grid=1, block=32, args=[emu.tensor_map(p, np.zeros((4, 16), np.uint32)),
+                                                     np.zeros((8, 16), np.uint32), np.zeros(32, np.uint32),
+                                                     np.zeros(64, np.uint32)])

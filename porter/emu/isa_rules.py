@@ -99,9 +99,21 @@ _TC_MCM = ('PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of Ten
            '(tcgen05.fence::before/after_thread_sync around the thread synchronization)')
 _TC_COMMIT = 'PTX ISA 9.7.16.12.1 "tcgen05.commit" (an operation is complete at the mbarrier of its commit)'
 _TC_CP = 'PTX ISA 9.7.16 "tcgen05.cp"'
+_ST_ASYNC = ('PTX ISA 9.7.9.12 "st.async" / 9.7.13 "red.async" (the mbarrier lies in the destination CTA\'s '
+             'shared memory; the address aligned to the access size)')
+_MOVMATRIX = 'PTX ISA 9.7.14.5.17 "movmatrix" (.sync.aligned: every thread of the warp executes it)'
+_TMAP_REPLACE = 'PTX ISA 9.7.9.28 "tensormap.replace" (the fields, ordinals within the rank, Table 33\'s codes)'
+_TMAP_CP = 'PTX ISA 9.7.13 "tensormap.cp_fenceproxy" (128 bytes; .sync.aligned, the same operands in every thread)'
 
 # (a fragment of the message, the section that states the rule); the first fragment found wins
 RULES: list[tuple[str, str]] = [
+    ("the mbarrier of an st.async / red.async", _ST_ASYNC),
+    ("misaligned async store", _ST_ASYNC),
+    ("bulk copy must be the executing CTA's shared memory", _BULK),
+    ("movmatrix is a warp collective", _MOVMATRIX),
+    ("tensormap.replace .", _TMAP_REPLACE),
+    ("misaligned tensor map", _TENSOR),
+    ("tensormap.cp_fenceproxy", _TMAP_CP),
     ("shared-memory race in", _MCM_RACE),
     ("TMEM hand-off race in", _TC_MCM),
     ("without tcgen05.fence::after_thread_sync", _TC_MCM),
@@ -296,6 +308,8 @@ NOT_ISA: list[tuple[str, str]] = [
     ("TMEM(s) and shared memories", "the units' Python API"),
     ("bytes is not a whole number of", "the units' Python API (operand bytes for a shape)"),
     ("not simulated", "the simulator's subset (an Unsupported in all but name)"),
+    ("the simulator's tensor maps", "the simulator's subset of tensor maps (an Unsupported in all but name)"),
+    ("the 128 bytes tensormap.replace edits are not a map", "porter's emulated host encoding of tensor maps"),
 ]
 
 
