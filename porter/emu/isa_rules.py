@@ -256,6 +256,8 @@ PLAIN_RULES: list[tuple[str, str]] = [
     ("not in the ISA's Table 36", _MMA_SCALE_TABLE),
     ("the ISA requires .rn.satfinite", _CVT_NARROW),
     ("the ISA allows only initval 0", _ST_BULK),
+    ("the ISA's rule for tensormap.replace", _TMAP_REPLACE),
+    ("new_val must be an immediate, as the ISA requires", _TMAP_REPLACE),
     ("tensor map rank", _TENSOR_BOX),
     ("strides and", _TENSOR_BOX),
     ("the bounding box must be a multiple of 16 B", _TENSOR_BOX),
