@@ -169,7 +169,11 @@ def test_the_tuning_file_is_read_back_by_the_variants(swept, blackwell, tmp_path
     assert b["predicted"]["model"] == "L1" and b["predicted_l0"]["model"] == "L0"
     assert b["predicted_l0"]["low_us"] <= b["predicted_l0"]["time_us"] <= b["predicted_l0"]["high_us"]
     assert b["default"]["predicted"]["time_us"] >= b["predicted"]["time_us"]
+    assert b["same_as_default"] == (b["knobs"] == b["default"]["knobs"])
 
+    # an entry that changes the configuration (one that only confirms the default applies nothing)
+    b["knobs"]["stages"], b["same_as_default"] = 2, False
+    path.write_text(yaml.safe_dump(data))
     spec, = find_kernel(KERNEL, blackwell)
     assert tuned_note(blackwell, spec) == f"{path}, bucket {entry['default_bucket']}"
     from porter.kernels.knobs import spec_with_knobs
@@ -208,3 +212,28 @@ def test_cli_refuses_bad_input_in_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("porter: error: ") for line in err)
     json.dumps(err)
+
+
+def test_target_says_which_kernels_ran_tuned_from_its_kernels_stage(swept, blackwell, tmp_path, monkeypatch, capsys):
+    """porter target's "tuned:" line is the kernels stage's record (fresh and from the
+    stage cache alike); an entry that only confirms the default applies nothing."""
+    from porter.cli import main
+
+    _, _, s, _ = swept
+    monkeypatch.setenv("PORTER_TUNING_DIR", str(tmp_path / "tuning"))
+    path = table.write(blackwell, "B200", [s])
+    data = yaml.safe_load(path.read_text())
+    b = data["kernels"][KERNEL]["buckets"][data["kernels"][KERNEL]["default_bucket"]]
+    b["knobs"]["stages"], b["same_as_default"] = 2, False      # a legal configuration other than the default
+    path.write_text(yaml.safe_dump(data))
+    args = ["target", "blackwell", "--kernel", KERNEL, "--emulate", "off", "--device", "off", "--out", str(tmp_path / "b")]
+    for _ in range(2):    # built, then from the stage cache
+        capsys.readouterr()
+        assert main(args) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("tuned:"))
+        assert line.startswith(f"tuned: {KERNEL} ({path}, bucket ")
+    b["same_as_default"] = True
+    path.write_text(yaml.safe_dump(data))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "tuned: none" in capsys.readouterr().out

@@ -153,12 +153,12 @@ def print_summary(console, result) -> None:
         failed = "; ".join(f"{c['name']}: {c['detail']}" for c in k["checks_failed"]) or "-"
         table.add_row(lit(k["name"]), k["level"], lit(failed))
     console.print(table)
-    from porter.tuning.table import ran_tuned   # which kernels used a tuning/ entry
+    from porter.tuning.table import tuned_line   # which kernels the kernels stage built from a tuning/ entry
 
-    arch_arg = getattr(result, "arch_arg", None)   # the descriptor as given; a run always has it
-    if arch_arg:
-        console.print(ran_tuned(arch_arg, getattr(result, "product", ""), [k["name"] for k in kernels]),
-                      highlight=False, markup=False)
+    kernels_stages = [s for s in result.stages if s.kind == "kernels" and isinstance(s.data, dict)]
+    if kernels_stages:
+        tuned = {n: note for s in kernels_stages for n, note in (s.data.get("tuned") or {}).items()}
+        console.print(tuned_line(tuned, [k["name"] for k in kernels]), highlight=False, markup=False)
     if unsupported:
         # Not built, so nothing was checked: the reason is what the arch lacks, not a failed check.
         nope = Table(title=f"not built on {result.arch} (unsupported: the arch lacks what they need)",

@@ -258,10 +258,12 @@ def _slim(r: dict) -> dict:
 def _kernels_key(ctx, stage, fams, *archs) -> str:
     """Everything a kernels or baseline stage reads: families' code, templates, primitives,
     descriptors (every installed one: the complete listing reads them all), toolchain, the
-    pipeline's own code and the --kernel filter."""
+    pipeline's own code, the --kernel filter and the tuning files (an entry changes a variant)."""
+    from porter.tuning.entries import files_digest
+
     return keys.digest([stage.to_dict(), fams, keys.family_files_digest(fams), keys.render_sources_digest(),
                         keys.data_digest("arch", "*.yaml"),
-                        [a.digest for a in archs], keys.toolchain_fingerprint(),
+                        [a.digest for a in archs], [files_digest(a) for a in archs], keys.toolchain_fingerprint(),
                         keys.code_version("build"), keys.code_version("stages"), ctx.kernel_pattern])
 
 
@@ -380,7 +382,7 @@ def _kernels(ctx, stage, fams):
     units, unsupported, failed = _render_units(ctx, fams, ctx.arch, ctx.arch, "kernels", complete=True)
     done = ctx.run_units(stage, units)
     rows = sorted([_slim(r) for r in done.values()], key=lambda r: r["name"]) + failed
-    data = {"families": fams, "kernels": rows, "unsupported": unsupported}
+    data = {"families": fams, "kernels": rows, "unsupported": unsupported, "tuned": _tuned(ctx, fams)}
     if not rows:
         note = f"; {len(unsupported)} unsupported" if unsupported else ""
         return _result(stage, SKIPPED, f"no {', '.join(fams)} variants to build"
@@ -395,6 +397,20 @@ def _kernels(ctx, stage, fams):
         return _result(stage, FAILED, f"{len(bad)} of {len(rows)} {'/'.join(fams)} variants fail: {bad[0]['name']}: "
                        f"{first_bad['name']}: {first_bad['detail']}{uns}", data)
     return _result(stage, PASSED, f"{_n(len(ok), '/'.join(fams) + ' variant')} sass-checked for {ctx.arch.target}{uns}", data)
+
+
+def _tuned(ctx, fams) -> dict:
+    """kernel -> "tuning/x.yaml, bucket b" for each variant built from a tuning/ entry
+    (``porter target``'s "tuned:" line reads it from here)."""
+    from porter.kernels.base import KernelSpec
+    from porter.tuning.entries import tuned_note
+
+    notes = {}
+    for fam in fams:
+        for spec in ctx.variants(fam, ctx.arch, True):
+            if isinstance(spec, KernelSpec) and (note := tuned_note(ctx.arch, spec)):
+                notes[spec.name] = note
+    return notes
 
 
 @timed

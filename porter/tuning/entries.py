@@ -72,6 +72,14 @@ def files_for(arch, product: str) -> list[Path]:
     return [file_for(arch, product), tuning_dir() / f"{arch.name}.yaml"]
 
 
+def files_digest(arch) -> str:
+    """The content of the tuning files ``arch`` (its product) reads, for a cache key: a
+    stage whose kernels a tuning file may change is rebuilt when one appears or changes."""
+    from porter.pipeline.keys import file_digest
+
+    return file_digest(files_for(arch, product_of(arch)))
+
+
 def shown(path: Path) -> str:
     """tuning/x.yaml for the shipped folder; the full path for any other."""
     try:
@@ -125,8 +133,8 @@ def entry(arch, spec, render, bucket: str | None = None, product: str | None = N
             continue
         want = bucket or k.get("default_bucket")
         b = (k.get("buckets") or {}).get(want)
-        if not isinstance(b, dict) or not isinstance(b.get("knobs"), dict):
-            continue
+        if not isinstance(b, dict) or not isinstance(b.get("knobs"), dict) or b.get("same_as_default"):
+            continue   # no entry, or tuning confirmed the hand-chosen configuration: nothing to apply
         now = source_hash(arch, spec, render)
         if k.get("source_hash") != now:
             _warn(path, kernel, f"tuned on other sources (source hash {k.get('source_hash')}, now {now}): stale, "

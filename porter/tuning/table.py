@@ -78,17 +78,10 @@ def write(arch, product: str, sweeps: list, path: Path | None = None) -> Path:
     return path
 
 
-def ran_tuned(arch_name: str, product: str, names: list[str]) -> str:
-    """One line for ``porter target``: which of ``names`` ran a tuned configuration."""
-    from porter.commands.kernel import all_variants
-    from porter.descriptor.arch import load_arch
-    from porter.tuning.entries import tuned_note
-
-    arch = load_arch(arch_name)
-    if product and product != arch.product:
-        arch = arch.for_product(product)
-    notes = {v.name: tuned_note(arch, v) for v in all_variants(arch) if hasattr(v, "config")}
-    tuned = [f"{n} ({notes[n]})" for n in names if notes.get(n)]
-    if not tuned:
+def tuned_line(tuned: dict, names: list[str]) -> str:
+    """One line for ``porter target``: which of ``names`` ran a tuned configuration
+    (``tuned``: kernel -> "tuning/x.yaml, bucket b", the kernels stage's record)."""
+    hits = [f"{n} ({tuned[n]})" for n in names if tuned.get(n)]
+    if not hits:
         return "tuned: none (every kernel ran its hand-chosen configuration; porter tune writes tuning/)"
-    return f"tuned: {', '.join(tuned)}; the others ran their hand-chosen configuration"
+    return f"tuned: {', '.join(hits)}; the others ran their hand-chosen configuration"
