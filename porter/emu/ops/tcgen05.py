@@ -131,10 +131,16 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
     for arr, eps, how in ((st.writer, st.writer_ep, "wrote"),) + (((st.reader, st.reader_ep, "read"),)
                                                                    if writes else ()):
         block = arr[l0:l1, c0:c1]
-        other = (block != NO_AGENT) & (block != me)
-        if not other.any():
-            continue
-        agents = np.unique(block[other])
+        lo, hi = int(block.min()), int(block.max())
+        if lo == hi:                        # one agent (or none) holds the whole region: the usual case
+            if lo == NO_AGENT or lo == me:
+                continue
+            other, agents = None, (lo,)
+        else:
+            other = (block != NO_AGENT) & (block != me)
+            if not other.any():
+                continue
+            agents = np.unique(block[other])
         if after_missing:
             raise CheckFailed(
                 f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
@@ -144,7 +150,7 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
         epochs = epochs if epochs is not None else _epochs(w.cta.cluster)
         blk_eps = eps[l0:l1, c0:c1]
         for a in agents:
-            last = int(blk_eps[other & (block == a)].max())
+            last = int(blk_eps.max() if other is None else blk_eps[other & (block == a)].max())
             if last >= 0 and epochs.get(int(a), 0) <= last:
                 raise CheckFailed(
                     f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
@@ -316,7 +322,9 @@ def _idesc(kind: str, idesc: int, g: int, scale_vec):
 def _smem_addrs(instr, b_desc: int, a_desc):
     a = tc.mma_smem_addresses(instr, b_desc, a_desc)
     parts = [a["B"].reshape(-1)] + ([a["A"].reshape(-1)] if a["A"] is not None else [])
-    return np.concatenate(parts)
+    out = np.concatenate(parts)
+    out.flags.writeable = False
+    return out, int(out.min()), int(out.max())
 
 
 @functools.lru_cache(maxsize=256)
@@ -562,16 +570,16 @@ def _build_mma(ins, d, g: int):
                         raise CheckFailed(f"{where}: {who}: tcgen05.mma writes TMEM ({cta.name} {_region_text(r)}) "
                                           f"written by the tcgen05.st at {st_where} of warp {widx} before that "
                                           "warp's tcgen05.wait::st")
-            addrs = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc))
+            addrs, a_lo, a_hi = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc))
             snapshots = []
             for cta in ctas:
-                if addrs.max() >= cta.smem.data.size or addrs.min() < mem.SHARED_RESERVED:
-                    raise CheckFailed(f"{where}: {who}: tcgen05.mma operand bytes 0x{int(addrs.min()):x}.."
-                                      f"0x{int(addrs.max()):x} fall outside {cta.name}'s shared memory")
+                if a_hi >= cta.smem.data.size or a_lo < mem.SHARED_RESERVED:
+                    raise CheckFailed(f"{where}: {who}: tcgen05.mma operand bytes 0x{a_lo:x}.."
+                                      f"0x{a_hi:x} fall outside {cta.name}'s shared memory")
                 # the MMA reads its shared operands through the async proxy (PTX ISA "Memory
                 # Consistency Model: Proxies"): generic stores to them need a fence.proxy.async
                 check_async_read(cta, addrs, f"{where}: the tcgen05.mma of {who}")
-                snapshots.append((cta, addrs, cta.smem.data[addrs].copy()))
+                snapshots.append((cta, addrs, cta.smem.data[addrs]))        # a gather: already a copy
             for cta, r in reads:
                 _note_access(tcs[ctas.index(cta)], r, me, False)
             for cta, r, _ in regions:

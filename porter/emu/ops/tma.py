@@ -12,6 +12,8 @@ reads before its barrier says so reads stale data.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from porter.emu import memory as mem
@@ -35,6 +37,23 @@ def _read_map(w, addr: int, where: str) -> tma_unit.TensorMap:
     if tmap is None:
         tmap = cache[raw] = tma_unit.decode(raw, where)
     return tmap
+
+
+def _span_reader(gmem):
+    """Every row span of a tensor box in one gather, when all of them lie inside one allocation
+    (then each is inside it); None otherwise, and the unit reads row by row, whose bounds
+    check names the first bad row."""
+    heap, starts, ends = getattr(gmem, "heap", None), getattr(gmem, "starts", None), getattr(gmem, "ends", None)
+    if heap is None or starts is None or ends is None:
+        return None
+
+    def read_spans(addrs: np.ndarray, nbytes: int):
+        lo, hi = int(addrs.min()), int(addrs.max()) + nbytes
+        i = bisect.bisect_right(starts, lo) - 1
+        if i < 0 or hi > ends[i] or nbytes <= 0:
+            return None
+        return heap[(addrs - mem.GLOBAL_BASE)[:, None] + np.arange(nbytes)]
+    return read_spans
 
 
 def _destinations(w, dst: int, bar: int, mask: int | None, where: str):
@@ -231,7 +250,7 @@ def build_cp(ins, d):
                 c = tuple(int(x[lane]) for x in coords)
                 targets = _destinations(w, dst, int(bars[lane]), int(masks[lane]) if masks is not None else None,
                                         where)
-                data = tma_unit.load_tile(tmap, c, gmem.read, dst & mem.OFFSET_MASK, where)
+                data = tma_unit.load_tile(tmap, c, gmem.read, dst & mem.OFFSET_MASK, where, _span_reader(gmem))
                 for cta, off, _, _ in targets:
                     cta.smem.check_span(off, data.size, "TMA destination")
                     check_inflight(cta, off, int(data.size), f"{where}: TMA load")

@@ -48,6 +48,7 @@ a non-zero base offset are ``Unsupported``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -369,6 +370,21 @@ def _swizzle(addr: np.ndarray, width: int, base_offset: int = 0) -> np.ndarray:
 
 def operand_addresses(desc: int | SmemDesc, rows: int, row_bytes: int, major: str = "K",
                       elem_bits: int = 8) -> np.ndarray:
+    """(Read-only, computed once per descriptor and shape: see ``_operand_addresses``.)"""
+    return _operand_plan(desc if isinstance(desc, SmemDesc) else int(desc), rows, row_bytes, major, elem_bits)[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _operand_plan(desc, rows: int, row_bytes: int, major: str, elem_bits: int):
+    """The operand's addresses (read-only) and their largest, once per (descriptor, shape):
+    a kernel issues the same few descriptors over and over."""
+    addr = _operand_addresses(desc, rows, row_bytes, major, elem_bits)
+    addr.flags.writeable = False
+    return addr, int(addr.max())
+
+
+def _operand_addresses(desc: int | SmemDesc, rows: int, row_bytes: int, major: str = "K",
+                       elem_bits: int = 8) -> np.ndarray:
     """Shared-memory byte address of every operand byte: int64 (rows, row_bytes).
 
     ``rows`` index M (A) or N (B); bytes run along K in order (element ``k`` of a row occupies
@@ -421,13 +437,13 @@ def operand_addresses(desc: int | SmemDesc, rows: int, row_bytes: int, major: st
 def read_matrix(smem: np.ndarray, desc: int | SmemDesc, rows: int, row_bytes: int,
                 major: str = "K", elem_bits: int = 8) -> np.ndarray:
     """The operand's raw bytes (rows, row_bytes) read from ``smem`` (uint8) by the descriptor."""
-    addr = operand_addresses(desc, rows, row_bytes, major, elem_bits)
+    addr, hi = _operand_plan(desc if isinstance(desc, SmemDesc) else int(desc), rows, row_bytes, major, elem_bits)
     smem = np.asarray(smem)
-    if addr.max() >= smem.size:
+    if hi >= smem.size:
         d = desc if isinstance(desc, SmemDesc) else decode_smem_desc(desc)
         raise CheckFailed(f"tcgen05 operand (descriptor {d.raw:#018x}) reads shared memory byte "
-                          f"{int(addr.max()):#x}, beyond the CTA's {smem.size} bytes")
-    return smem.reshape(-1)[addr].astype(np.uint8)
+                          f"{hi:#x}, beyond the CTA's {smem.size} bytes")
+    return smem.reshape(-1)[addr].astype(np.uint8, copy=False)
 
 
 # ------------------------------------------------------------- TMEM data paths
@@ -479,36 +495,97 @@ def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0) -> DLayout:
     raise Unsupported(f"no data-path layout for M={m} with .cta_group::{cta_group}")
 
 
-def _tmem_block(layout: DLayout, column: int):
-    """Per CTA: (rows, cols) index arrays of D and the TMEM lanes/columns they map to."""
-    for cta in range(int(layout.cta.max()) + 1):
-        sel = layout.cta == cta
-        yield cta, sel, layout.lane[sel], column + layout.column[sel]
+@functools.lru_cache(maxsize=256)
+def _d_layout_cached(m: int, n: int, cta_group: int, lane_base: int) -> DLayout:
+    lay = d_layout(m, n, cta_group, lane_base)
+    for a in (lay.cta, lay.lane, lay.column):
+        a.flags.writeable = False
+    return lay
+
+
+class _Block:
+    """One CTA's part of a D layout, planned once: D rows ``rows`` (a slice: every layout gives
+    each CTA a run of whole rows) and where they live in that CTA's TMEM, as a rectangle of
+    cells (``rect``: lanes, column offsets; Layouts D and A) or flat cell indices ``flat``
+    (lane * columns + column offset; Layouts B and F); the lane and column bounds they reach."""
+    __slots__ = ("cta", "rows", "rect", "flat", "lane_max", "col_min", "col_max", "lanes", "cols")
+
+    def __init__(self, cta, rows, lanes, cols, ncolumns):
+        self.cta, self.rows, self.lanes, self.cols = cta, rows, lanes, cols
+        self.lane_max, self.col_min, self.col_max = int(lanes.max()), int(cols.min()), int(cols.max())
+        l0, c0 = int(lanes[0, 0]), int(cols[0, 0])
+        h, w = lanes.shape
+        if (lanes == l0 + np.arange(h)[:, None]).all() and (cols == c0 + np.arange(w)[None, :]).all():
+            self.rect, self.flat = (l0, l0 + h, c0, c0 + w), None
+        else:
+            self.rect, self.flat = None, lanes * ncolumns + cols
+
+
+@functools.lru_cache(maxsize=256)
+def _d_blocks(layout_key, ncolumns: int):
+    lay = _d_layout_cached(*layout_key)
+    out = []
+    for cta in range(int(lay.cta.max()) + 1):
+        sel = lay.cta == cta
+        rows = np.flatnonzero(sel.any(axis=1))
+        if not (sel[rows].all() and rows.size == rows[-1] - rows[0] + 1):
+            raise EmuError(f"Layout {lay.name}: CTA {cta} does not hold whole consecutive rows of D")
+        r = slice(int(rows[0]), int(rows[-1]) + 1)
+        out.append(_Block(cta, r, lay.lane[r], lay.column[r], ncolumns))
+    return out
+
+
+def _blocks(layout: DLayout, t) -> list:
+    return _d_blocks((layout.m, layout.n, 2 if layout.name in ("A", "B") else 1,
+                      _lane_base(layout)), t.cells.shape[1])
+
+
+def _lane_base(layout: DLayout) -> int:
+    return int(layout.lane[0, 0]) if layout.name == "F" else 0
+
+
+def _check_block(t, b: _Block, col: int, what: str) -> None:
+    if b.lane_max >= 128:
+        raise CheckFailed(t._at(f"{what}: TMEM lane {b.lane_max} is beyond lane 127"))
+    t.check_columns(col + b.col_min, b.col_max - b.col_min + 1, what)
 
 
 def read_d(tmems, address: int, layout: DLayout, what: str = "tcgen05.mma D") -> np.ndarray:
     """D (M, N) as uint32 words from the TMEM(s) of the CTA (pair) at ``address``."""
     col = int(address) & 0xFFFF
-    out = np.zeros((layout.m, layout.n), dtype=np.uint32)
-    for cta, sel, lanes, cols in _tmem_block(layout, col):
-        t = tmems[cta]
-        _check_cells(t, lanes, cols, what)
-        if t.check_undefined and not t.defined[lanes, cols].all():
-            i = int(np.flatnonzero(~t.defined[lanes, cols])[0])
-            raise CheckFailed(t._at(f"{what}: reads TMEM lane {int(lanes[i])} column "
-                                    f"{int(cols[i])}, never written since its allocation"))
-        out[sel] = t.cells[lanes, cols]
+    out = np.empty((layout.m, layout.n), dtype=np.uint32)
+    for b in _blocks(layout, tmems[0]):
+        t = tmems[b.cta]
+        _check_block(t, b, col, what)
+        if b.rect is not None:
+            l0, l1, c0, c1 = b.rect
+            cells, defined = t.cells[l0:l1, col + c0:col + c1], t.defined[l0:l1, col + c0:col + c1]
+        else:
+            idx = b.flat + col
+            cells, defined = t.cells.reshape(-1)[idx], t.defined.reshape(-1)[idx]
+        if t.check_undefined and not defined.all():
+            i = int(np.flatnonzero(~defined)[0])
+            raise CheckFailed(t._at(f"{what}: reads TMEM lane {int(b.lanes.reshape(-1)[i])} column "
+                                    f"{col + int(b.cols.reshape(-1)[i])}, never written since its allocation"))
+        out[b.rows] = cells
     return out
 
 
 def write_d(tmems, address: int, layout: DLayout, words: np.ndarray, what: str = "tcgen05.mma D") -> None:
     col = int(address) & 0xFFFF
     words = np.asarray(words)
-    for cta, sel, lanes, cols in _tmem_block(layout, col):
-        t = tmems[cta]
-        _check_cells(t, lanes, cols, what)
-        t.cells[lanes, cols] = words[sel].astype(np.uint32)
-        t.defined[lanes, cols] = True
+    for b in _blocks(layout, tmems[0]):
+        t = tmems[b.cta]
+        _check_block(t, b, col, what)
+        part = words[b.rows].astype(np.uint32, copy=False)
+        if b.rect is not None:
+            l0, l1, c0, c1 = b.rect
+            t.cells[l0:l1, col + c0:col + c1] = part
+            t.defined[l0:l1, col + c0:col + c1] = True
+        else:
+            idx = b.flat + col
+            t.cells.reshape(-1)[idx] = part
+            t.defined.reshape(-1)[idx] = True
 
 
 def _check_cells(t, lanes: np.ndarray, cols: np.ndarray, what: str) -> None:
@@ -527,7 +604,7 @@ def a_from_tmem(tmems, address: int, m: int, cta_group: int = 1, k_bytes: int = 
     if k_bytes % 4:
         raise EmuError(f"{what}: {k_bytes} bytes of K are not whole 32-bit columns")
     ncols = k_bytes // 4
-    lay = d_layout(m, ncols, cta_group, lane_base=lane0)
+    lay = _d_layout_cached(m, ncols, cta_group, lane0)
     if lay.name == "B":
         raise Unsupported(f"{what}: A from TMEM with M=128 .cta_group::2 (Layout B)")
     words = read_d(tmems, address & 0xFFFF0000 | col, lay, what)
@@ -672,7 +749,7 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
                           "(ISA Figures 199-203) is not implemented")
     mh, nh = instr.m // g, instr.n // g
     lane0 = (int(d_address) >> 16) & 0xFFFF
-    layout = d_layout(instr.m, instr.n, g, lane_base=lane0)
+    layout = _d_layout_cached(instr.m, instr.n, g, lane0)
     if a_tmem is not None:
         a_raw = a_from_tmem(tmems, a_tmem, instr.m, g, k_bytes)
     else:

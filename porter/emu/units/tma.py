@@ -48,6 +48,7 @@ width is Unsupported (the ISA does not say how such rows are packed).
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass
@@ -228,8 +229,12 @@ def swizzle(address: int, mode: str) -> int:
 
 
 def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[int, int], np.ndarray],
-              dst_address: int, where: str = "") -> np.ndarray:
-    """The box at ``coords`` as it lands in shared memory at ``dst_address`` (uint8)."""
+              dst_address: int, where: str = "", read_spans=None) -> np.ndarray:
+    """The box at ``coords`` as it lands in shared memory at ``dst_address`` (uint8).
+
+    ``read_spans(addresses, nbytes) -> uint8 (len(addresses), nbytes) | None``, if given, reads
+    every in-tensor row span at once (one gather); None from it (a span it cannot vouch for)
+    falls back to ``read_global`` row by row, whose error names the first bad row."""
     w = _at(where)
     if len(coords) != tmap.rank:
         raise EmuError(f"{w}cp.async.bulk.tensor gives {len(coords)} coordinates for a rank-{tmap.rank} map")
@@ -249,8 +254,16 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
     if tmap.oob_fill != "NONE":
         bits, dt = _NAN_BITS[tmap.data_type]
         data.view(dt)[:] = bits
-    for row_at, gaddr, nbytes in _rows(tmap, coords):
-        data[row_at:row_at + nbytes] = np.asarray(read_global(gaddr, nbytes), dtype=np.uint8).reshape(-1)
+    if _int64_safe(tmap, coords):
+        row_at, gaddr, nbytes = _row_arrays(tmap, tuple(int(c) for c in coords))
+        spans = read_spans(gaddr, nbytes) if read_spans is not None and row_at.size else None
+        rows = () if spans is not None else zip(row_at.tolist(), gaddr.tolist(), [nbytes] * row_at.size)
+        if spans is not None:
+            data[row_at[:, None] + np.arange(nbytes)] = spans
+    else:                                           # addresses beyond int64: Python integers
+        rows = _rows(tmap, coords)
+    for at, ga, nb in rows:
+        data[at:at + nb] = np.asarray(read_global(ga, nb), dtype=np.uint8).reshape(-1)
     if not width:
         return data
     out = np.empty_like(data)
@@ -258,11 +271,44 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
     return out
 
 
+def _int64_safe(tmap: TensorMap, coords) -> bool:
+    """Every row address of the box (in-tensor or not) fits in int64 arithmetic."""
+    reach = tmap.address + (abs(int(coords[0])) + tmap.box[0]) * tmap.element_bytes
+    for d in range(1, tmap.rank):
+        reach += (abs(int(coords[d])) + tmap.box[d] * tmap.element_strides[d]) * tmap.strides[d - 1]
+    return reach < 1 << 62
+
+
+def _row_arrays(tmap: TensorMap, coords: tuple[int, ...]):
+    """``_rows`` as arrays, in the same order: (box byte offsets, global addresses, bytes per row)
+    of the box rows whose span is inside the tensor."""
+    n = tmap.box_elements
+    eb = tmap.element_bytes
+    row_bytes = tmap.box[0] * eb
+    x0 = coords[0]
+    lo, hi = max(x0, 0), min(x0 + tmap.box[0], tmap.dims[0])
+    nbytes = max(hi - lo, 0) * eb
+    offset = np.full((1,) * (tmap.rank - 1), tmap.address + lo * eb, dtype=np.int64)
+    inside = np.full(offset.shape, lo < hi)
+    for d in range(1, tmap.rank):                   # axis rank-1-d: the slowest dimension first
+        shape = [1] * (tmap.rank - 1)
+        shape[tmap.rank - 1 - d] = n[d]
+        c = coords[d] + np.arange(n[d], dtype=np.int64) * tmap.element_strides[d]
+        offset = offset + (c * tmap.strides[d - 1]).reshape(shape)
+        inside = inside & ((c >= 0) & (c < tmap.dims[d])).reshape(shape)
+    inside = np.broadcast_to(inside, offset.shape).reshape(-1)
+    linear = np.flatnonzero(inside)
+    return linear * row_bytes + (lo - x0) * eb, offset.reshape(-1)[linear], nbytes
+
+
+@functools.lru_cache(maxsize=1024)
 def _landed(address: int, size: int, width: int) -> np.ndarray:
     """Per byte of a box in its linear order: its offset from ``address`` once swizzled. The
     swizzle is a function of the shared-memory address bits (5.5.7), so a start that is not on
     the pattern's boundary gets the pattern shifted, as the hardware lays it out."""
-    return swizzle_array(address + np.arange(size, dtype=np.int64), width) - address
+    out = swizzle_array(address + np.arange(size, dtype=np.int64), width) - address
+    out.flags.writeable = False             # cached: one per (destination, size, width)
+    return out
 
 
 def _rows(tmap: TensorMap, coords: tuple[int, ...]):

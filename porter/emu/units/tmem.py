@@ -62,6 +62,7 @@ Emulation choices (the ISA leaves them open) and doubts:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,10 +156,17 @@ class TensorMemory:
         if column < 0 or column + ncols > COLUMNS:
             raise CheckFailed(self._at(
                 f"{what}: TMEM columns {column}..{column + ncols - 1} outside 0..{COLUMNS - 1}"))
-        used = self._used()
-        bad = np.flatnonzero(~used[column:column + ncols])
-        if bad.size:
-            first = column + int(bad[0])
+        # walk the allocations (a handful of disjoint runs) rather than build a column map
+        first, end = column, column + ncols
+        for lo, hi in sorted((a.column, a.column + a.ncols) for a in self.allocations.values()):
+            if hi <= first:
+                continue
+            if lo > first:
+                break
+            first = hi
+            if first >= end:
+                break
+        if first < end:
             raise CheckFailed(self._at(
                 f"{what}: TMEM column {first} (of {column}..{column + ncols - 1}) is not "
                 "allocated (access outside allocated columns)"))
@@ -212,6 +220,10 @@ class TensorMemory:
 
     # ---------------------------------------------------------- raw, checked
     def read(self, lane: int, nlanes: int, column: int, ncols: int, what: str) -> np.ndarray:
+        self._check_read(lane, nlanes, column, ncols, what)
+        return self.cells[lane:lane + nlanes, column:column + ncols].copy()
+
+    def _check_read(self, lane: int, nlanes: int, column: int, ncols: int, what: str) -> None:
         self._check_lanes(lane, nlanes, what)
         self.check_columns(column, ncols, what)
         if self.check_undefined:
@@ -221,7 +233,6 @@ class TensorMemory:
                 raise CheckFailed(self._at(
                     f"{what}: reads TMEM lane {lane + ln} column {column + cl}, never written "
                     "since its columns were allocated"))
-        return self.cells[lane:lane + nlanes, column:column + ncols].copy()
 
     def write(self, lane: int, column: int, words: np.ndarray, what: str) -> None:
         words = np.asarray(words)
@@ -248,26 +259,15 @@ class TensorMemory:
             raise CheckFailed(self._at(
                 f"{what}: warp {warp_id} (warp {quarter} of its warpgroup) may access TMEM lanes "
                 f"{lo}..{lo + 31} only, this reaches lanes {lane0}..{lane0 + nl - 1}"))
-        t = np.arange(32)[:, None]
-        regs = _REGS_X1[shape] * num
-        r = np.arange(regs)[None, :]
-        if shape == "32x32b":        # thread t: lane t; register r: column r
-            lanes, cols = t + 0 * r, r + 0 * t
-        elif shape == "16x64b":      # lane t/4 + 8*(t%2), column 2*r + (t/2)%2
-            lanes, cols = t // 4 + 8 * (t % 2) + 0 * r, 2 * r + (t // 2) % 2
-        elif shape == "16x128b":     # r = 2*i + h: lane t/4 + 8h, column 4*i + t%4
-            lanes = t // 4 + 8 * (r % 2)
-            cols = 4 * (r // 2) + t % 4
-        else:                        # 16x256b, r = 4*i + 2*h + j: lane t/4 + 8h, column 8i + 2(t%4) + j
-            lanes = t // 4 + 8 * ((r // 2) % 2)
-            cols = 8 * (r // 4) + 2 * (t % 4) + r % 2
-        ncols = int(cols.max()) + 1
+        lanes, cols, ncols = _fragment_map(shape, num)
         return what, lane0 + lanes, col0 + cols, lane0, nl, col0, ncols
 
     def ld(self, warp_id: int, address: int, shape: str, num: int) -> np.ndarray:
         what, lanes, cols, lane0, nl, col0, ncols = self._fragment(warp_id, address, shape, num, "ld")
-        self.read(lane0, nl, col0, ncols, what)  # bounds, allocation, defined-ness
-        return self.cells[lanes, cols].copy()
+        self._check_read(lane0, nl, col0, ncols, what)  # bounds, allocation, defined-ness
+        if shape == "32x32b":                              # thread t: lane t, register r: column r
+            return self.cells[lane0:lane0 + 32, col0:col0 + ncols].copy()
+        return self.cells[lanes, cols]
 
     def st(self, warp_id: int, address: int, shape: str, num: int, values) -> None:
         what, lanes, cols, lane0, nl, col0, ncols = self._fragment(warp_id, address, shape, num, "st")
@@ -304,6 +304,29 @@ class TensorMemory:
         for q in range(copies):
             self.write(q * LANES_PER_WARP, col0, words, what)
         return data
+
+
+@functools.lru_cache(maxsize=64)
+def _fragment_map(shape: str, num: int):
+    """(lanes[32, regs], columns[32, regs]) from the address, and the columns spanned, of
+    thread t's register r for ``.shape.xnum`` (the ISA's Matrix fragments for tcgen05.ld/st),
+    computed once per form."""
+    t = np.arange(32)[:, None]
+    regs = _REGS_X1[shape] * num
+    r = np.arange(regs)[None, :]
+    if shape == "32x32b":        # thread t: lane t; register r: column r
+        lanes, cols = t + 0 * r, r + 0 * t
+    elif shape == "16x64b":      # lane t/4 + 8*(t%2), column 2*r + (t/2)%2
+        lanes, cols = t // 4 + 8 * (t % 2) + 0 * r, 2 * r + (t // 2) % 2
+    elif shape == "16x128b":     # r = 2*i + h: lane t/4 + 8h, column 4*i + t%4
+        lanes = t // 4 + 8 * (r % 2)
+        cols = 4 * (r // 2) + t % 4
+    else:                        # 16x256b, r = 4*i + 2*h + j: lane t/4 + 8h, column 8i + 2(t%4) + j
+        lanes = t // 4 + 8 * ((r // 2) % 2)
+        cols = 8 * (r // 4) + 2 * (t % 4) + r % 2
+    for a in (lanes, cols):
+        a.flags.writeable = False
+    return lanes, cols, int(cols.max()) + 1
 
 
 def alloc_pair(tmem0: TensorMemory, tmem1: TensorMemory, warp0: int, warp1: int,
