@@ -453,3 +453,74 @@ def test_tensormap_replace_of_a_driver_map_is_one_clear_error():
         emu.launch(bad, "k", grid=1, block=32, args=[emu.tensor_map(p, np.zeros((4, 16), np.uint32)),
                                                      np.zeros((8, 16), np.uint32), np.zeros(32, np.uint32),
                                                      np.zeros(64, np.uint32)])
+
+
+# ---- 8-bit stmatrix / ldmatrix (sm_100, sm_120) -------------------------------------------------
+
+def test_stmatrix_m16n8_trans_b8_stores_the_accumulator_fragment_transposed():
+    # each lane holds e0, e1 = M[g, 2t], M[g, 2t+1] and e2, e3 = the same columns of row g + 8
+    # (g = lane / 4, t = lane % 4) of two 16 x 8 byte matrices; .trans writes column c of
+    # matrix j as the 16-byte row at thread 8j + c's address
+    m = RNG.integers(0, 256, (2, 16, 8), dtype=np.uint8)
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    regs = np.zeros((2, 32), np.uint32)
+    for j in range(2):
+        e = [m[j, g, 2 * t], m[j, g, 2 * t + 1], m[j, g + 8, 2 * t], m[j, g + 8, 2 * t + 1]]
+        regs[j] = sum(x.astype(np.uint32) << (8 * k) for k, x in enumerate(e))
+    body = """
+    ld.global.u32 %r1, [%rd4];
+    ld.global.u32 %r5, [%rd4+128];
+    mov.u32 %r10, buf;
+    and.b32 %r11, %r0, 15;
+    shl.b32 %r11, %r11, 4;
+    add.u32 %r12, %r10, %r11;
+    stmatrix.sync.aligned.m16n8.x2.trans.shared.b8 [%r12], {%r1, %r5};
+    bar.sync 0;
+    shl.b32 %r13, %r0, 2;
+    add.u32 %r14, %r10, %r13;
+    ld.shared.u32 %r2, [%r14];
+    ld.shared.u32 %r6, [%r14+128];
+    st.global.u32 [%rd3], %r2;
+    st.global.u32 [%rd3+128], %r6;
+    """
+    got = run(body, regs.reshape(-1), n=64, target="sm_100a", pre=CLUSTER).view(np.uint8).reshape(2, 8, 16)
+    np.testing.assert_array_equal(got, m.transpose(0, 2, 1))
+
+
+def test_ldmatrix_m16n16_trans_b8_reads_back_what_two_stmatrix_wrote():
+    # the ldmatrix.m16n16.x1 fragment is that of stmatrix.m16n8.x2 (CuTe's U8x8 LDSM_T / STSM_T
+    # layouts agree), with row R supplied by thread (R%2) + 2*(R//8) + 4*((R%8)//2)
+    vals = RNG.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
+    body = """
+    ld.global.u32 %r1, [%rd4];
+    ld.global.u32 %r5, [%rd4+128];
+    mov.u32 %r10, buf;
+    and.b32 %r11, %r0, 15;
+    shl.b32 %r11, %r11, 4;
+    add.u32 %r12, %r10, %r11;
+    stmatrix.sync.aligned.m16n8.x2.trans.shared.b8 [%r12], {%r1, %r5};
+    bar.sync 0;
+    and.b32 %r20, %r0, 1;
+    shr.u32 %r21, %r0, 1;
+    and.b32 %r21, %r21, 1;
+    shl.b32 %r21, %r21, 3;
+    shr.u32 %r22, %r0, 2;
+    and.b32 %r22, %r22, 3;
+    shl.b32 %r22, %r22, 1;
+    add.u32 %r20, %r20, %r21;
+    add.u32 %r20, %r20, %r22;
+    shl.b32 %r20, %r20, 4;
+    add.u32 %r23, %r10, %r20;
+    ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%r2, %r6}, [%r23];
+    st.global.u32 [%rd3], %r2;
+    st.global.u32 [%rd3+128], %r6;
+    """
+    got = run(body, vals, n=64, target="sm_100a", pre=CLUSTER)
+    np.testing.assert_array_equal(got, vals)
+
+
+def test_the_decompressing_ldmatrix_forms_are_refused_in_one_line():
+    body = "mov.u32 %r10, buf;\nldmatrix.sync.aligned.m8n16.x1.shared.b8x16.b6x16_p32 {%r2}, [%r10];\n"
+    with pytest.raises(emu.Unsupported, match="ldmatrix.sync.aligned.m8n16.x1.shared.b8x16.b6x16_p32"):
+        run(body, target="sm_100a", pre=CLUSTER)

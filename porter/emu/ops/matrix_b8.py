@@ -1,0 +1,132 @@
+"""The 8-bit matrix loads and stores of sm_100 / sm_120 (PTX ISA 9.0: 9.7.14.5.15 "ldmatrix",
+9.7.14.5.16 "stmatrix"): ``ldmatrix.sync.aligned.m16n16.x{1,2}.trans{.shared{::cta}}.b8`` and
+``stmatrix.sync.aligned.m16n8.x{1,2,4}.trans{.shared{::cta}}.b8`` (the FP8 epilogues and
+operand transposes of CUTLASS's and DeepGEMM's Blackwell kernels).
+
+The fragment layouts (the ISA's Figures 105 and 108, published as images) are taken from
+CUTLASS's CuTe copy traits for these instructions (``SM100_U8x{4,8,16}_STSM_T``,
+``SM100_U8x{8,16}_LDSM_T``), which state them as bit maps:
+
+* stmatrix m16n8 (.trans mandatory): matrix j is written at the 8 row addresses of threads
+  8j..8j+7, 16 bytes each; byte k of register j of lane l (l%4 = t0, l/4 = t1) goes to row
+  2*t0 + (k & 1) of matrix j, byte t1 + 8*(k >> 1) of that row. It is the transposed
+  store of the m16n8 accumulator fragment: e0, e1 hold (row t1, columns 2*t0, 2*t0+1),
+  e2, e3 the same columns of row t1 + 8.
+* ldmatrix m16n16 (.trans mandatory): matrix i (x2: two) is read from 16 row addresses,
+  of threads 16i..16i+15; the thread that supplies reference row R is
+  (R%2) + 2*((R%16)//8) + 4*((R%8)//2) + 16*(R//16). Byte k of register j of lane l is
+  byte t1 + 8*(k >> 1) of reference row 2*t0 + (k & 1) + 8*j.
+
+The 6-bit / 4-bit decompressing forms (``.b8x16.b6x16_p32``, ``.b8x16.b4x16_p64``) are not
+implemented: where the ISA puts the narrow value inside each 8-bit container is given only
+in a figure porter has not been able to read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import ptx
+from porter.emu.ops.cp_async import check_not_in_flight
+from porter.emu.ops.memory import _track
+from porter.emu.ops.mma_sync import _shared_offsets, _whole_warp
+
+_NUM = {"x1": 1, "x2": 2, "x4": 4}
+_LANE = np.arange(32)
+_T0, _T1 = _LANE % 4, _LANE // 4
+
+
+def _stmatrix_map(num: int):
+    """(address-thread, byte-in-row) per (lane, register, byte) for stmatrix m16n8."""
+    rows = np.zeros((32, num, 4), np.int64)
+    cols = np.zeros((32, num, 4), np.int64)
+    for j in range(num):
+        for k in range(4):
+            rows[:, j, k] = 8 * j + 2 * _T0 + (k & 1)
+            cols[:, j, k] = _T1 + 8 * (k >> 1)
+    return rows, cols
+
+
+def _ldmatrix_map(num: int):
+    """(address-thread, byte-in-row) per (lane, register, byte) for ldmatrix m16n16."""
+    nreg = 2 * num
+    rows = np.zeros((32, nreg, 4), np.int64)
+    cols = np.zeros((32, nreg, 4), np.int64)
+    for j in range(nreg):
+        for k in range(4):
+            r = 2 * _T0 + (k & 1) + 8 * j
+            rows[:, j, k] = (r % 2) + 2 * ((r % 16) // 8) + 4 * ((r % 8) // 2) + 16 * (r // 16)
+            cols[:, j, k] = _T1 + 8 * (k >> 1)
+    return rows, cols
+
+
+def _form(ins, d, store: bool):
+    parts = ins.parts
+    name = parts[0]
+    shape = "m16n8" if store else "m16n16"
+    if parts[1:3] != ["sync", "aligned"] or shape not in parts or parts[-1] != "b8":
+        raise d.unsupported(f"(only {name}.sync.aligned.{shape}.x{{n}}.trans{{.shared}}.b8)")
+    if "trans" not in parts:
+        raise d.unsupported(f"(.{shape} needs .trans: the ISA's rule for {name})")
+    num = next((_NUM[p] for p in parts if p in _NUM), None)
+    if num is None or (not store and num == 4):
+        raise d.unsupported(f"(.num: .x1, .x2{', .x4' if store else ''} with .{shape})")
+    space = "shared" if any(p.split("::")[0] == "shared" for p in parts) else "generic"
+    regs_op, addr_op = (ins.operands[1], ins.operands[0]) if store else (ins.operands[0], ins.operands[1])
+    nreg = num if store else 2 * num
+    if not isinstance(regs_op, ptx.Vec) or len(regs_op.items) != nreg:
+        raise d.unsupported(f"(expected {nreg} registers)")
+    addr_fn, sym_space = d.addr(addr_op, space)
+    if sym_space is not None:
+        space = "shared" if sym_space == "shared" else sym_space
+    where = d.where(ins)
+    what = f"{name}.{shape}.x{num}"
+    n_addr = 8 * num if store else 16 * num
+    rows, cols = _stmatrix_map(num) if store else _ldmatrix_map(num)
+    if store:
+        readers = [d.src(x, "b32") for x in regs_op.items]
+    else:
+        writers = [d.dst(x, "b32") for x in regs_op.items]
+
+    def run(w, m):
+        res = _whole_warp(w, m, where, what)
+        if res is not None:
+            return res
+        offs = _shared_offsets(w, np.asarray(addr_fn(w))[:n_addr], space, where)
+        smem = w.cta.smem
+        from porter.emu import memory as mem
+        mem.check_aligned(offs, 16, f"{what} row address")
+        offs = smem.check_lanes(offs, 16, f"{what} row")
+        check_not_in_flight(w, offs, 16, what)
+        _track(w, w.cta, offs, 16, store, what)
+        addr = offs[rows] + cols                       # (32, nreg, 4) byte offsets
+        if store:
+            regs = np.stack([np.broadcast_to(np.asarray(r(w)), (32,)).astype(np.uint32) for r in readers], axis=1)
+            data = regs[:, :, None] >> (np.arange(4, dtype=np.uint32) * np.uint32(8))
+            smem.data[addr.reshape(-1)] = (data & np.uint32(0xFF)).astype(np.uint8).reshape(-1)
+            return None
+        got = smem.data[addr].astype(np.uint32)        # (32, nreg, 4)
+        words = got[:, :, 0] | (got[:, :, 1] << 8) | (got[:, :, 2] << 16) | (got[:, :, 3] << 24)
+        for j, wr in enumerate(writers):
+            wr(w, np.ascontiguousarray(words[:, j]), None)
+        return None
+    return run
+
+
+def build_ldmatrix_b8(ins, d):
+    return _form(ins, d, store=False)
+
+
+def build_stmatrix_b8(ins, d):
+    return _form(ins, d, store=True)
+
+
+build_stmatrix_b8.n_dst = 0
+
+
+def _b8(ins) -> bool:
+    return ins.parts[-1] == "b8" or any(p.startswith("b8x16") for p in ins.parts)
+
+
+BUILDERS: dict = {}
+FORMS = [("ldmatrix", _b8, build_ldmatrix_b8), ("stmatrix", _b8, build_stmatrix_b8)]
