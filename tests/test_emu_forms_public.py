@@ -524,3 +524,36 @@ def test_the_decompressing_ldmatrix_forms_are_refused_in_one_line():
     body = "mov.u32 %r10, buf;\nldmatrix.sync.aligned.m8n16.x1.shared.b8x16.b6x16_p32 {%r2}, [%r10];\n"
     with pytest.raises(emu.Unsupported, match="ldmatrix.sync.aligned.m8n16.x1.shared.b8x16.b6x16_p32"):
         run(body, target="sm_100a", pre=CLUSTER)
+
+
+# ---- f32 .sat and directed rounding, 16x2 SIMD, vector atomics, pmevent --------------------------
+
+def test_f32_directed_rounding_and_saturation():
+    # 1 + 2^-24 lies halfway between 1 and the next float: rz/rn give 1, rp the next float up;
+    # -(1 + 2^-24) with rm goes down to -(1 + 2^-23); .sat clamps 3 to 1 and -2 to 0
+    body = ("mov.f32 %f1, 0f3F800000;\nmov.f32 %f2, 0f33800000;\nneg.f32 %f3, %f1;\n"
+            "fma.rz.f32 %f4, %f1, %f1, %f2;\nfma.rp.f32 %f5, %f1, %f1, %f2;\nfma.rm.f32 %f6, %f3, %f1, %f2;\n"
+            "neg.f32 %f7, %f2;\nfma.rm.f32 %f6, %f3, %f1, %f7;\nadd.rn.f32 %f8, %f1, %f2;\n"
+            "mov.f32 %f9, 0f40400000;\nmul.rn.sat.f32 %f10, %f9, %f1;\nmov.f32 %f11, 0fC0000000;\n"
+            "fma.rn.sat.f32 %f12, %f11, %f1, %f1;\n"
+            "mov.b32 %r2, %f4;\nst.global.u32 [%rd3], %r2;\nmov.b32 %r2, %f5;\nst.global.u32 [%rd3+128], %r2;\n"
+            "mov.b32 %r2, %f6;\nst.global.u32 [%rd3+256], %r2;\nmov.b32 %r2, %f8;\nst.global.u32 [%rd3+384], %r2;\n"
+            "mov.b32 %r2, %f10;\nst.global.u32 [%rd3+512], %r2;\nmov.b32 %r2, %f12;\nst.global.u32 [%rd3+640], %r2;\n")
+    got = run(body, n=192)[::32]
+    assert list(got) == [0x3F800000, 0x3F800001, 0xBF800001, 0x3F800000, 0x3F800000, 0x00000000]
+
+
+def test_simd_16x2_integer_lanes():
+    body = ("mov.b32 %r1, 0x7fff0003;\nmov.b32 %r5, 0x0001fffe;\nadd.s16x2 %r2, %r1, %r5;\n" + STORE +
+            "min.s16x2 %r6, %r1, %r5;\nst.global.u32 [%rd3+128], %r6;\nmax.u16x2 %r7, %r1, %r5;\n"
+            "st.global.u32 [%rd3+256], %r7;\nmax.relu.s16x2 %r8, %r5, 0xfff0fff0;\nst.global.u32 [%rd3+384], %r8;\n")
+    got = run(body, n=128)[::32]
+    assert list(got) == [0x80000001, 0x0001fffe, 0x7ffffffe, 0x00010000]
+
+
+def test_vector_red_and_atom_add_each_element():
+    body = ("cvt.rn.f32.u32 %f1, %r0;\nmov.f32 %f2, 0f3F800000;\n"
+            "red.global.add.v2.f32 [%rd1], {%f1, %f2};\npmevent 3;\n")
+    out = np.zeros(32, np.float32)
+    res = emu.launch(kernel(body), "k", grid=1, block=32, args=[out, np.zeros(32, np.uint32)])
+    assert res.outputs[0][0] == sum(range(32)) and res.outputs[0][1] == 32.0

@@ -354,6 +354,48 @@ def build_prmt_mode(ins, d):
     return run
 
 
+def build_simd16(ins, d):
+    """add / sub / min / max on ``.u16x2`` / ``.s16x2`` (two 16-bit lanes of a .b32, sm_90;
+    add/sub wrap; min/max ``.relu`` clamps at 0; PTX ISA 9.7.1 "add", "sub", "min", "max")."""
+    parts = ins.parts
+    op, t = parts[0], parts[-1]
+    signed = t == "s16x2"
+    relu = "relu" in parts
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, "b32"), d.src(b, "b32"), d.dst(dst, "b32")
+
+    def halves(v):
+        v = _lanes(v, np.int64)
+        lo, hi = v & 0xFFFF, (v >> 16) & 0xFFFF
+        if signed:
+            lo, hi = np.where(lo >= 0x8000, lo - 0x10000, lo), np.where(hi >= 0x8000, hi - 0x10000, hi)
+        return lo, hi
+
+    def run(w, m):
+        out = []
+        for x, y in zip(halves(ra(w)), halves(rb(w))):
+            r = {"add": x + y, "sub": x - y, "min": np.minimum(x, y), "max": np.maximum(x, y)}[op]
+            if relu:
+                r = np.maximum(r, 0)
+            out.append(r & 0xFFFF)
+        wd(w, (out[0] | (out[1] << 16)).astype(np.uint32), m)
+    return run
+
+
+def build_pmevent(ins, d):
+    """pmevent: a performance-monitor event (no effect on any value)."""
+    def pmevent(w, m):
+        return None
+    return pmevent
+
+
+build_pmevent.n_dst = 0
+
+
+def _simd16(ins) -> bool:
+    return ins.parts[-1] in ("u16x2", "s16x2")
+
+
 def _cc(ins) -> bool:
     return "cc" in ins.parts
 
@@ -361,6 +403,7 @@ def _cc(ins) -> bool:
 BUILDERS = {"addc": build_carry, "subc": build_carry, "madc": build_carry, "mul24": build_mul24,
             "mad24": build_mul24, "sad": build_sad, "dp4a": build_dp, "dp2a": build_dp, "bfind": build_bfind,
             "fns": build_fns, "bmsk": build_bmsk, "szext": build_szext, "testp": build_testp, "slct": build_slct,
-            "isspacep": build_isspacep, "ldu": build_ldu}
+            "isspacep": build_isspacep, "ldu": build_ldu, "pmevent": build_pmevent}
 FORMS = [("add", _cc, build_carry), ("sub", _cc, build_carry), ("mad", _cc, build_carry),
+         *[(op, _simd16, build_simd16) for op in ("add", "sub", "min", "max")],
          ("prmt", lambda ins: len(ins.parts) == 3 and ins.parts[1] == "b32", build_prmt_mode)]

@@ -349,9 +349,20 @@ def _relu_or_sat16(ins) -> bool:
     return "relu" in ins.parts or ("sat" in ins.parts and "f16" in ins.parts)
 
 
+def _f32_modifiers(ins) -> bool:
+    """f32 arithmetic with .sat or a directed rounding (.rz/.rm/.rp), which the plain f32
+    builders round to nearest and do not clamp (fma.rm.f32 is in CUTLASS's epilogues)."""
+    p = ins.parts
+    return p[-1] == "f32" and ("sat" in p or any(r in p for r in ("rz", "rm", "rp")))
+
+
+def _arith_form(ins) -> bool:
+    return _has_packed(ins) or _mixed(ins) or _f32_modifiers(ins)
+
+
 FORMS = [
-    *[(op, lambda ins: _has_packed(ins) or _mixed(ins), _arith) for op in ("add", "sub", "mul")],
-    ("fma", lambda ins: _has_packed(ins) or _mixed(ins) or _relu_or_sat16(ins), _arith),
+    *[(op, _arith_form, _arith) for op in ("add", "sub", "mul")],
+    ("fma", lambda ins: _arith_form(ins) or _relu_or_sat16(ins), _arith),
     *[(op, _has_packed, _sign_op) for op in ("neg", "abs")],
     *[(op, _float_minmax, _minmax) for op in ("min", "max")],
     *[(op, _has_packed, _approx) for op in ("ex2", "tanh")],
@@ -416,3 +427,72 @@ build_packed_red.n_dst = 0
 BUILDERS = {"set": build_set}
 FORMS += [("red", lambda ins: _has_packed(ins) and "async" not in ins.parts, build_packed_red),
           ("atom", _has_packed, build_packed_atomic)]
+
+
+def build_vector_atomic(ins, d):
+    """``red`` / ``atom`` ``.add/.min/.max`` on vectors (sm_90: ``.v2/.v4.f32``, ``.v2/.v4/.v8`` of
+    ``.f16/.bf16`` and ``.v2/.v4`` of ``.f16x2/.bf16x2``, global memory; PTX ISA 9.7.13 "red",
+    "atom"): each element as its own atomic; ``atom`` returns the old vector."""
+    from porter.emu import memory as mem
+    from porter.emu.ops.memory import _resolve, _space
+
+    parts = ins.parts
+    returns = parts[0] == "atom"
+    op = next((p for p in parts if p in ("add", "min", "max")), None)
+    nvec = next((int(p[1]) for p in parts if p in ("v2", "v4", "v8")), None)
+    elem = next((p for p in reversed(parts) if p in _PACKED), None)
+    space = _space(parts)
+    if op is None or nvec is None or elem is None or space not in ("global", "generic"):
+        raise d.unsupported("(vector red/atom: .add/.min/.max on .f32, .f16, .bf16, .f16x2, .bf16x2 in global memory)")
+    kind, n = _PACKED[elem]
+    reg = _REG[(kind, n)]
+    ebytes = (32 if kind == "f32" else 16) * n // 8
+    ops = ins.operands
+    k = 1 if returns else 0
+    vals = ops[k + 1].items if isinstance(ops[k + 1], ptx.Vec) else ()
+    if len(vals) != nvec or (returns and not (isinstance(ops[0], ptx.Vec) and len(ops[0].items) == nvec)):
+        raise d.unsupported(f"(expected {nvec}-element vectors)")
+    readers = [d.src(x, reg) for x in vals]
+    writers = [d.dst(x, reg) for x in ops[0].items] if returns else []
+    addr_fn, _ = d.addr(ops[k], space)
+    total = ebytes * nvec
+    what = f"atomic ({ins.opcode})"
+    u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[ebytes]
+
+    def atom(w, m):
+        sel = w.live if m is None else m
+        lanes = np.nonzero(sel)[0]
+        a = addr_fn(w)[sel]
+        mem.check_aligned(a, total, what)
+        buf, offs = _resolve(w, space, a, total, what, write=True)
+        new = [_lanes(r(w), np.uint64) for r in readers]
+        old = [np.zeros(_LANES, np.uint64) for _ in readers]
+        for j, lane in enumerate(lanes):
+            for e in range(nvec):
+                off = int(offs[j]) + e * ebytes
+                cur = np.uint64(int(buf[off:off + ebytes].view(u)[0]))
+                old[e][lane] = cur
+                res = []
+                for x, y in zip(unpack(cur, kind, n), unpack(new[e][lane], kind, n)):
+                    with np.errstate(all="ignore"):
+                        r = x + y if op == "add" else (np.fmin(x, y) if op == "min" else np.fmax(x, y))
+                    res.append(encode(r, kind))
+                buf[off:off + ebytes] = np.array([int(pack(res, kind)[0])], dtype=u).view(np.uint8)
+        for wr, o in zip(writers, old):
+            wr(w, o.astype(NP[reg]), m)
+    return atom
+
+
+def build_vector_red(ins, d):
+    return build_vector_atomic(ins, d)
+
+
+build_vector_red.n_dst = 0
+
+
+def _vector_float_atomic(ins) -> bool:
+    p = ins.parts
+    return any(v in p for v in ("v2", "v4", "v8")) and p[-1] in _PACKED and "async" not in p
+
+
+FORMS = [("red", _vector_float_atomic, build_vector_red), ("atom", _vector_float_atomic, build_vector_atomic)] + FORMS
