@@ -557,3 +557,34 @@ def test_vector_red_and_atom_add_each_element():
     out = np.zeros(32, np.float32)
     res = emu.launch(kernel(body), "k", grid=1, block=32, args=[out, np.zeros(32, np.uint32)])
     assert res.outputs[0][0] == sum(range(32)) and res.outputs[0][1] == 32.0
+
+
+# ---- cvt rounding (floorf & co., directed narrowing, bf16 beside non-f32 types) ------------------
+
+def test_cvt_integral_rounding_of_floats():
+    v = np.array([2.5, -2.5, 1.7, -1.2, 3.5, -0.4, 7.0, 0.5] * 4, np.float32)
+    body = ("ld.global.f32 %f1, [%rd4];\ncvt.rni.f32.f32 %f2, %f1;\ncvt.rmi.f32.f32 %f3, %f1;\n"
+            "cvt.rpi.f32.f32 %f4, %f1;\ncvt.rzi.f32.f32 %f5, %f1;\n"
+            "st.global.f32 [%rd3], %f2;\nst.global.f32 [%rd3+128], %f3;\nst.global.f32 [%rd3+256], %f4;\n"
+            "st.global.f32 [%rd3+384], %f5;\n")
+    got = run(body, v, n=128).view(np.float32).reshape(4, 32)
+    np.testing.assert_array_equal(got, [np.rint(v), np.floor(v), np.ceil(v), np.trunc(v)])
+
+
+def test_cvt_directed_narrowing_and_bf16_pairs():
+    # 0x3f80ffff = 1 + (2^16 - 1) * 2^-23: bf16 rz 0x3f80, rp 0x3f81; f16 rz 0x3c07, rp 0x3c08
+    # 16777217 = 2^24 + 1 -> f32: rz 2^24 (0x4b800000), rp 2^24 + 2 (0x4b800001)
+    # 1.5 as f16 0x3e00 <-> bf16 0x3fc0; bf16 2.5 (0x4020) -> s32 rzi 2; s32 3 -> bf16 0x4040
+    body = ("mov.b32 %f1, 0x3f80ffff;\ncvt.rz.bf16.f32 %rs1, %f1;\ncvt.rp.bf16.f32 %rs2, %f1;\n"
+            "cvt.rz.f16.f32 %rs3, %f1;\ncvt.rp.f16.f32 %rs4, %f1;\n"
+            "cvt.u32.u16 %r2, %rs1;\nst.global.u32 [%rd3], %r2;\ncvt.u32.u16 %r2, %rs2;\nst.global.u32 [%rd3+128], %r2;\n"
+            "cvt.u32.u16 %r2, %rs3;\nst.global.u32 [%rd3+256], %r2;\ncvt.u32.u16 %r2, %rs4;\nst.global.u32 [%rd3+384], %r2;\n"
+            "mov.u32 %r5, 16777217;\ncvt.rz.f32.s32 %f2, %r5;\ncvt.rp.f32.u32 %f3, %r5;\n"
+            "mov.b32 %r2, %f2;\nst.global.u32 [%rd3+512], %r2;\nmov.b32 %r2, %f3;\nst.global.u32 [%rd3+640], %r2;\n"
+            "mov.b16 %rs5, 0x3e00;\ncvt.rn.bf16.f16 %rs6, %rs5;\ncvt.u32.u16 %r2, %rs6;\nst.global.u32 [%rd3+768], %r2;\n"
+            "mov.b16 %rs5, 0x4020;\ncvt.rzi.s32.bf16 %r2, %rs5;\nst.global.u32 [%rd3+896], %r2;\n"
+            "mov.u32 %r6, 3;\ncvt.rn.bf16.s32 %rs7, %r6;\ncvt.u32.u16 %r2, %rs7;\nst.global.u32 [%rd3+1024], %r2;\n"
+            "mov.u32 %r7, 0x7fffffff;\nadd.sat.s32 %r2, %r7, 5;\nst.global.u32 [%rd3+1152], %r2;\n")
+    got = run(body, n=320)[::32]
+    assert [hex(int(x)) for x in got] == ["0x3f80", "0x3f81", "0x3c07", "0x3c08", "0x4b800000", "0x4b800001",
+                                          "0x3fc0", "0x2", "0x4040", "0x7fffffff"]

@@ -396,6 +396,23 @@ def _simd16(ins) -> bool:
     return ins.parts[-1] in ("u16x2", "s16x2")
 
 
+def build_add_sat(ins, d):
+    """add.sat.s32 / sub.sat.s32: the sum (difference) clamped to the s32 range (PTX ISA 9.7.1.1
+    "add", 9.7.1.2 "sub"; the plain builders wrapped)."""
+    sub_ = ins.parts[0] == "sub"
+    dst, a, b = ins.operands
+    ra, rb, wd = d.src(a, "s32"), d.src(b, "s32"), d.dst(dst, "s32")
+
+    def run(w, m):
+        x, y = _lanes(ra(w), np.int64), _lanes(rb(w), np.int64)
+        wd(w, np.clip(x - y if sub_ else x + y, -2 ** 31, 2 ** 31 - 1).astype(np.int32), m)
+    return run
+
+
+def _sat_s32(ins) -> bool:
+    return "sat" in ins.parts and ins.parts[-1] == "s32"
+
+
 def _cc(ins) -> bool:
     return "cc" in ins.parts
 
@@ -406,4 +423,5 @@ BUILDERS = {"addc": build_carry, "subc": build_carry, "madc": build_carry, "mul2
             "isspacep": build_isspacep, "ldu": build_ldu, "pmevent": build_pmevent}
 FORMS = [("add", _cc, build_carry), ("sub", _cc, build_carry), ("mad", _cc, build_carry),
          *[(op, _simd16, build_simd16) for op in ("add", "sub", "min", "max")],
+         ("add", _sat_s32, build_add_sat), ("sub", _sat_s32, build_add_sat),
          ("prmt", lambda ins: len(ins.parts) == 3 and ins.parts[1] == "b32", build_prmt_mode)]
