@@ -68,7 +68,7 @@ def run(args) -> int:
 
     arch = load_arch(args.arch)
     if args.calibration:
-        return _calibration(arch)
+        return _calibration(arch, getattr(args, "level", "L0"))
     specs = _specs(arch, args.kernel)
     knobs = parse_sets(args.knobs)
     if knobs:
@@ -97,13 +97,13 @@ def run(args) -> int:
     return 0
 
 
-def _calibration(arch) -> int:
+def _calibration(arch, level: str = "L0") -> int:
     from porter.timing import LABEL
     from porter.timing.calibration import PRODUCT, calibrate, held_back, held_back_markdown, table_markdown
 
     print(f"{arch.name}: {LABEL}\n")
     if PRODUCT in arch.product_names:
-        print(table_markdown(calibrate(arch)) + "\n")
+        print(table_markdown(calibrate(arch, level)) + "\n")
     else:
         print(f"No calibration: the published ladders are {PRODUCT} figures and {arch.name} does not name that "
               "product; nothing is fitted for it.\n")

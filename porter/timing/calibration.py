@@ -99,9 +99,11 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float:
     return (conc - disc) / denom if denom else 1.0
 
 
-def calibrate(arch) -> dict:
+def calibrate(arch, level: str = "L0") -> dict:
     """The calibration table: per step and shape published, predicted (raw and with the
-    one fitted factor), errors; per ladder Kendall tau and the worst step-ratio error."""
+    one fitted factor), errors; per ladder Kendall tau and the worst step-ratio error.
+    ``level``: every row at the same level of the model (L1: the per-tile period from the
+    timed simulation of porter's own kernel, the fitted factor refitted on L1's cuBLAS row)."""
     rows = []
     for table, kernel, ladder in (("fast.cu GEMM", GEMM_KERNEL, GEMM_LADDER), ("FA3 ablation", ATTN_KERNEL, ATTN_LADDER)):
         for step in ladder:
@@ -109,7 +111,7 @@ def calibrate(arch) -> dict:
                 row = {"table": table, "step": step.name, "shape": shape, "published": pub, "note": step.note,
                        "knobs": step.knobs, "reproduced": step.reproduced, "no_knob": step.no_knob}
                 if step.knobs is not None:
-                    p = predict(arch, _spec(arch, kernel, step.knobs), product=PRODUCT, shape=shape)
+                    p = predict(arch, _spec(arch, kernel, step.knobs), product=PRODUCT, shape=shape, level=level)
                     row.update(raw=p.tflops, bound=p.bound, low_tflops=p.tflops * p.time_us / p.high,
                                high_tflops=p.tflops * p.time_us / p.low)
                 rows.append(row)
@@ -141,7 +143,7 @@ def calibrate(arch) -> dict:
                 "kendall_tau_all_predicted": kendall_tau([r["published"] for r in here],
                                                          [r["predicted"] for r in here]) if len(here) >= 2 else None}
     return {"product": PRODUCT, "fitted_factor": factor, "fitted_on": "fast.cu cuBLAS row (mean over its shapes)",
-            "rows": rows, "stats": stats}
+            "rows": rows, "stats": stats, "level": level}
 
 
 def met(stat: dict) -> dict:
@@ -151,7 +153,7 @@ def met(stat: dict) -> dict:
 
 
 def table_markdown(cal: dict) -> str:
-    lines = [f"Calibration on {cal['product']}: one fitted factor, {cal['fitted_factor']:.3f} on the fast.cu "
+    lines = [f"Calibration on {cal['product']} at {cal.get('level', 'L0')}: one fitted factor, {cal['fitted_factor']:.3f} on the fast.cu "
              "table's cuBLAS row (mean over its shapes), nothing else fitted; every figure predicted by "
              "porter's timing model, not measured. Steps marked 'no knob' are predicted with the knobs "
              "that exist (or not at all) and left out of the targets.", "",

@@ -104,7 +104,10 @@ def _measure(arch, spec_key: str, spec, params_json: str, expansion_json: str) -
     key = (hashlib.sha256(arch.text.encode("utf-8")).hexdigest(), arch.sm_count, spec_key, params_json,
            expansion_json)
     if key not in _MEASURED:
-        _MEASURED[key] = _simulate(arch, spec, params_json, expansion_json)
+        from .cache import l1_cached       # on disk too, content-keyed: a later process reads it back
+
+        _MEASURED[key] = l1_cached({"what": "tile-period", "key": list(key)},
+                                   lambda: _simulate(arch, spec, params_json, expansion_json))
     return _MEASURED[key]
 
 
