@@ -362,13 +362,17 @@ def test_integer_extras_dp4a_bfind_fns_mul24_sad_bmsk_szext_prmt_testp_slct():
             "szext.wrap.s32 %r2, 0x1c, 5;\nst.global.u32 [%rd3+768], %r2;\n"
             "prmt.b32.f4e %r2, 0x33221100, 0x77665544, 2;\nst.global.u32 [%rd3+896], %r2;\n"
             "mov.b32 %f1, 0x7f800000;\ntestp.infinite.f32 %p1, %f1;\nselp.u32 %r2, 1, 0, %p1;\n"
-            "st.global.u32 [%rd3+1024], %r2;\nslct.u32.s32 %r2, 11, 22, -1;\nst.global.u32 [%rd3+1152], %r2;\n")
-    got = run(body, n=320)
+            "st.global.u32 [%rd3+1024], %r2;\nslct.u32.s32 %r2, 11, 22, -1;\nst.global.u32 [%rd3+1152], %r2;\n"
+            "mov.u32 %r8, -7;\nmad.hi.s32 %r2, %r8, 3, 5;\nst.global.u32 [%rd3+1280], %r2;\n"
+            "cnot.b32 %r2, %r0;\nst.global.u32 [%rd3+1408], %r2;\n")
+    got = run(body, n=384)
     assert got[0] == 10 + 2 * 2 + 3 * 2 + (-1) * 2 + 1 * 2
     np.testing.assert_array_equal(got[32:64], [0xFFFFFFFF] + [int(i).bit_length() - 1 for i in range(1, 32)])
     assert got[64] == 6 and got[96] == (0xFFFFFF * 0xFFFFFF) >> 16 & 0xFFFFFFFF
     assert got[128] == 107 and got[160] == 0xFF0 and got[192] == 0xFFFFFFFC
     assert got[224] == 0x55443322 and got[256] == 1 and got[288] == 22
+    assert got[320] == 4                                         # (-21 >> 32) + 5 = -1 + 5
+    np.testing.assert_array_equal(got[352:384], (np.arange(32) == 0).astype(np.uint32))
 
 
 # ---- tensor maps rewritten on the device (grouped GEMMs) ----------------------------------------

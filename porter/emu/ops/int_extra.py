@@ -382,6 +382,34 @@ def build_simd16(ins, d):
     return run
 
 
+def build_mad_hi(ins, d):
+    """mad.hi.{u,s}{16,32,64} d, a, b, c: the high half of the 2n-bit product a * b, plus c
+    (wrapping; PTX ISA 9.7.1.4 "mad")."""
+    t = type_of(ins.parts)
+    n = bits(t)
+    dst, a, b, c = ins.operands
+    ra, rb, rc, wd = d.src(a, t), d.src(b, t), d.src(c, t), d.dst(dst, t)
+    u = NP["u" + str(n)]
+
+    def run(w, m):
+        xs, ys, zs = (_lanes(f(w), NP[t]) for f in (ra, rb, rc))
+        out = np.array([(((int(x) * int(y)) >> n) + int(z)) & ((1 << n) - 1) for x, y, z in zip(xs, ys, zs)],
+                       dtype=np.uint64).astype(u)
+        wd(w, out.view(NP[t]), m)
+    return run
+
+
+def build_cnot(ins, d):
+    """cnot.b{16,32,64} d, a: 1 if a is 0, else 0 (PTX ISA 9.7.8 "cnot")."""
+    t = type_of(ins.parts)
+    dst, a = ins.operands
+    ra, wd = d.src(a, t), d.dst(dst, t)
+
+    def run(w, m):
+        wd(w, (_lanes(ra(w), NP[t]) == 0).astype(NP[t]), m)
+    return run
+
+
 def build_pmevent(ins, d):
     """pmevent: a performance-monitor event (no effect on any value)."""
     def pmevent(w, m):
@@ -420,8 +448,9 @@ def _cc(ins) -> bool:
 BUILDERS = {"addc": build_carry, "subc": build_carry, "madc": build_carry, "mul24": build_mul24,
             "mad24": build_mul24, "sad": build_sad, "dp4a": build_dp, "dp2a": build_dp, "bfind": build_bfind,
             "fns": build_fns, "bmsk": build_bmsk, "szext": build_szext, "testp": build_testp, "slct": build_slct,
-            "isspacep": build_isspacep, "ldu": build_ldu, "pmevent": build_pmevent}
+            "isspacep": build_isspacep, "ldu": build_ldu, "pmevent": build_pmevent, "cnot": build_cnot}
 FORMS = [("add", _cc, build_carry), ("sub", _cc, build_carry), ("mad", _cc, build_carry),
          *[(op, _simd16, build_simd16) for op in ("add", "sub", "min", "max")],
          ("add", _sat_s32, build_add_sat), ("sub", _sat_s32, build_add_sat),
+         ("mad", lambda ins: len(ins.parts) > 1 and ins.parts[1] == "hi" and not _cc(ins), build_mad_hi),
          ("prmt", lambda ins: len(ins.parts) == 3 and ins.parts[1] == "b32", build_prmt_mode)]
