@@ -592,3 +592,32 @@ def test_cvt_directed_narrowing_and_bf16_pairs():
     got = run(body, n=320)[::32]
     assert [hex(int(x)) for x in got] == ["0x3f80", "0x3f81", "0x3c07", "0x3c08", "0x4b800000", "0x4b800001",
                                           "0x3fc0", "0x2", "0x4040", "0x7fffffff"]
+
+
+def test_b128_registers_load_store_pack_and_unpack():
+    v = RNG.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32)
+    body = """
+    mov.u32 %r10, buf;
+    shl.b32 %r11, %r0, 2;
+    add.u32 %r12, %r10, %r11;
+    ld.global.u32 %r1, [%rd4];
+    st.shared.u32 [%r12], %r1;
+    bar.sync 0;
+    and.b32 %r13, %r0, 7;
+    shl.b32 %r13, %r13, 4;
+    add.u32 %r14, %r10, %r13;
+    {
+    .reg .b128 q;
+    .reg .b128 q2;
+    ld.shared.b128 q, [%r14];
+    mov.b128 {%rd6, %rd7}, q;
+    mov.b128 q2, {%rd7, %rd6};
+    mov.b128 {%r20, %r21, %r22, %r23}, q2;
+    }
+    st.global.u32 [%rd3], %r20;
+    st.global.u32 [%rd3+128], %r23;
+    """
+    got = run(body, v, n=64, target="sm_100a", pre=CLUSTER)
+    words = v[:32].reshape(8, 4)[np.arange(32) % 8]             # lane l reads 16 bytes of row l % 8
+    np.testing.assert_array_equal(got[:32], words[:, 2])         # q2 = {hi64, lo64}: word 0 is q's word 2
+    np.testing.assert_array_equal(got[32:], words[:, 1])

@@ -112,6 +112,8 @@ def _arith(ins, d):
     mode, ftz, sat, relu = _mode(parts), "ftz" in parts, "sat" in parts, "relu" in parts
     if mode != "rn" and kind != "f32":
         raise d.unsupported("(16-bit packed arithmetic rounds .rn only)")
+    if "oob" in parts:        # OOB-NaN inputs (TMA's fill) give 0: which NaN bits those are is unstated
+        raise d.unsupported("(.oob)")
     nin = 3 if op == "fma" else 2
     dst, *srcs = ins.operands
     if len(srcs) != nin:
