@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install ray)"
 # wrapper keeps what it was given, so both nodes and every worker listen on 127.0.0.1.
 LAUNCH = ("import sys, ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h; "
           "from ray.scripts.scripts import main; sys.argv = ['ray'] + sys.argv[1:]; main()")
-SWEEP = ["blackwell", "--kernel", "attention.hd64", "--budget", "3", "--finalists", "1",
+SWEEP = ["blackwell", "--kernel", "attention.hd64", "--budget", "3", "--finalists", "1", "--l1-top", "1",
          "--shapes", "4x16x16x4096x4096", "--json", "--fresh",
          "--set", "rescale_threshold=8", "--set", "poly_exp2_share=0"]   # pinned: a test-sized space
 
@@ -143,7 +143,8 @@ def _tune(args, env, tmp, name, kill_worker=None):
 
 
 def _rows(result):
-    return [{k: r[k] for k in ("kernel", "product", "bucket", "chosen", "time_us", "default_time_us", "level")}
+    return [{k: r[k] for k in ("kernel", "product", "bucket", "chosen", "time_us", "default_time_us", "level",
+                               "ranked_by", "l0_time_us")}
             for r in result["table"]]
 
 
