@@ -60,3 +60,24 @@ def test_load_tile_reads_the_same_bytes_with_and_without_the_span_reader():
             # a reader that cannot vouch for the spans (None): the row-by-row reads, same bytes
             np.testing.assert_array_equal(tma.load_tile(m, coords, read_global, 1024,
                                                         read_spans=lambda a, n: None), want)
+
+
+@pytest.mark.parametrize("swizzle,width", [("128B", 128), ("64B", 64), ("32B", 32)])
+def test_a_swizzled_box_lands_where_its_address_bits_put_it(swizzle, width):
+    # each byte i of the box in linear order lands at swizzle(dst + i) (PTX ISA 5.5.7), here
+    # with a destination off the pattern's boundary and a partly out-of-bounds box
+    rng = np.random.default_rng(width)
+    heap = rng.integers(0, 256, 1 << 16).astype(np.uint8)
+    base = 0x7F00_0000_0000
+    m = tma.TensorMap(address=base, data_type="UINT8", dims=(width, 40), strides=(width,), box=(width, 16),
+                      element_strides=(1, 1), swizzle=swizzle, oob_fill="NONE", l2_promotion="NONE")
+    for y, dst in ((0, 1024 + 384), (30, 2048), (-3, 1024 + 128)):
+        linear = np.zeros(width * 16, np.uint8)
+        for r in range(16):
+            if 0 <= y + r < 40:
+                linear[r * width:(r + 1) * width] = heap[(y + r) * width:(y + r + 1) * width]
+        want = np.zeros_like(linear)
+        want[tma.swizzle_array(dst + np.arange(linear.size), width) - dst] = linear
+        got = tma.load_tile(m, (0, y), lambda a, n: heap[a - base:a - base + n], dst,
+                            read_spans=lambda a, n: heap[(a - base)[:, None] + np.arange(n)])
+        np.testing.assert_array_equal(got, want)

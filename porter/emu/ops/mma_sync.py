@@ -144,26 +144,41 @@ def build_mma(ins, d):
     what = f"mma.sync.{shape}"
 
     def reader(items, readers):
-        """fn(w) -> uint32 (32, len(items)): straight from the register file when every item
-        is a 32-bit register (the common case), else through the operand readers."""
+        """fn(w) -> uint32 (len(items), 32), register-major as the register file holds them:
+        straight from it when every item is a 32-bit register (the common case), else through
+        the operand readers."""
         if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in items):
             ids = [d.rid(x) for x in items]
-            return lambda w: np.ascontiguousarray(np.array([w.r[i] for i in ids]).T)   # (np.stack: 4x)
+            return lambda w: np.array([w.r[i] for i in ids], dtype=np.uint32)   # (np.stack: 4x)
         return lambda w: np.stack([np.broadcast_to(np.asarray(r(w)), (32,)) for r in readers],
-                                  axis=1).astype(np.uint32)
+                                  axis=0).astype(np.uint32)
 
     a_get, b_get, c_get = reader(av.items, a_r), reader(bv.items, b_r), reader(cv.items, c_r)
     d_ids = ([d.rid(x) for x in dv.items] if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in dv.items)
              else None)
 
+    if not block_scale:
+        unit._plan(shape, atype, btype)               # the form's layouts and tables, checked at decode
+
     def mma(w, m):
         res = _whole_warp(w, m, where, what)
         if res is not None:
             return res
+        if not block_scale:                           # the common form: one planned step
+            rows = unit.mma_registers(a_get(w), b_get(w), c_get(w), shape, atype, btype)
+            if d_ids is not None:
+                for j, i in enumerate(d_ids):
+                    if w.poisoned and i in w.poisoned:
+                        w.poison_write(i)
+                    w.r[i] = rows[j]
+            else:
+                for j, wr in enumerate(d_w):
+                    wr(w, rows[j], None)
+            return None
         try:
-            a = unit.operand_values(a_get(w), shape, "a", atype)
-            b = unit.operand_values(b_get(w), shape, "b", btype)
-            c = unit.accumulator(c_get(w))
+            a = unit.operand_values(a_get(w), shape, "a", atype, reg_major=True)
+            b = unit.operand_values(b_get(w), shape, "b", btype, reg_major=True)
+            c = unit.accumulator(c_get(w), reg_major=True)
             sa = sb = None
             if block_scale:
                 byte_a, thread_a, byte_b, thread_b = selectors(w, m)
@@ -171,18 +186,17 @@ def build_mma(ins, d):
                                        thread_a, stype)
                 sb = unit.scale_values(np.broadcast_to(np.asarray(sb_r(w)), (32,)), "b", scale_vec, byte_b,
                                        thread_b, stype)
-            out = unit.accumulator_regs(unit.mma(a, b, c, sa, sb))
+            rows = unit.accumulator_regs(unit.mma(a, b, c, sa, sb), reg_major=True)   # (4, 32)
         except EmuError as exc:
             raise CheckFailed(f"{exc}") from None
         if d_ids is not None:
-            rows = np.ascontiguousarray(out.T)   # each row a register's lanes, never written in place
-            for j, i in enumerate(d_ids):
+            for j, i in enumerate(d_ids):       # each row a register's lanes, never written in place
                 if w.poisoned and i in w.poisoned:
                     w.poison_write(i)
                 w.r[i] = rows[j]
         else:
             for j, wr in enumerate(d_w):
-                wr(w, np.ascontiguousarray(out[:, j]), None)
+                wr(w, rows[j], None)
     return mma
 
 

@@ -67,10 +67,11 @@ class CtaTc:
         self.tmem = tmem_unit.TensorMemory(cta.name)
         self.inflight: list = []          # async operations touching this TMEM, not yet complete
         self.pending_st: list = []        # (warp index, region, where): tcgen05.st before wait::st
-        self.writer = np.full((128, 512), NO_AGENT, dtype=np.int16)
-        self.reader = np.full((128, 512), NO_AGENT, dtype=np.int16)
-        self.writer_ep = np.full((128, 512), -1, dtype=np.int32)   # the writer's fence::before count then
-        self.reader_ep = np.full((128, 512), -1, dtype=np.int32)
+        # column-major (column, lane): a region of whole lanes is one contiguous block to scan
+        self.writer = np.full((512, 128), NO_AGENT, dtype=np.int16)
+        self.reader = np.full((512, 128), NO_AGENT, dtype=np.int16)
+        self.writer_ep = np.full((512, 128), -1, dtype=np.int32)   # the writer's fence::before count then
+        self.reader_ep = np.full((512, 128), -1, dtype=np.int32)
         self.access_where: dict[int, str] = {}
 
 
@@ -130,7 +131,7 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
     epochs = None
     for arr, eps, how in ((st.writer, st.writer_ep, "wrote"),) + (((st.reader, st.reader_ep, "read"),)
                                                                    if writes else ()):
-        block = arr[l0:l1, c0:c1]
+        block = arr[c0:c1, l0:l1]
         lo, hi = int(block.min()), int(block.max())
         if lo == hi:                        # one agent (or none) holds the whole region: the usual case
             if lo == NO_AGENT or lo == me:
@@ -148,7 +149,7 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
                 "tcgen05.fence::after_thread_sync in between (a TMEM hand-off across threads needs "
                 "fence::before_thread_sync, the sync, then fence::after_thread_sync)")
         epochs = epochs if epochs is not None else _epochs(w.cta.cluster)
-        blk_eps = eps[l0:l1, c0:c1]
+        blk_eps = eps[c0:c1, l0:l1]
         for a in agents:
             last = int(blk_eps.max() if other is None else blk_eps[other & (block == a)].max())
             if last >= 0 and epochs.get(int(a), 0) <= last:
@@ -164,9 +165,9 @@ def _note_access(st: CtaTc, region, agent: int, writes: bool, w=None, where: str
     fence::before_thread_sync of that warp covers; None: an asynchronous MMA / cp (its
     commit fences it)."""
     l0, l1, c0, c1 = region
-    (st.writer if writes else st.reader)[l0:l1, c0:c1] = agent
+    (st.writer if writes else st.reader)[c0:c1, l0:l1] = agent
     ep = -1 if w is None else _epochs(w.cta.cluster).get(agent, 0)
-    (st.writer_ep if writes else st.reader_ep)[l0:l1, c0:c1] = ep
+    (st.writer_ep if writes else st.reader_ep)[c0:c1, l0:l1] = ep
     if w is not None:
         st.access_where[agent] = where
 

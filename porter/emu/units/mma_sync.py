@@ -203,8 +203,24 @@ def _table(fmt: str, bits: int) -> np.ndarray | None:
     return _decode(codes, fmt)
 
 
-def operand_values(regs, shape: str, operand: str, fmt: str) -> np.ndarray:
-    """A (16 x K) or B (K x 8) as float64 from the warp's fragment registers."""
+@functools.lru_cache(maxsize=16)
+def _perm_reg_major(shape: str, operand: str) -> np.ndarray:
+    """``_perm`` for registers held register-major, (regs, 32): each matrix element's flat
+    (register, lane, element) index (what the simulator's register file holds, no transpose)."""
+    rows, cols = fragment_layout(shape, operand)
+    width = 8 if operand in ("b", "c") else K_OF[shape]
+    _, regs, per = rows.shape
+    pos = ((np.arange(regs)[None, :, None] * 32 + np.arange(32)[:, None, None]) * per
+           + np.arange(per)[None, None, :])
+    perm = np.empty(rows.size, dtype=np.int64)
+    perm[(rows * width + cols).reshape(-1)] = pos.reshape(-1)
+    perm.flags.writeable = False
+    return perm
+
+
+def operand_values(regs, shape: str, operand: str, fmt: str, reg_major: bool = False) -> np.ndarray:
+    """A (16 x K) or B (K x 8) as float64 from the warp's fragment registers: uint32 (32, regs),
+    or (regs, 32) with ``reg_major`` (one row per register, as the register file holds them)."""
     if shape not in SHAPES:
         raise EmuError(f"mma.sync shape {shape!r} not simulated; use one of {', '.join(SHAPES)}")
     bits = SHAPES[shape]
@@ -212,11 +228,13 @@ def operand_values(regs, shape: str, operand: str, fmt: str) -> np.ndarray:
         raise EmuError(f"mma.sync {shape}: element format {fmt!r} is not one of {', '.join(FORMATS[bits])}")
     nregs = 4 if operand == "a" else 2
     regs = np.asarray(regs, dtype=np.uint32)
-    if regs.shape != (32, nregs):
-        raise EmuError(f"mma.sync {shape} operand {operand}: need (32, {nregs}) registers, got {regs.shape}")
+    want = (nregs, 32) if reg_major else (32, nregs)
+    if regs.shape != want:
+        raise EmuError(f"mma.sync {shape} operand {operand}: need {want} registers, got {regs.shape}")
     k = K_OF[shape]
+    perm = (_perm_reg_major if reg_major else _perm)(shape, operand)
     if bits == 16:
-        codes = np.ascontiguousarray(regs).view("<u2").reshape(-1)[_perm(shape, operand)]
+        codes = np.ascontiguousarray(regs).view("<u2").reshape(-1)[perm]
         if fmt == "bf16":
             vals = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32)
         else:
@@ -228,20 +246,64 @@ def operand_values(regs, shape: str, operand: str, fmt: str) -> np.ndarray:
         else:
             b = np.ascontiguousarray(regs).view(np.uint8).reshape(-1)
             codes = np.stack([b & 0xF, b >> 4], axis=1).reshape(-1)      # element 2j in the low nibble
-        mat = _table(fmt, bits)[codes[_perm(shape, operand)]]
+        mat = _table(fmt, bits)[codes[perm]]
     return mat.reshape((16, k) if operand == "a" else (k, 8))
 
 
-def accumulator(regs) -> np.ndarray:
+def _register_values(regs: np.ndarray, perm: np.ndarray, table, bits: int, fmt: str) -> np.ndarray:
+    """float64 element values, in the matrix's row-major order, of C-contiguous uint32 registers."""
+    if bits == 16:
+        codes = regs.view("<u2").reshape(-1)[perm]
+        vals = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32) if fmt == "bf16" else codes.view(np.float16)
+        return vals.astype(np.float64)
+    b = regs.view(np.uint8).reshape(-1)
+    if bits == 4:
+        b = np.stack([b & 0xF, b >> 4], axis=1).reshape(-1)          # element 2j in the low nibble
+    return table[b[perm]]
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(shape: str, atype: str, btype: str):
+    if shape not in SHAPES:
+        raise EmuError(f"mma.sync shape {shape!r} not simulated; use one of {', '.join(SHAPES)}")
+    bits = SHAPES[shape]
+    for fmt in (atype, btype):
+        if fmt not in FORMATS[bits]:
+            raise EmuError(f"mma.sync {shape}: element format {fmt!r} is not one of {', '.join(FORMATS[bits])}")
+    return (bits, K_OF[shape], _perm_reg_major(shape, "a"), _perm_reg_major(shape, "b"),
+            _perm_reg_major("m16n8k16", "c"), _table(atype, bits), _table(btype, bits))
+
+
+def mma_registers(a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray, shape: str, atype: str,
+                  btype: str) -> np.ndarray:
+    """The unscaled ``mma.sync`` from register-major fragments to D's registers in one step:
+    ``accumulator_regs(mma(operand_values(a), operand_values(b), accumulator(c)), reg_major)``
+    with the layouts and tables planned once per form. ``*_regs``: C-contiguous uint32
+    (4, 32), (2, 32), (4, 32); returns uint32 (4, 32), row j = register j of D."""
+    bits, k, pa, pb, pc, ta, tb = _plan(shape, atype, btype)
+    a = _register_values(a_regs, pa, ta, bits, atype).reshape(16, k)
+    b = _register_values(b_regs, pb, tb, bits, btype).reshape(k, 8)
+    c = c_regs.view(np.float32).reshape(-1)[pc].reshape(16, 8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        acc = (np.einsum("mk,kn->mn", a, b) + c.astype(np.float64)).astype(np.float32)
+    out = np.empty(128, dtype=np.float32)
+    out[pc] = acc.reshape(-1)
+    return out.view(np.uint32).reshape(4, 32)
+
+
+def accumulator(regs, reg_major: bool = False) -> np.ndarray:
+    """C (16 x 8) from uint32 (32, 4) registers, or (4, 32) with ``reg_major``."""
     regs = np.ascontiguousarray(np.asarray(regs, dtype=np.uint32))
-    return regs.view(np.float32).reshape(-1)[_perm("m16n8k16", "c")].reshape(16, 8)
+    perm = (_perm_reg_major if reg_major else _perm)("m16n8k16", "c")
+    return regs.view(np.float32).reshape(-1)[perm].reshape(16, 8)
 
 
-def accumulator_regs(mat) -> np.ndarray:
+def accumulator_regs(mat, reg_major: bool = False) -> np.ndarray:
+    """D's registers: uint32 (32, 4), or (4, 32) with ``reg_major`` (row j = register j)."""
     flat = np.ascontiguousarray(np.asarray(mat, dtype=np.float32)).reshape(-1)
     out = np.empty(128, dtype=np.float32)
-    out[_perm("m16n8k16", "c")] = flat
-    return out.view(np.uint32).reshape(32, 4)
+    out[(_perm_reg_major if reg_major else _perm)("m16n8k16", "c")] = flat
+    return out.view(np.uint32).reshape((4, 32) if reg_major else (32, 4))
 
 
 def scale_lanes(operand: str, thread_id: int) -> np.ndarray:

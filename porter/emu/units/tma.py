@@ -49,6 +49,7 @@ width is Unsupported (the ISA does not say how such rows are packed).
 from __future__ import annotations
 
 import functools
+import math
 import struct
 import zlib
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ class TensorMap:
 
     @property
     def box_bytes(self) -> int:
-        return int(np.prod(self.box_elements)) * self.element_bytes
+        return math.prod(self.box_elements) * self.element_bytes
 
 
 def _validate(m: TensorMap, where: str) -> TensorMap:
@@ -258,7 +259,9 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         row_at, gaddr, nbytes = _row_arrays(tmap, tuple(int(c) for c in coords))
         spans = read_spans(gaddr, nbytes) if read_spans is not None and row_at.size else None
         rows = () if spans is not None else zip(row_at.tolist(), gaddr.tolist(), [nbytes] * row_at.size)
-        if spans is not None:
+        if spans is not None and nbytes == row_bytes and spans.size == data.size:
+            data = spans.reshape(-1)                # every row whole and inside: the box as read
+        elif spans is not None:
             data[row_at[:, None] + np.arange(nbytes)] = spans
     else:                                           # addresses beyond int64: Python integers
         rows = _rows(tmap, coords)
@@ -266,8 +269,13 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         data[at:at + nb] = np.asarray(read_global(ga, nb), dtype=np.uint8).reshape(-1)
     if not width:
         return data
+    landed = _landed(dst_address, data.size, width)
+    if dst_address % 128 == 0 and data.size % 128 == 0:
+        # the swizzle only permutes 16-byte chunks inside each 128-byte line, and twice is the
+        # identity: on whole lines the landing map is its own inverse, so a gather places it
+        return data[landed]
     out = np.empty_like(data)
-    out[_landed(dst_address, data.size, width)] = data
+    out[landed] = data
     return out
 
 
