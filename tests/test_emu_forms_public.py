@@ -621,3 +621,26 @@ def test_b128_registers_load_store_pack_and_unpack():
     words = v[:32].reshape(8, 4)[np.arange(32) % 8]             # lane l reads 16 bytes of row l % 8
     np.testing.assert_array_equal(got[:32], words[:, 2])         # q2 = {hi64, lo64}: word 0 is q's word 2
     np.testing.assert_array_equal(got[32:], words[:, 1])
+
+
+@pytest.mark.parametrize("fence", ["fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;",
+                                   "fence.proxy.async.shared::cta;", None])
+def test_the_uni_directional_proxy_fence_before_a_bulk_store(fence):
+    body = f"""
+    mov.u32 %r10, buf;
+    shl.b32 %r11, %r0, 2;
+    add.u32 %r12, %r10, %r11;
+    add.u32 %r13, %r0, 3;
+    st.shared.u32 [%r12], %r13;
+    {fence or ''}
+    bar.sync 0;
+    setp.eq.u32 %p1, %r0, 0;
+    @%p1 cp.async.bulk.global.shared::cta.bulk_group [%rd1], [%r10], 128;
+    @%p1 cp.async.bulk.commit_group;
+    @%p1 cp.async.bulk.wait_group.read 0;
+    """
+    if fence is None:
+        with pytest.raises(emu.CheckFailed, match="no fence.proxy.async since"):
+            run(body, pre=CLUSTER)
+        return
+    np.testing.assert_array_equal(run(body, pre=CLUSTER), np.arange(3, 35))
