@@ -256,11 +256,11 @@ def _matrix_op(ins, d, store: bool):
         if not store:
             try:
                 out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),
-                                    num, trans, where)
+                                    num, trans, where, reg_major=True)
             except EmuError as exc:
                 raise CheckFailed(f"{exc}") from None
             for j, wr in enumerate(writers):
-                wr(w, np.ascontiguousarray(out[:, j]), None)
+                wr(w, out[j], None)              # a row: contiguous, never written in place
             return None
         # stmatrix: the inverse of ldmatrix's fragment layout, rows at the same lane addresses
         regs = np.stack([np.broadcast_to(np.asarray(r(w)), (32,)).astype(np.uint32) for r in readers], axis=0)

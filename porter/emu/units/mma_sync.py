@@ -132,15 +132,18 @@ def ldmatrix_layout(trans: bool) -> tuple[np.ndarray, np.ndarray]:
     return rows.copy(), cols.copy()
 
 
-def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = "") -> np.ndarray:
-    """Execute ldmatrix.m8n8.x{num}{.trans}.b16; returns each lane's ``num`` registers."""
+def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = "",
+             reg_major: bool = False) -> np.ndarray:
+    """Execute ldmatrix.m8n8.x{num}{.trans}.b16; returns each lane's ``num`` registers, uint32
+    (32, num), or (num, 32) with ``reg_major`` (row j = register j, as the register file holds it)."""
     at = f"{where}: " if where else ""
     if smem.dtype != np.uint8 or smem.ndim != 1:
         raise EmuError(f"{at}shared memory must be a 1-D uint8 array, got {smem.dtype} {smem.shape}")
     addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
     if addresses.size != 32:
         raise EmuError(f"{at}ldmatrix needs one address per lane (32), got {addresses.size}")
-    ldmatrix_address_lanes(num)                      # checks num
+    if num not in (1, 2, 4):
+        raise EmuError(f"ldmatrix .num must be .x1, .x2 or .x4, not x{num}")
     used = addresses[: 8 * num]
     bad = (used % 16 != 0) | (used < 0) | (used + 16 > smem.size)
     if bad.any():
@@ -153,7 +156,8 @@ def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = ""
     # mats[m, r, c] = b16 element c of row r of matrix m
     mats = smem[used[:, None] + np.arange(16)].view("<u2").reshape(num, 64)
     lo, hi = _ldmatrix_flat(trans)
-    return (mats[:, lo].astype(np.uint32) | (mats[:, hi].astype(np.uint32) << np.uint32(16))).T.copy()
+    regs = mats[:, lo].astype(np.uint32) | (mats[:, hi].astype(np.uint32) << np.uint32(16))   # (num, 32)
+    return regs if reg_major else regs.T.copy()
 
 
 @functools.lru_cache(maxsize=2)
@@ -252,14 +256,22 @@ def operand_values(regs, shape: str, operand: str, fmt: str, reg_major: bool = F
 
 def _register_values(regs: np.ndarray, perm: np.ndarray, table, bits: int, fmt: str) -> np.ndarray:
     """float64 element values, in the matrix's row-major order, of C-contiguous uint32 registers."""
-    if bits == 16:
-        codes = regs.view("<u2").reshape(-1)[perm]
-        vals = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32) if fmt == "bf16" else codes.view(np.float16)
-        return vals.astype(np.float64)
+    if bits == 16:                                  # every 16-bit code's value, looked up
+        return _table16(fmt)[regs.view("<u2").reshape(-1)[perm]]
     b = regs.view(np.uint8).reshape(-1)
     if bits == 4:
         b = np.stack([b & 0xF, b >> 4], axis=1).reshape(-1)          # element 2j in the low nibble
     return table[b[perm]]
+
+
+@functools.lru_cache(maxsize=2)
+def _table16(fmt: str) -> np.ndarray:
+    """float64 value of each of the 65536 bf16 / f16 codes (the conversion operand_values makes)."""
+    codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    vals = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32) if fmt == "bf16" else codes.view(np.float16)
+    out = vals.astype(np.float64)
+    out.flags.writeable = False
+    return out
 
 
 @functools.lru_cache(maxsize=32)
