@@ -104,7 +104,10 @@ def _fig(b: dict | None) -> str:
     if not b:
         return "-"
     v = f"{b['tflops']:.0f} TFLOP/s" if b.get("tflops") is not None else f"{b['gb_s']:.0f} GB/s"
-    return f"{b['time_us']:.1f} us ({b['low']:.1f} to {b['high']:.1f}), {v}, bound {html.escape(b['bound'])}"
+    l0 = b.get("l0") or b
+    # the figure it was ranked by (L1, or L0), then L0's with the range its uncertain figures allow
+    ranked = f"{html.escape(b.get('level_model', 'L0'))} {b['time_us']:.1f} us, {v}, bound {html.escape(b['bound'])}"
+    return ranked + f"; L0 {l0['time_us']:.1f} us ({l0['low']:.1f} to {l0['high']:.1f})"
 
 
 def page(arch_name: str, product: str, sweeps: list, summary: dict) -> str:
@@ -123,7 +126,7 @@ def page(arch_name: str, product: str, sweeps: list, summary: dict) -> str:
         discarded = [c for c in s.candidates if c["status"] != "built"]
         fails = "".join(f"<li>{html.escape(f['label'])}: {html.escape(f['status'])}: {html.escape(f['error'])}</li>"
                         for f in s.failures)
-        charts = "".join(f"<figure><figcaption>{html.escape(b)} ({html.escape(r['shape'])})</figcaption>{chart(s, b)}</figure>"
+        charts = "".join(f"<figure><figcaption>{html.escape(b)} ({html.escape(r['shape'])}; L0)</figcaption>{chart(s, b)}</figure>"
                          for b, r in s.buckets.items())
         why = "".join(f"<li>{_knobs(c['knobs'], s.default_knobs)}: {html.escape(c['reason'])}</li>" for c in discarded[:8])
         sections.append(
