@@ -12,10 +12,12 @@ Miscellaneous. Sub-section numbers were checked against the online edition's sec
 9.7.1.8 div, 9.7.1.9 rem, 9.7.9.12 st.async, 9.7.9.25.3.1 cp.async, 9.7.9.25.4.1
 cp.async.bulk, 9.7.9.25.4.2 cp.reduce.async.bulk, 9.7.9.27.1.2 cp.async.bulk.tensor,
 9.7.9.27.1.3 cp.reduce.async.bulk.tensor, 9.7.9.28 tensormap.replace, 9.7.13.3
-barrier.cluster, 9.7.13.14 elect.sync, 9.7.13.15.9 mbarrier.init, 9.7.14.5.15 ldmatrix,
+barrier.cluster, 9.7.13.14 elect.sync, 9.7.13.15.1 / .15.6 / .15.9 / .15.13 (mbarrier object size,
+phase completion, mbarrier.init, mbarrier.arrive), 9.7.14.5.15 ldmatrix,
 9.7.14.5.17 movmatrix, 9.7.16.7.1 tcgen05.alloc, 9.7.16.12.1 tcgen05.commit, 9.7.19.4 trap,
-9.7.19.5 setmaxnreg. Other editions number 9.7.9 differently (PTX ISA 9.2 puts the tensor
-copies at 9.7.9.25.5 and tensormap.replace at 9.7.9.26; the 8.x editions, which CUDA 13.0's
+9.7.19.5 setmaxnreg. Other editions number differently (PTX ISA 9.2 puts the tensor copies at
+9.7.9.25.5 and tensormap.replace at 9.7.9.26; the CUDA 13.4-era edition moves Data Movement to
+9.7.10 and tcgen05 to 9.7.18; the 8.x editions, which CUDA 13.0's
 CCCL headers still cite, lack 9.7.5 and 9.7.16, so their Data Movement is 9.7.8 and their
 Parallel Synchronization 9.7.12). Where a sub-section's number could not be pinned, a citation
 gives the section above it and the instruction's title (``PTX ISA 9.7.14 "mma"``), never a
