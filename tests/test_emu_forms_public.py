@@ -61,7 +61,7 @@ def _unpack(words, kind):
 @pytest.mark.parametrize("op,ref", [
     ("add.rn", lambda a: a + a), ("mul.rn", lambda a: a * a), ("fma.rn", lambda a: a * a + a),
     ("neg", lambda a: -a), ("abs", np.abs), ("max", lambda a: np.maximum(a, 0.5)),
-    ("fma.rn.relu", lambda a: np.maximum(a * a - 2 * a, 0.0)),
+    ("fma.rn.relu", lambda a: np.maximum(a * a - 2 * a, 0.0)), ("fma.rn.scalar", lambda a: a * a + a),
 ])
 def test_packed_half_arithmetic_is_per_element(kind, op, ref):
     h = _halves(kind)
@@ -70,6 +70,8 @@ def test_packed_half_arithmetic_is_per_element(kind, op, ref):
     two = "0xc000c000" if kind == "f16" else "0xc000c000"
     body = {"add.rn": f"add.rn.{t} %r2, %r1, %r1;", "mul.rn": f"mul.rn.{t} %r2, %r1, %r1;",
             "fma.rn": f"fma.rn.{t} %r2, %r1, %r1, %r1;", "neg": f"neg.{t} %r2, %r1;", "abs": f"abs.{t} %r2, %r1;",
+            "fma.rn.scalar": f"mov.b32 {{%rs1, %rs2}}, %r1;\nfma.rn.{kind} %rs3, %rs1, %rs1, %rs1;\n"
+                             f"fma.rn.{kind} %rs4, %rs2, %rs2, %rs2;\nmov.b32 %r2, {{%rs3, %rs4}};",
             "max": f"mov.b32 %r3, {half};\nmax.{t} %r2, %r1, %r3;",
             "fma.rn.relu": f"mov.b32 %r3, {two};\nmul.rn.{t} %r4, %r1, %r3;\nfma.rn.relu.{t} %r2, %r1, %r1, %r4;"}[op]
     got = _unpack(run(LOAD + body + "\n" + STORE, _pack(h)), kind).astype(np.float64)

@@ -364,7 +364,8 @@ def _arith_form(ins) -> bool:
 
 FORMS = [
     *[(op, _arith_form, _arith) for op in ("add", "sub", "mul")],
-    ("fma", lambda ins: _arith_form(ins) or _relu_or_sat16(ins), _arith),
+    # (scalar .f16 fma too: the plain fma builder takes .f32 and .f64 only)
+    ("fma", lambda ins: _arith_form(ins) or _relu_or_sat16(ins) or ins.parts[-1] == "f16", _arith),
     *[(op, _has_packed, _sign_op) for op in ("neg", "abs")],
     *[(op, _float_minmax, _minmax) for op in ("min", "max")],
     *[(op, _has_packed, _approx) for op in ("ex2", "tanh")],
