@@ -147,11 +147,14 @@ def main() -> int:
     ap.add_argument("--cluster", action="store_true", help="a two-node Ray cluster on 127.0.0.1, one CPU per node")
     ap.add_argument("--kernel", help="porter tune --kernel (default: every kernel with knobs)")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more porter tune arguments")
+    ap.add_argument("--workers", type=int, default=0, help="porter tune --workers (the local runtime's CPUs)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # RAY_worker_niceness: the cluster's workers run at the priority porter's local runtime
+    # gives its own (Ray's default, nice 15, starves them on a shared machine)
     env = dict(os.environ, PORTER_TUNING_DIR=str(out / "tuning"), PORTER_CACHE_DIR=str(out / "cache"),
-               RAY_USAGE_STATS_ENABLED="0")
+               RAY_USAGE_STATS_ENABLED="0", RAY_worker_niceness="0")
     procs, address = [], None
     record = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "cpus": os.cpu_count(),
               "mode": "two-node Ray cluster on 127.0.0.1 (1 CPU per node)" if args.cluster else "porter's local Ray runtime",
@@ -169,6 +172,8 @@ def main() -> int:
                 cmd += ["--kernel", args.kernel]
             if address:
                 cmd += ["--address", address]
+            elif args.workers:
+                cmd += ["--workers", str(args.workers)]
             cmd += args.extra
             load0 = _load()
             t0 = time.perf_counter()

@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--shapes", "--shape", dest="shapes", nargs="+", metavar="SHAPE",
                    help="shapes to bucket (as porter predict takes them; default: the standard shapes and smaller ones)")
     p.add_argument("--budget", type=int, default=None,
-                   help="candidates compiled per kernel, all buckets and products together (default: 6 per bucket)")
+                   help="candidates compiled per kernel, all buckets and products together (default: 4 per bucket)")
     p.add_argument("--rank", choices=("L1", "L0"), default="L1",
                    help="the middle stage: L1 (default: the top candidates timed in porter's timed simulator) or L0")
     p.add_argument("--l1-top", type=int, default=3, metavar="N",

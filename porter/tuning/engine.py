@@ -139,6 +139,12 @@ class RayExecutor:
             # Ray binds a node to the machine's outward address unless told it is a
             # one-machine runtime; a local runtime listens on loopback only.
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if address is None:
+            # Ray starts its workers at nice 15 (to keep a busy driver responsive); porter's
+            # driver only waits, and on a shared machine a niced worker gets a few percent of
+            # a CPU (a sweep crawled at 5% per worker beside a dozen ordinary processes).
+            # A cluster's own `ray start` environment decides for its workers.
+            os.environ.setdefault("RAY_worker_niceness", "0")
         try:
             import ray
         except ImportError:

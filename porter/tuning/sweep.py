@@ -37,7 +37,9 @@ from porter.tuning.entries import norm_knobs, product_of  # noqa: F401 (product_
 from porter.tuning.ranking import knob_order, make_ranker
 
 SCREEN_CHUNK = 1000         # combinations per screen task (legality is ~0.1 ms, a legal one's L0 ~ms per bucket)
-PER_BUCKET = 6              # the default budget: candidates compiled per bucket (all products together)
+# the default budget: candidates compiled per bucket (all products together): the L1_TOP that
+# L1 times, and one more in case a top one spills or fails its SASS checks
+PER_BUCKET = 4
 L1_TOP = 3                  # candidates timed by L1 per bucket and product (and the default)
 TIMEOUTS = {"screen": 900.0, "evaluate": 600.0, "l1": 900.0, "emulate": 1200.0}
 
