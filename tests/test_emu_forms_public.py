@@ -646,3 +646,40 @@ def test_the_uni_directional_proxy_fence_before_a_bulk_store(fence):
             run(body, pre=CLUSTER)
         return
     np.testing.assert_array_equal(run(body, pre=CLUSTER), np.arange(3, 35))
+
+
+# ---- integer mma.sync (int8 / int4 GEMMs) --------------------------------------------------------
+
+def _frag(mat, shape, operand, width):
+    from porter.emu.units import mma_sync as unit
+
+    rows, cols = unit.fragment_layout(shape, operand)
+    vals = mat[rows, cols].astype(np.int64) & ((1 << width) - 1)       # (32, regs, per)
+    return (vals << (width * np.arange(vals.shape[2]))).sum(axis=2).astype(np.uint32)
+
+
+@pytest.mark.parametrize("shape,width,atype,sat", [("m16n8k32", 8, "s8", False), ("m16n8k32", 8, "u8", True),
+                                                   ("m16n8k64", 4, "s4", False)])
+def test_integer_mma_sync(shape, width, atype, sat):
+    # A, B, C chosen so the saturating form saturates: D = A B + C computed exactly in numpy
+    k = 32 if shape == "m16n8k32" else 64
+    lo, hi = (-(1 << (width - 1)), 1 << (width - 1)) if atype[0] == "s" else (0, 1 << width)
+    a = RNG.integers(lo, hi, (16, k))
+    b = RNG.integers(lo, hi, (k, 8))
+    c = RNG.integers(-1000, 1000, (16, 8))
+    if sat:
+        c[0, 0] = 2 ** 31 - 10
+    from porter.emu.units import mma_sync as unit
+
+    crow, ccol = unit.fragment_layout(shape, "c")
+    inp = np.concatenate([_frag(a, shape, "a", width).T.reshape(-1), _frag(b, shape, "b", width).T.reshape(-1),
+                          c[crow[:, :, 0], ccol[:, :, 0]].astype(np.int32).view(np.uint32).T.reshape(-1)])
+    ty = f"{'.satfinite' if sat else ''}.s32.{atype}.{atype}.s32"
+    body = "".join(f"ld.global.u32 %r{10 + j}, [%rd4+{128 * j}];\n" for j in range(10)) + \
+        f"mma.sync.aligned.{shape}.row.col{ty} {{%r20,%r21,%r22,%r23}}, {{%r10,%r11,%r12,%r13}}, " \
+        "{%r14,%r15}, {%r16,%r17,%r18,%r19};\n" + \
+        "".join(f"st.global.u32 [%rd3+{128 * j}], %r{20 + j};\n" for j in range(4))
+    got = run(body, inp, n=128, target="sm_90a").view(np.int32).reshape(4, 32).T
+    want = a @ b + c
+    want = np.clip(want, -2 ** 31, 2 ** 31 - 1) if sat else want
+    np.testing.assert_array_equal(got, want[crow[:, :, 0], ccol[:, :, 0]].astype(np.int32))

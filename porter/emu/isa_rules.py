@@ -259,6 +259,7 @@ PLAIN_RULES: list[tuple[str, str]] = [
     ("the ISA requires .rn.satfinite", _CVT_NARROW),
     ("the ISA allows only initval 0", _ST_BULK),
     ("the ISA's rule for tensormap.replace", _TMAP_REPLACE),
+    ("the ISA's shapes for integer mma", _MMA_TYPES),
     ("needs .trans: the ISA's rule for", 'PTX ISA 9.7.14.5.15 "ldmatrix" / 9.7.14.5.16 "stmatrix" (.m16n16 and .m16n8 '
                                           'are .trans only)'),
     ("new_val must be an immediate, as the ISA requires", _TMAP_REPLACE),
