@@ -168,9 +168,10 @@ class Decoder:
         store = STORE[sb]
         if (t == "pred") != (sb == 1):
             raise self.unsupported(f"(register {op.name} written as {t})")
-        dt = np.bool_ if t == "pred" else NP[t]
+        dt = np.dtype(np.bool_ if t == "pred" else NP[t])
+        store = np.dtype(store)
         if t == "pred" or sb == tb:
-            if np.dtype(dt) == np.dtype(store):
+            if dt == store:
                 def conv(v):
                     return v
             else:
@@ -181,18 +182,23 @@ class Decoder:
 
             def conv(v):
                 return v.view(src_int).astype(store)
+        same = dt == store and (t == "pred" or sb == tb)
 
         # Register arrays are never changed in place (every write stores a new array), so a
-        # register may share an array with another without aliasing trouble.
+        # register may share an array with another without aliasing trouble. A 32-lane array
+        # of the instruction's type (the usual result) skips the normalisation: asarray of
+        # it is itself, and conv(v) is v itself when the storage type is the same.
         def write(w, v, m):
             if w.poisoned and i in w.poisoned:
                 w.poison_write(i)
-            v = np.asarray(v, dtype=dt)
-            if v.ndim == 0:                     # empty + fill: a sixth of np.full's cost
-                x = np.empty(32, dtype=dt)
-                x.fill(v)
-                v = x
-            v = conv(v)
+            if type(v) is not np.ndarray or v.dtype is not dt or v.ndim == 0:
+                v = np.asarray(v, dtype=dt)
+                if v.ndim == 0:                     # empty + fill: a sixth of np.full's cost
+                    x = np.empty(32, dtype=dt)
+                    x.fill(v)
+                    v = x
+            if not same:
+                v = conv(v)
             w.r[i] = v if m is None else np.where(m, v, w.r[i])
         return write
 

@@ -39,8 +39,10 @@ def _types(t: str):
     return dt, np.dtype(STORE[1 if t == "pred" else bits(t)])
 
 
-def binary(d, t: str, dst, a, b, f):
-    """``dst = f(a, b)``: a a register, b a register or an immediate, all of type ``t``."""
+def binary(d, t: str, dst, a, b, f, raw=None):
+    """``dst = f(a, b)``: a a register, b a register or an immediate, all of type ``t``.
+    ``raw``: a ufunc giving the same bits on the registers' unsigned storage as ``f`` on
+    type ``t`` (two's-complement add, sub, mul.lo and the logic ops), so no view is needed."""
     po, pa = plain(d, dst, t), plain(d, a, t)
     if po is None or pa is None:
         return None
@@ -54,11 +56,27 @@ def binary(d, t: str, dst, a, b, f):
     (io, view), ia = po, pa[0]
     dt, store = _types(t)
     slow = d.dst(dst, t)
+    if raw is not None and view is not None and dt.kind in "iu" and store.kind == "u":
+        kraw = None if kb is None else kb.view(store)
+
+        def general(w, m):
+            v = f(w.r[ia].view(view), kb if ib is None else w.r[ib].view(view))
+            return slow(w, v, m)
+
+        def run_raw(w, m):
+            r = w.r
+            v = raw(r[ia], kraw if ib is None else r[ib])
+            if w.poisoned or v.dtype is not store:
+                return general(w, m)
+            r[io] = v if m is None else np.where(m, v, r[io])
+        return run_raw
 
     if view is None:
+        g = raw if raw is not None and dt.kind in "iu" else f     # (the ufunc itself: no wrapper call)
+
         def run(w, m):
             r = w.r
-            v = f(r[ia], kb if ib is None else r[ib])
+            v = g(r[ia], kb if ib is None else r[ib])
             if w.poisoned or v.dtype is not dt:
                 return slow(w, v, m)
             r[io] = v if m is None else np.where(m, v, r[io])
@@ -162,3 +180,26 @@ def select(d, t: str, dst, a, b, p):
             v = v.view(store)
         r[io] = v if m is None else np.where(m, v, r[io])
     return selp
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def fma32(d, dst, a, b, c, general):
+    """``fma.rn.f32`` on f32 registers (b and c may be immediates): the product in f64
+    (exact), one f64 add, one rounding to f32, as ``general`` computes it, read from and
+    stored to the registers directly."""
+    po, pa, ob, oc = plain(d, dst, "f32"), plain(d, a, "f32"), _operand(d, b, "f32"), _operand(d, c, "f32")
+    if po is None or pa is None or ob is None or oc is None:
+        return None
+    io, ia, (ib, kb), (ic, kc) = po[0], pa[0], ob, oc
+
+    def fma(w, m):
+        if w.poisoned:
+            return general(w, m)
+        r = w.r
+        p = np.multiply(r[ia].view(_F32), kb if ib is None else r[ib].view(_F32), dtype=_F64)
+        p += kc if ic is None else r[ic].view(_F32)
+        v = p.astype(_F32).view(np.uint32)
+        r[io] = v if m is None else np.where(m, v, r[io])
+    return fma

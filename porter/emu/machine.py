@@ -103,6 +103,9 @@ class Program:
     reg_dtypes: list
     file: str
     writes: list = field(default_factory=list)   # per instruction: can it change what another warp sees
+    # per instruction: None, or the decoded functions of the straight run of register-only
+    # instructions starting there (see ``_straight_runs``), for a converged warp to run in one go
+    runs: list = field(default_factory=list)
 
     def zero_registers(self) -> list:
         """The register file of a new warp: per register a zero array of its storage type,
@@ -132,11 +135,12 @@ def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) 
     kernel = module.kernels[kernel_name]
     layout = KernelLayout(module, kernel, gmem)
     d = Decoder(kernel, layout, module.file)
-    ops, srcs = [], []
+    ops, srcs, pure = [], [], []
     for ins in kernel.code:
         d.ins = ins
         build = builder_for(ins, d)
         fn = build(ins, d)
+        pure.append(build in _register_only_builders())
         if ins.guard is not None and not getattr(fn, "handles_guard", False):
             fn = _guarded(fn, d.rid(ptx.Reg(ins.guard)), ins.guard_neg)
         ops.append(fn)
@@ -149,7 +153,39 @@ def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) 
     names = list(kernel.regs)
     dtypes = [STORE[b] for b in d.reg_bits]
     writes = [ins.opcode.split(".", 1)[0] in SHARED_EFFECTS for ins in kernel.code]
-    return Program(module, kernel, layout, ops, srcs, names, dtypes, module.file, writes)
+    return Program(module, kernel, layout, ops, srcs, names, dtypes, module.file, writes,
+                   _straight_runs(ops, pure))
+
+
+def _register_only_builders() -> frozenset:
+    """The builders whose functions only read and write the warp's registers and fall
+    through (integer, float, compare, select, convert and bit instructions): no memory, no
+    barrier, no pc, no park, nothing another warp can see. A run of them needs none of the
+    stepper's per-instruction tests."""
+    global _REGISTER_ONLY
+    if _REGISTER_ONLY is None:
+        from porter.emu.ops import alu, bits
+
+        _REGISTER_ONLY = frozenset(alu.BUILDERS.values()) | frozenset(bits.BUILDERS.values())
+    return _REGISTER_ONLY
+
+
+_REGISTER_ONLY = None
+
+
+def _straight_runs(ops: list, pure: list) -> list:
+    """Per pc: the functions of the register-only instructions from there to the next other
+    one (at most QUANTUM), when there are at least two; else None. Labels inside a run do
+    not matter: a run is only ever entered at its first pc and left at its end."""
+    runs = [None] * len(ops)
+    end = len(ops)
+    for pc in range(len(ops) - 1, -1, -1):
+        if not pure[pc]:
+            end = pc
+            continue
+        if end - pc >= 2:
+            runs[pc] = tuple(ops[pc:min(end, pc + QUANTUM)])
+    return runs
 
 
 # A 32-lane bool mask's bytes: testing them is ~20x cheaper than ndarray.any()/all().
@@ -677,9 +713,10 @@ class Scheduler:
         hook wraps the decoded functions (``self.timing.ops_for``), chosen once per call, so
         that it costs nothing per instruction when off."""
         prog = w.prog
-        ops, srcs, writes = prog.ops, prog.srcs, prog.writes
+        ops, srcs, writes, runs = prog.ops, prog.srcs, prog.writes, prog.runs
         if self.timing is not None:          # timed mode: the same functions, each behind its hook
             ops = self.timing.ops_for(prog)
+            runs = ()                        # (and no straight runs: each instruction is hooked)
         n = threads = effects = 0
         pc = w.pc
         self.yield_now = False
@@ -689,6 +726,23 @@ class Scheduler:
                     pc = w.pc
                     m = None if w.full else w.live
                     g = None
+                    run = runs[pc] if pc < len(runs) else None
+                    if run is not None and not w.poisoned:
+                        # a straight run of register-only instructions: the same functions in
+                        # the same order as one by one, without the per-instruction tests none
+                        # of them can change the outcome of (they never park, branch, exit,
+                        # yield, poison or touch memory); cut at the quantum as one by one
+                        if len(run) > quantum - n:
+                            run = run[:quantum - n]
+                        for fn in run:
+                            w.cur = pc
+                            fn(w, m)
+                            pc += 1
+                        k = len(run)
+                        n += k
+                        threads += k * (WARP if m is None else np.count_nonzero(m))
+                        w.pc = pc
+                        continue
                 else:
                     g = None
                     for h in w.groups:

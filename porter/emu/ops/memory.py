@@ -37,17 +37,69 @@ def _vector(parts: list[str]) -> int:
     return 1
 
 
-def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str) -> None:
+def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str, aligned: bool = True) -> None:
     """A shared-memory access as the checkers see it: the race detector (every byte of every
-    lane), and for a store the generic-proxy mark the async proxy must not read past."""
+    lane), and for a store the generic-proxy mark the async proxy must not read past.
+    ``aligned``: every offset is a multiple of ``nbytes`` (ld/st/atom check it), so the
+    bytes are whole rows of ``nbytes`` and are checked and marked a row per lane."""
     race = w.sched.race
     if race is None and not write:
+        return
+    if aligned:
+        if race is not None:
+            race.access_rows(w, cta, offs, nbytes, write, w.prog.line(w.cur), what)
+        if write:
+            _written_rows(cta, nbytes)[offs // nbytes] = True
         return
     span = (offs[:, None] + np.arange(nbytes)).reshape(-1)
     if race is not None:
         race.access(w, cta, span, write, w.prog.line(w.cur), what)
     if write:
         cta.generic_written[span] = True
+
+
+def _written_rows(cta, width: int) -> np.ndarray:
+    """``cta.generic_written`` as rows of ``width`` bytes (a view, rebuilt when the array is
+    replaced: a finished CTA's is)."""
+    gw = cta.generic_written
+    cache = cta.__dict__.get("_written_rows")
+    if cache is None or cache[0] is not gw:
+        cache = cta._written_rows = (gw, {})
+    r = cache[1].get(width)
+    if r is None:
+        r = cache[1][width] = gw[:gw.size - gw.size % width].reshape(-1, width)
+    return r
+
+
+def _rows_of(smem, nbytes: int, count: int) -> np.ndarray:
+    """A CTA's shared memory as rows of ``count`` elements of ``nbytes`` (a view of its data,
+    rebuilt when the data is replaced), so a lane's aligned vector is one row."""
+    data = smem.data
+    cache = smem.__dict__.get("_rows")
+    if cache is None or cache[0] is not data:
+        cache = smem._rows = (data, {})
+    r = cache[1].get((nbytes, count))
+    if r is None:
+        width = nbytes * count
+        r = cache[1][(nbytes, count)] = data[:data.size - data.size % width].view(_UINT_OF[nbytes]).reshape(-1, count)
+    return r
+
+
+_UINT_OF = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.dtype("V16")}
+_OR, _MIN, _MAX = np.bitwise_or.reduce, np.minimum.reduce, np.maximum.reduce
+
+
+def _shared_offsets(w, addrs: np.ndarray, total: int):
+    """The offsets of a full warp's shared::cta access when every lane is aligned and in
+    the executing CTA's window, else None (then the general path reports what is wrong):
+    three reductions instead of the per-lane tests."""
+    if _OR(addrs) & (total - 1):
+        return None
+    sm = w.cta.smem
+    a = addrs - sm.base if sm.base else addrs
+    if _MIN(a) < mem.SHARED_RESERVED or _MAX(a) + total > sm.size:
+        return None
+    return a
 
 
 def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
@@ -146,7 +198,22 @@ def build_ld(ins, d):
         full[sel] = vals
         for k, wr in enumerate(writers):
             wr(w, full[:, k].view(dt), m)
-    return ld
+    if space != "shared":
+        return ld
+
+    def ld_shared(w, m):
+        """ld.shared by a full warp, every lane aligned and in bounds: what ``ld`` does."""
+        if m is not None or not w.full:
+            return ld(w, m)
+        offs = _shared_offsets(w, addr_fn(w), total)
+        if offs is None:
+            return ld(w, m)
+        if w.sched.race is not None:
+            w.sched.race.access_rows(w, w.cta, offs, total, False, w.prog.line(w.cur), what)
+        vals = _rows_of(w.cta.smem, nbytes, nvec)[offs // total]
+        for k, wr in enumerate(writers):
+            wr(w, vals[:, k].view(dt), None)
+    return ld_shared
 
 
 def _build_st_bulk(ins, d):
@@ -171,7 +238,7 @@ def _build_st_bulk(ins, d):
         for a, n in zip(addrs, sizes):
             if n:
                 offs = w.cta.smem.check_lanes(np.array([a]), int(n), what)
-                _track(w, w.cta, offs, int(n), True, what)
+                _track(w, w.cta, offs, int(n), True, what, aligned=False)
                 w.cta.smem.data[int(offs[0]):int(offs[0]) + int(n)] = 0
     return st_bulk
 
@@ -202,7 +269,28 @@ def build_st(ins, d):
             cols.append(v.view(u) if every else v.view(u)[sel])
         # (lanes, count); np.array(...).T costs a quarter of np.stack(..., axis=1)
         mem.scatter(buf, offs, nbytes, cols[0][:, None] if len(cols) == 1 else np.array(cols).T)
-    return st
+    if space != "shared":
+        return st
+
+    def st_shared(w, m):
+        """st.shared by a full warp, every lane aligned and in bounds: what ``st`` does."""
+        if m is not None or not w.full:
+            return st(w, m)
+        offs = _shared_offsets(w, addr_fn(w), total)
+        if offs is None:
+            return st(w, m)
+        cta = w.cta
+        _track(w, cta, offs, total, True, what)
+        cols = []
+        for r in readers:
+            v = np.asarray(r(w))
+            if v.ndim == 0:
+                x = np.empty(32, dtype=v.dtype)
+                x.fill(v)
+                v = x
+            cols.append(v.view(u))
+        _rows_of(cta.smem, nbytes, nvec)[offs // total] = cols[0][:, None] if len(cols) == 1 else np.array(cols).T
+    return st_shared
 
 
 build_st.n_dst = 0
