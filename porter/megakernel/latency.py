@@ -77,10 +77,13 @@ class LatencyModel:
         """The per-instruction costs from the descriptor's perf figures (porter.timing)
         instead of the assumed constants: an instruction's fetch is an L2 read of its
         words plus the named-barrier hand-off to the compute warps and the mbarrier that
-        releases its first page; a remote producer's counter is a release through L2 and
-        an acquire back (two L2 latencies) plus the poller's wake-up delay."""
+        releases its first page; the counter waits by the poll schedule of the arch's
+        megakernel (its spin / back-off constants, as porter predict times them), or where
+        it has none a remote producer's counter is a release through L2 and an acquire back
+        (two L2 latencies) plus perf.counter_wakeup_ns."""
         from porter.timing.figures import Figures
 
+        overrides.setdefault("backoff", kernel_backoff(arch))
         return cls.from_figures(Figures.of(arch), **overrides)
 
     @classmethod
@@ -104,6 +107,20 @@ class LatencyModel:
 
 
 IDLE, OVERHEAD, PRE, WAIT, ARRIVE, POST, TAIL = range(7)
+
+
+def kernel_backoff(arch) -> dict | None:
+    """The spin / back-off constants of the arch's decode megakernel (its rendered source),
+    None where the arch builds none or its source has no back-off."""
+    from porter.kernels import megakernel as family
+    from porter.kernels.knobs import spec_with_knobs
+    from porter.timing.megakernel_model import _backoff
+
+    try:
+        spec = spec_with_knobs(arch, family.spec_name(next(iter(family.MODELS))), {})
+        return _backoff(arch, spec)
+    except PorterError:
+        return None
 
 
 def instruction_kind(d: dict, cfg) -> str:
