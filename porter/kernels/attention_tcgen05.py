@@ -90,7 +90,7 @@ Q_TILE_CHOICES = (1, 2)
 # The two-Q-tile form's registers per thread (setmaxnreg from the launch count of 512
 # threads): the load/MMA warpgroup, each softmax warpgroup (a whole S row of block_n fp32 in
 # registers plus a chunk of P), the correction warpgroup (one 32-column O chunk at a time).
-REGS_2Q = {"other": 48, "softmax": 192, "correction": 80}
+REGS_2Q = {"other": 56, "softmax": 184, "correction": 88}
 SOFTMAX_ROW_OVERHEAD = 40   # registers beside the S row: addresses, m, l, the partials, a P chunk's share
 STAT_SLOTS = 2              # softmax -> correction ring of per-row floats (alpha, then 1 / l)
 
@@ -104,11 +104,12 @@ def v_swizzle_bytes(v_cols: int) -> int | None:
 def barrier_count(stages: int, q_tiles: int = 1) -> int:
     """One Q tile: q_full, q_empty; per stage k_full, v_full, kv_empty; s_full per S buffer;
     p_full; pv_done. (No "S read" barrier: the MMA issue order already implies it - see the
-    template.) Two: q_full per Q tile, q_empty; the stages'; per Q tile s_full, p_full,
-    o_ready, pv_done and the stats ring's full / empty per slot."""
+    template.) Two: q_full per Q tile, q_empty; per stage k_full, v_full, k_empty, v_empty;
+    per Q tile s_full, p_full per P chunk, o_ready, pv_done and the stats ring's full / empty
+    per slot."""
     if q_tiles == 1:
         return 2 + 3 * stages + S_BUFFERS + 2
-    return q_tiles + 1 + 3 * stages + q_tiles * (4 + 2 * STAT_SLOTS)
+    return q_tiles + 1 + 4 * stages + q_tiles * (5 + 2 * STAT_SLOTS)     # p_full: one per P chunk (<= 2)
 
 
 def stats_bytes(q_tiles: int) -> int:
@@ -303,7 +304,8 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
             why = (f"a softmax thread holds its S row: {block_n} + {SOFTMAX_ROW_OVERHEAD} registers > the "
                    f"{regs['softmax']} it gets after setmaxnreg")
         if why:
-            raise kr.fail(name, "block_n" if "block_n" in knobs and need > regs["softmax"] else "q_tiles", q_tiles, why)
+            knob = "block_n" if "block_n" in knobs and need > regs["softmax"] else "q_tiles"
+            raise kr.fail(name, knob, knobs.get(knob, q_tiles), why)
     if not tmem["fits"]:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"S x {S_BUFFERS} + O + P need {tmem['used']} TMEM columns "

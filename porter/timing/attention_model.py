@@ -16,6 +16,14 @@ softmax group works on another tile at the same time (Hopper ping-pong consumers
 ``poly_exp2_share`` of the exponentials run as a polynomial on the FMA pipe: that share
 leaves the MUFU and costs the polynomial's instructions in issue slots.
 A CTA pair's tile (block_m rows) is worked by two SMs, each costed for its own cta_rows.
+A tcgen05 kernel with ``cta_q_tiles`` = 2 (FA4's structure) works two cta_rows-row Q tiles
+per SM per K/V tile: both Q tiles' MMAs read the K and V tile from shared memory (loaded
+once), each Q tile's softmax warpgroup costs its own rows' serial time (its half of the
+MUFU and issue work, the row reduction's depth, its barriers), and its turn on the tensor
+core closes a loop: S_j done, softmax j, the hand-off to the MMA issuer (p_full, and
+o_ready through the correction warpgroup's hop), then that Q tile's P V and next S on the
+tensor core plus the MMA latency. The O rescale moves to the correction warpgroup, a
+resource of its own ("correction"), off the softmax path.
 Where the MMA and the softmax of different tiles overlap (tcgen05's MMA warp with two S
 buffers, ping-pong warpgroups) the period is the largest term; where they do not
 (``pingpong: false``) the softmax is added to the tensor time, halved per extra consumer
@@ -64,7 +72,8 @@ def tile_costs(spec, arch, fig) -> dict:
     # computes its CTA's rows (cta_rows) of the pair's MMA, each CTA stages half of every
     # K and V tile and runs the softmax of its own rows. Every cost below is one SM's.
     cta_group = int(c.get("cta_group", 1))
-    rows = int(c.get("cta_rows", bm // cta_group))
+    q_tiles = int(c.get("cta_q_tiles", 1))          # Q tiles each SM works per K/V tile
+    rows = int(c.get("cta_rows", bm // cta_group)) * q_tiles
     tensor = 4.0 * rows * bn * d / rate
     kv = 2.0 * bn * d * 2 / cta_group
     scores = rows * bn
@@ -78,7 +87,7 @@ def tile_costs(spec, arch, fig) -> dict:
         issue += bm * d / 32 / fig["issue_per_clk_per_sm"]   # O rescale in registers
     elif loop == "tcgen05":
         groups = 1 if isinstance(c.get("warps"), dict) else 1
-        reads = rows * d * 2 + kv                   # Q, and this CTA's half of K / V in a pair
+        reads = rows * d * 2 + q_tiles * kv         # Q, and this CTA's half of K / V (a pair) per Q tile
         row_per_thread = bn                         # one thread per row of S (TMEM lanes)
         overlap = True                              # the MMA warp runs ahead into the other S buffer
     elif loop == "mma_sync":
@@ -113,6 +122,14 @@ def tile_costs(spec, arch, fig) -> dict:
         share = 1.0 if float(c["rescale_threshold_log2"]) <= 0 else float(fig.values.get("lazy_rescale_tile_share", 1.0))
         rescale = share * 2 * rows * d * 4 / fig["tmem_bytes_per_clk_per_sm"]
     softmax_path = chain + max(mufu, issue) + rescale + 2 * fig["mbarrier_cycles"]
+    turn = None
+    if loop == "tcgen05" and q_tiles > 1:
+        # one softmax warpgroup per Q tile: its own rows' share of the MUFU / issue work; the
+        # correction warpgroup does the rescale; the loop through the tensor core closes on
+        # the two hand-offs (p_full; stats -> correction -> o_ready) and this Q tile's MMAs
+        softmax_path = chain + max(mufu, issue) / q_tiles + 2 * fig["mbarrier_cycles"]
+        mma_lat = fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * max(bn, d)
+        turn = softmax_path + 2 * fig["mbarrier_cycles"] + tensor / q_tiles + mma_lat
     if groups >= 2 and overlap:
         softmax_path = max(mufu, issue) + rescale + chain / groups
     resources = {
@@ -123,6 +140,9 @@ def tile_costs(spec, arch, fig) -> dict:
         "l2": kv / fig.l2_bytes_per_clk_per_sm,
         "softmax": softmax_path,
     }
+    if turn is not None:
+        resources["softmax turn"] = turn
+        resources["correction"] = rescale + 4 * fig["mbarrier_cycles"]   # its waits and release per Q tile pair
     if not overlap:
         resources["mma + softmax"] = tensor + softmax_path / (2 ** (groups - 1))
     elif loop == "wgmma" and groups >= 2:
@@ -140,7 +160,7 @@ def tile_costs(spec, arch, fig) -> dict:
     inflight = min(max(1, stages - 1) * kv, fig["tma_inflight_kib"] * 1024)
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
     per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * rows * d * 2 / fig["smem_bytes_per_clk_per_sm"]
-                  + fig["mma_latency_base_cycles"])
+                  + fig["mma_latency_base_cycles"])   # rows: all the Q tiles an SM holds
     return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile, "kind": kind,
             "cta_group": cta_group}
 
