@@ -203,3 +203,50 @@ def fma32(d, dst, a, b, c, general):
         v = p.astype(_F32).view(np.uint32)
         r[io] = v if m is None else np.where(m, v, r[io])
     return fma
+
+
+def shift_imm(d, t: str, dst, a, b, shift):
+    """A register of ``t``'s width shifted by an immediate below the width, into a register
+    of that width: for ``shl`` (any signedness) and the logical ``shr`` the result's bits are
+    the shift of the unsigned storage itself. Returns fn(general) -> the instruction (or
+    None for another form); ``general`` runs when a register is poisoned."""
+    po, pa = plain(d, dst, t), plain(d, a, t)
+    if po is None or pa is None or not isinstance(b, ptx.Imm) or (shift is np.right_shift and t[0] == "s"):
+        return None
+    k = int(d.src(b, "u32")(None))
+    store = np.dtype(STORE[bits(t)])
+    if k >= bits(t) or store.kind != "u":
+        return None
+    io, ia, ku = po[0], pa[0], store.type(k)
+
+    def make(general):
+        def shift_imm(w, m):
+            if w.poisoned:
+                return general(w, m)
+            r = w.r
+            v = shift(r[ia], ku)
+            r[io] = v if m is None else np.where(m, v, r[io])
+        return shift_imm
+    return make
+
+
+def unary(d, t: str, dst, a, f):
+    """``dst = f(a)``: a and dst registers of ``t``'s width; the result stored as the general
+    writer would (any other result, or a poisoned register, goes through it)."""
+    po, pa = plain(d, dst, t), plain(d, a, t)
+    if po is None or pa is None:
+        return None
+    (io, view), ia = po, pa[0]
+    dt, store = _types(t)
+    slow = d.dst(dst, t)
+
+    def run(w, m):
+        r = w.r
+        x = r[ia] if view is None else r[ia].view(view)
+        v = f(x)
+        if w.poisoned or type(v) is not np.ndarray or v.dtype is not dt or v.shape != x.shape:
+            return slow(w, v, m)
+        if view is not None:
+            v = v.view(store)
+        r[io] = v if m is None else np.where(m, v, r[io])
+    return run

@@ -124,16 +124,14 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
         return
     s = _shadow(cta)
     vc = race._fit(vc)
-    known = np.empty(race.n + 1, dtype=np.int64)
-    known[1:] = vc
-    known[0] = known[aid + 1] = _NEVER
+    known = race._known_of(aid, vc)
     for prior, epochs, lines, kinds in (("write", s.w_epoch, s.w_line, s.w_kind),
                                         ("read", s.r_epoch, s.r_line, s.r_kind)):
         if prior == "read" and not write:
             break
         e = epochs[l0:l1, c0:c1]
         bad = (e & CLOCK_MASK) > known[e >> AGENT_SHIFT]
-        if bad.any():
+        if np.count_nonzero(bad):
             i, j = (int(x) for x in np.argwhere(bad)[0])
             lane, col = l0 + i, c0 + j
             prev = race.agents[int(e[i, j] >> AGENT_SHIFT) - 1]

@@ -43,6 +43,9 @@ def _binary_masked(ins, d, f):
 def _unary(ins, d, f, t=None):
     t = t or type_of(ins.parts)
     dst, a = ins.operands
+    fast = fastpath.unary(d, t, dst, a, f)          # same-width registers
+    if fast is not None:
+        return fast
     ra, wd = d.src(a, t), d.dst(dst, t)
 
     def run(w, m):
@@ -269,10 +272,10 @@ def _fixed_shift(a, b, rb, d, u, dt, nb, shift):
     return lambda v: shift(v.view(u), ku).view(dt)
 
 
-def _shift_by(fixed, ra, wd):
+def _shift_by(fixed, ra, wd, fast=None):
     def shift_imm(w, m):
         wd(w, fixed(ra(w)), m)
-    return shift_imm
+    return shift_imm if fast is None else fast(shift_imm)
 
 
 def build_shl(ins, d):
@@ -283,7 +286,7 @@ def build_shl(ins, d):
     u = UINT[nb]
     fixed = _fixed_shift(a, b, rb, d, u, NP[t], nb, np.left_shift)
     if fixed is not None:
-        return _shift_by(fixed, ra, wd)
+        return _shift_by(fixed, ra, wd, fastpath.shift_imm(d, t, dst, a, b, np.left_shift))
 
     def shl(w, m):
         s = _shift_amount(rb(w), nb)
@@ -306,7 +309,7 @@ def build_shr(ins, d):
     u = UINT[nb]
     fixed = _fixed_shift(a, b, rb, d, u, NP[t], nb, np.right_shift)
     if fixed is not None:
-        return _shift_by(fixed, ra, wd)
+        return _shift_by(fixed, ra, wd, fastpath.shift_imm(d, t, dst, a, b, np.right_shift))
 
     def shr(w, m):
         s = _shift_amount(rb(w), nb)

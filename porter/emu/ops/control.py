@@ -18,6 +18,7 @@ from porter.emu.errors import CheckFailed, Unsupported
 
 LANES = np.arange(32)
 _NO_LANE = bytes(32)
+_ALL_LANES = bytes([1]) * 32      # a 32-lane bool array with every lane true, as bytes
 
 
 def build_bra(ins, d):
@@ -33,6 +34,12 @@ def build_bra(ins, d):
 
     def cbra(w, m):
         p = w.r[g]
+        if m is None and w.full:        # every lane: the predicate's own bytes decide (no mask op)
+            t = p.tobytes()
+            if t == _ALL_LANES:
+                return None if neg else target
+            if t == _NO_LANE:
+                return target if neg else None
         if neg:
             p = ~p
         sel = w.live if m is None else m

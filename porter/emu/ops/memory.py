@@ -90,10 +90,10 @@ _OR, _MIN, _MAX = np.bitwise_or.reduce, np.minimum.reduce, np.maximum.reduce
 
 
 def _shared_offsets(w, addrs: np.ndarray, total: int):
-    """The offsets of a full warp's shared::cta access when every lane is aligned and in
-    the executing CTA's window, else None (then the general path reports what is wrong):
-    three reductions instead of the per-lane tests."""
-    if _OR(addrs) & (total - 1):
+    """The offsets of the executing lanes' shared::cta access (``addrs``: theirs) when every
+    one is aligned and in the executing CTA's window, else None (then the general path
+    reports what is wrong): three reductions instead of the per-lane tests."""
+    if not addrs.size or _OR(addrs) & (total - 1):
         return None
     sm = w.cta.smem
     a = addrs - sm.base if sm.base else addrs
@@ -202,17 +202,24 @@ def build_ld(ins, d):
         return ld
 
     def ld_shared(w, m):
-        """ld.shared by a full warp, every lane aligned and in bounds: what ``ld`` does."""
-        if m is not None or not w.full:
-            return ld(w, m)
-        offs = _shared_offsets(w, addr_fn(w), total)
+        """ld.shared with every executing lane aligned and in bounds: what ``ld`` does."""
+        every = m is None and w.full
+        if every:
+            offs = _shared_offsets(w, addr_fn(w), total)
+        else:
+            sel = w.live if m is None else m
+            offs = _shared_offsets(w, addr_fn(w)[sel], total)
         if offs is None:
             return ld(w, m)
         if w.sched.race is not None:
             w.sched.race.access_rows(w, w.cta, offs, total, False, w.prog.line(w.cur), what)
         vals = _rows_of(w.cta.smem, nbytes, nvec)[offs // total]
+        if not every:
+            full = np.zeros((32, nvec), dtype=vals.dtype)
+            full[sel] = vals
+            vals = full
         for k, wr in enumerate(writers):
-            wr(w, vals[:, k].view(dt), None)
+            wr(w, vals[:, k].view(dt), m)
     return ld_shared
 
 
@@ -273,10 +280,13 @@ def build_st(ins, d):
         return st
 
     def st_shared(w, m):
-        """st.shared by a full warp, every lane aligned and in bounds: what ``st`` does."""
-        if m is not None or not w.full:
-            return st(w, m)
-        offs = _shared_offsets(w, addr_fn(w), total)
+        """st.shared with every executing lane aligned and in bounds: what ``st`` does."""
+        every = m is None and w.full
+        if every:
+            offs = _shared_offsets(w, addr_fn(w), total)
+        else:
+            sel = w.live if m is None else m
+            offs = _shared_offsets(w, addr_fn(w)[sel], total)
         if offs is None:
             return st(w, m)
         cta = w.cta
@@ -288,7 +298,7 @@ def build_st(ins, d):
                 x = np.empty(32, dtype=v.dtype)
                 x.fill(v)
                 v = x
-            cols.append(v.view(u))
+            cols.append(v.view(u) if every else v.view(u)[sel])
         _rows_of(cta.smem, nbytes, nvec)[offs // total] = cols[0][:, None] if len(cols) == 1 else np.array(cols).T
     return st_shared
 

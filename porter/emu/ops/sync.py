@@ -208,7 +208,7 @@ def check_remote_ready(bar: MBarrier, cta, who: str) -> None:
 def _lane_addrs(w, m, addr_fn):
     sel = w.live if m is None else m
     a = addr_fn(w)
-    return [int(x) for x in a[sel]]
+    return (a if m is None and w.full else a[sel]).tolist()      # (Python ints, as int(x) of each)
 
 
 def build_mbarrier(ins, d):
@@ -289,20 +289,30 @@ def build_mbarrier(ins, d):
         wd = d.dst(dst, "pred")
         blocking = kind == "try_wait"
 
+        def done(bar, p):
+            if parity:
+                return bar.phase_done(p)
+            return bar.phase > p          # the state token from arrive holds the phase number
+
         def try_wait(w, m):
             sel = w.live if m is None else m
             lanes = np.nonzero(sel)[0]
-            ph = np.broadcast_to(np.asarray(rphase(w)), (32,))
-            bars = [(_barrier_at(w, a, where), int(ph[lane])) for a, lane in zip(_lane_addrs(w, m, addr_fn), lanes)]
-
-            def done(bar, p):
-                if parity:
-                    return bar.phase_done(p)
-                return bar.phase > p          # the state token from arrive holds the phase number
+            ph = np.broadcast_to(np.asarray(rphase(w)), (32,))[lanes].tolist()
+            # The lanes' (barrier, phase) pairs, each distinct pair once in the order of its first
+            # lane (the lanes of a warp usually wait on one): the same barriers looked up, the
+            # same first failure, the same outcome per lane, the same acquires (idempotent).
+            first_of: dict = {}
+            bars, which = [], []
+            for a, p in zip(_lane_addrs(w, m, addr_fn), ph):
+                k = first_of.get((a, p))
+                if k is None:
+                    k = first_of[(a, p)] = len(bars)
+                    bars.append((_barrier_at(w, a, where), p))
+                which.append(k)
             ok = [done(b, p) for b, p in bars]
             if all(ok) or not blocking:
                 out = np.zeros(32, dtype=bool)
-                out[lanes] = ok
+                out[lanes] = [ok[k] for k in which]
                 wd(w, out, m)
                 if w.sched.race is not None:
                     for (b, _), o in zip(bars, ok):
