@@ -124,3 +124,16 @@ def test_a_k_slice_crossing_its_swizzle_row_is_a_warning_and_reads_on():
     warn = [w for w in res.warnings if "crosses its swizzle row" in w]
     assert warn and "offset 112 in its 128 B row" in warn[0] and "a warning: the PTX ISA" in warn[0], res.warnings
     np.testing.assert_allclose(d, named @ b.T, rtol=1e-6, atol=1e-6)
+
+
+def test_operand_codes_decode_by_table_as_by_conversion():
+    # the 8- and 16-bit formats are decoded by a table of every code's value; bit for bit what
+    # the conversion gives (NaN payloads included)
+    from porter.emu.units import wgmma
+
+    raw = np.random.default_rng(1).integers(0, 256, (64, 64)).astype(np.uint8)
+    for fmt in ("bf16", "f16", "e4m3", "e5m2", "tf32"):
+        with np.errstate(invalid="ignore"):
+            want = wgmma._convert(raw, fmt)
+        got = wgmma.decode_values(raw, fmt)
+        np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))

@@ -176,6 +176,7 @@ def build_wgmma(ins, d):
         scale_a, scale_b = imm[0], imm[1]
         tnsp_a, tnsp_b = (imm[2], imm[3]) if sixteen else (0, 0)
     line = ins.line
+    why = f"an accumulator of the wgmma.mma_async at line {line}, before the wgmma.wait_group that covers it"
 
     def mma_async(w, m):
         if m is not None and not (m == w.live).all():
@@ -215,9 +216,10 @@ def build_wgmma(ins, d):
         if a_addr is not None:
             keys.append((id(token), 1))
             cta.inflight_reads[keys[1]] = (a_lo, a_hi, what)
+        refs = st.refs
         for i in acc_ids:
-            st.refs[i] = st.refs.get(i, 0) + 1
-            w.poisoned[i] = f"an accumulator of the wgmma.mma_async at line {line}, before the wgmma.wait_group that covers it"
+            refs[i] = refs.get(i, 0) + 1
+        w.poisoned.update(dict.fromkeys(acc_ids, why))
         w.sched.counters["wgmma"] += 1
         st.issued += 1
 
@@ -251,12 +253,15 @@ def build_wgmma(ins, d):
                 dmat = dmat.reshape(16, n)
             res = unit.mma(avals, bvals, dmat, scale_a, scale_b)
             out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
+            regs, refs, poisoned = w.r, st.refs, w.poisoned
             for j, i in enumerate(acc_ids):
-                w.r[i] = out[j]                 # a row: contiguous, never written in place
-                st.refs[i] -= 1
-                if not st.refs[i]:
-                    del st.refs[i]
-                    w.poisoned.pop(i, None)
+                regs[i] = out[j]                # a row: contiguous, never written in place
+                left = refs[i] - 1
+                if left:
+                    refs[i] = left
+                else:
+                    del refs[i]
+                    poisoned.pop(i, None)
         st.open.append(complete)
     mma_async.n_dst = 0
     return mma_async
