@@ -36,7 +36,8 @@ from porter.tuning.engine import Task
 from porter.tuning.entries import norm_knobs, product_of  # noqa: F401 (product_of: for the command)
 from porter.tuning.ranking import knob_order, make_ranker
 
-SCREEN_CHUNK = 1000         # combinations per screen task (legality is ~0.1 ms, a legal one's L0 ~ms per bucket)
+SCREEN_CHUNK = 1000         # at most, combinations per screen task (legality ~0.1 ms, a legal one's L0 ~1 ms per bucket)
+SCREEN_SPREAD = 4           # at least this many screen tasks per executor slot, where there are combinations enough
 # the default budget: candidates compiled per bucket (all products together): the L1_TOP that
 # L1 times, and one more in case a top one spills or fails its SASS checks
 PER_BUCKET = 4
@@ -184,7 +185,10 @@ class Sweep:
 
         # 1. screen the whole space by L0 (the central time)
         combos, collapsed, raw = combinations(space, default)
-        chunks = [combos[i:i + SCREEN_CHUNK] for i in range(0, len(combos), SCREEN_CHUNK)]
+        # a small space whose L0 is slow (the megakernel's queue model: ~3 s a combination)
+        # is spread over every slot, not left in one task on one worker
+        size = max(1, min(SCREEN_CHUNK, -(-len(combos) // (SCREEN_SPREAD * max(1, getattr(self.executor, "slots", 1))))))
+        chunks = [combos[i:i + size] for i in range(0, len(combos), size)]
         screen_tasks = [self._task("screen", common + [chunk], base | {"combos": chunk},
                                    f"{kernel} screen {i + 1}/{len(chunks)}") for i, chunk in enumerate(chunks)]
         screened = self._run(first, "screen", screen_tasks)
