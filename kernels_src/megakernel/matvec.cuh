@@ -93,41 +93,101 @@ PORTER_DEVICE void fma_vec(const uint4 q, const float4 xa, const float4 xb, floa
     a0 = fmaf(bf16_lo(q.w), xb.z, a0); a1 = fmaf(bf16_hi(q.w), xb.w, a1);
 }
 
-// One warp: dot of a bf16 row (nvec x 8 elements, shared memory) with x (fp32: its
-// first kXRegVecs vectors per lane from xr, the rest from shared memory); lanes
-// stride over 16-byte vectors in the same order either way (so the sums round as
-// before), then a shuffle reduction. Two accumulators halve the dependent-FMA chain.
-PORTER_DEVICE float dot_row(const uint4* row, const XRegs& xr, const float4* x4, int nvec, int lane) {
-    float a0 = 0.f, a1 = 0.f;
+// One warp: dots of R consecutive bf16 rows of a page (nvec x 8 elements each, shared
+// memory) with x (fp32: its first kXRegVecs vectors per lane from xr, the rest from
+// shared memory); lanes stride over 16-byte vectors in the same order for every row
+// (so each row's sum rounds as the one-row form did), then one shuffle reduction per
+// row. R rows at once keep R x kXRegVecs independent 16-byte loads in flight and R
+// independent FMA chains (porter's timed model of the one-row form: each row's loads,
+// chain and reduction waited on the last: ~800 cycles a row per warp); a row of
+// kXRegVecs full vectors per lane (K = 2048) needs no per-vector guard, so the loads
+// are one straight block. Two accumulators per row halve its dependent-FMA chain.
+template <int R>
+PORTER_DEVICE void dot_rows(const uint4* row, const XRegs& xr, const float4* x4, int nvec, int lane, float* out) {
+    float a0[R], a1[R];
 #pragma unroll
-    for (int j = 0; j < kXRegVecs; ++j) {
-        const int v = lane + 32 * j;
-        if (v < nvec) fma_vec(row[v], xr.v[2 * j], xr.v[2 * j + 1], a0, a1);
+    for (int r = 0; r < R; ++r) { a0[r] = 0.f; a1[r] = 0.f; }
+    if (nvec >= 32 * kXRegVecs) {
+#pragma unroll
+        for (int j = 0; j < kXRegVecs; ++j) {
+            uint4 q[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) q[r] = row[r * nvec + lane + 32 * j];
+#pragma unroll
+            for (int r = 0; r < R; ++r) fma_vec(q[r], xr.v[2 * j], xr.v[2 * j + 1], a0[r], a1[r]);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < kXRegVecs; ++j) {
+            const int v = lane + 32 * j;
+            if (v < nvec) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) fma_vec(row[r * nvec + v], xr.v[2 * j], xr.v[2 * j + 1], a0[r], a1[r]);
+            }
+        }
     }
+#pragma unroll 4
     for (int v = lane + 32 * kXRegVecs; v < nvec; v += 32) {
-        fma_vec(row[v], x4[2 * v], x4[2 * v + 1], a0, a1);
+        const float4 xa = x4[2 * v], xb = x4[2 * v + 1];
+#pragma unroll
+        for (int r = 0; r < R; ++r) fma_vec(row[r * nvec + v], xa, xb, a0[r], a1[r]);
     }
-    return warp_sum(a0 + a1);
+#pragma unroll
+    for (int r = 0; r < R; ++r) out[r] = warp_sum(a0[r] + a1[r]);
 }
+
+// Rows of one page a warp reduces at once (dot_rows): 4 is rows_per_page of K = 2048.
+constexpr int kRowBlock = 4;
 
 // x = T1[0:K] into shared memory, RMS-normalised with weight T3 under PRE_NORM.
 // Each thread scales exactly the elements it loaded, so one reduction suffices.
+// Loads go kStageVecs per thread at once, each behind its own guard and used only
+// after all were issued (porter's timed model of the one-at-a-time loop: each float4
+// and each bf16 weight waited an L2 round trip before the next was issued, ~2.8k
+// cycles of every PRE_NORM matvec); the sums and products keep their order.
+constexpr int kStageVecs = 2;   // K = 2048 in one pass (4 spilled 8 B on sm_100a)
+
 PORTER_DEVICE void stage_input(Ctx& c, int k) {
     const float* src = c.ptr<const float>(1);
     const bool norm = (c.flags() & isa::FLAG_PRE_NORM) != 0;
+    const __nv_bfloat16* wt = norm ? c.ptr<const __nv_bfloat16>(3) : nullptr;
+    constexpr int kStep = 4 * kComputeThreads;
     float ss = 0.f;
-    for (int i = 4 * c.ct; i < k; i += 4 * kComputeThreads) {
-        const float4 v = *reinterpret_cast<const float4*>(src + i);   // plain load: written this step
-        *reinterpret_cast<float4*>(c.x + i) = v;
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    for (int base = 4 * c.ct; base < k; base += kStep * kStageVecs) {
+        float4 v[kStageVecs];
+#pragma unroll
+        for (int j = 0; j < kStageVecs; ++j) {
+            if (base + kStep * j < k) v[j] = *reinterpret_cast<const float4*>(src + base + kStep * j);   // plain load: written this step
+        }
+#pragma unroll
+        for (int j = 0; j < kStageVecs; ++j) {
+            const int i = base + kStep * j;
+            if (i < k) {
+                *reinterpret_cast<float4*>(c.x + i) = v[j];
+                ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+            }
+        }
     }
     if (norm) {
         const float r = rsqrtf(group_sum(c, ss) / static_cast<float>(k) + c.f0());
-        const __nv_bfloat16* wt = c.ptr<const __nv_bfloat16>(3);
-        for (int i = 4 * c.ct; i < k; i += 4 * kComputeThreads) {
-            // (x * r) * w, the VM's rounding order (validation/megakernel_vm.py _normed)
+        for (int base = 4 * c.ct; base < k; base += kStep * kStageVecs) {
+            float g[kStageVecs][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) c.x[i + e] = (c.x[i + e] * r) * ldg_bf16(wt, i + e);
+            for (int j = 0; j < kStageVecs; ++j) {
+                if (base + kStep * j < k) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) g[j][e] = ldg_bf16(wt, base + kStep * j + e);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kStageVecs; ++j) {
+                const int i = base + kStep * j;
+                if (i < k) {
+                    // (x * r) * w, the VM's rounding order (validation/megakernel_vm.py _normed)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) c.x[i + e] = (c.x[i + e] * r) * g[j][e];
+                }
+            }
         }
     }
     group_sync();
@@ -137,7 +197,7 @@ PORTER_DEVICE void stage_input(Ctx& c, int k) {
 PORTER_DEVICE void matvec_epilogue(Ctx& c, int ws, int we, float& best_v, int& best_i) {
     const int flags = c.flags();
     const int epi = flags & isa::EPILOGUE_MASK;
-    const TensorDesc& out = c.tensor(2);
+    const TensorDesc out = c.tensor(2);   // by value: a reference is re-read from global after each store
     const long base = static_cast<long>(c.iop(0)) + (ws - c.word(isa::W_R0));
     const int n = we - ws;
     const bool argmax = (flags & isa::FLAG_ARGMAX) != 0;
@@ -200,8 +260,18 @@ PORTER_DEVICE void op_matvec(Ctx& c) {
                 ring_wait_full(c.ring, seq);
                 const uint4* page = reinterpret_cast<const uint4*>(c.page(seq));
                 float* dst = (s == 0 ? c.y : c.u) + (g0 - ws);
-                for (int r = 0; r < rows; ++r) {
-                    const float d = dot_row(page + r * nvec, xr, x4, nvec, c.lane);
+                int r = 0;
+                for (; r + kRowBlock <= rows; r += kRowBlock) {
+                    float d[kRowBlock];
+                    dot_rows<kRowBlock>(page + r * nvec, xr, x4, nvec, c.lane, d);
+                    if (c.lane == 0) {
+#pragma unroll
+                        for (int i = 0; i < kRowBlock; ++i) dst[r + i] = d[i];
+                    }
+                }
+                for (; r < rows; ++r) {
+                    float d;
+                    dot_rows<1>(page + r * nvec, xr, x4, nvec, c.lane, &d);
                     if (c.lane == 0) dst[r] = d;
                 }
                 ring_release(c.ring, seq);
