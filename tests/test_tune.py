@@ -170,6 +170,7 @@ def test_the_tuning_file_is_read_back_by_the_variants(swept, blackwell, tmp_path
     assert b["predicted_l0"]["low_us"] <= b["predicted_l0"]["time_us"] <= b["predicted_l0"]["high_us"]
     assert b["default"]["predicted"]["time_us"] >= b["predicted"]["time_us"]
     assert b["same_as_default"] == (b["knobs"] == b["default"]["knobs"])
+    assert b["l0_agrees"] == (b["predicted_l0"]["time_us"] <= b["default"]["predicted_l0"]["time_us"])
 
     # an entry that changes the configuration (one that only confirms the default applies nothing)
     b["knobs"]["stages"], b["same_as_default"] = 2, False

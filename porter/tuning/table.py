@@ -25,6 +25,9 @@ def entry_for(sweep, arch) -> dict | None:
         buckets[b] = {
             "shape": row["shape"], "knobs": _plain(chosen["knobs"]), "level": chosen["level"],
             "same_as_default": bool(dflt) and chosen["knobs"] == dflt["knobs"],
+            # ranked by L1; does L0 agree it is no slower? (false: the two levels disagree,
+            # worth a GPU A/B before trusting either)
+            "l0_agrees": (not dflt) or chosen["l0"]["time_us"] <= dflt["l0"]["time_us"] * (1 + 1e-9),
             "predicted": _pred(chosen), "predicted_l0": _pred_l0(chosen),
             "default": ({"knobs": _plain(dflt["knobs"]), "level": dflt["level"], "predicted": _pred(dflt),
                          "predicted_l0": _pred_l0(dflt)} if dflt else None),
