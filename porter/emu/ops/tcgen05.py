@@ -716,10 +716,11 @@ def _build_ld(ins, d):
         why = f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld that covers it"
         pend = w.units.setdefault("tcgen05_ld_regs", set())
         rows = np.ascontiguousarray(vals.T)       # each row a register's lanes, never written in place
+        regs = w.r
         for j, i in enumerate(ids):
-            w.r[i] = rows[j]
-            w.poisoned[i] = why
-            pend.add(i)
+            regs[i] = rows[j]
+        w.poisoned.update(dict.fromkeys(ids, why))
+        pend.update(ids)
         return None
     ld.n_dst = 1
     return ld
