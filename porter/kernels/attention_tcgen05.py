@@ -37,6 +37,20 @@ even CTA issues the MMAs; loads complete on its barriers, its commits multicast 
 V's boxes take the widest swizzle its columns per CTA fill: 128 B (64 bf16) for head dim
 128 (and every single-CTA form), 64 B (32 bf16) for the hd64 pair, whose CTAs hold 32 columns
 each; the V descriptor's swizzle mode, SBO (8 keys) and K step follow it.
+
+Two Q tiles per CTA (knob ``q_tiles=2``, FA4's structure; attention/tcgen05_2q.cu.j2): 16 warps
+- warp 0 producer, warp 1 MMA issuer (warps 2-3 idle: setmaxnreg acts on whole warpgroups),
+warpgroups 1 and 2 the softmax of Q tile 0 and 1, warpgroup 3 the correction. TMEM: S_0, S_1,
+O_0, O_1 (512 columns at hd128), P_j written into S_j's first block_n / 2 columns; the MMA
+issuer takes the Q tiles in turn (P_0 V, S_0, P_1 V, S_1 per K/V tile), so one softmax
+warpgroup works while the tensor core runs the other Q tile's MMAs. P is handed over per
+32-column chunk (the first chunk's P V runs under the second chunk's exponentials); a softmax
+warp whose rows kept their max releases O itself, otherwise the correction warp of its lanes
+rescales O in TMEM first; the correction warpgroup stores O / l. K and V of a stage are
+released separately (K after the second Q tile's Q K^T, V after its P V). Not the default:
+the timing model's L1 predicts it 3-4% faster than one Q tile for the single-CTA hd128 form
+and 8% slower for the pair (B200, predicted, not measured; see the README); kept for the
+first GPU visit's A/B.
 """
 
 from __future__ import annotations
@@ -79,6 +93,9 @@ RESCALE_THRESHOLDS = (0, 4, 8)
 # (the timed simulator on this kernel's SASS) predicts 25% at 450 TFLOP/s against 1208 with
 # none (B200 hd128 4x16x16x4096x4096, predicted, not measured); FA4's split pays once two
 # softmax warpgroups saturate the MUFU. Kept as a knob for the first GPU visit's A/B.
+# With two (q_tiles=2) L1 still says no: 25% gives 3120 cycles per K/V tile against 2984 with
+# none (B200 hd128, predicted, not measured): the polynomial's issue slots cost more than the
+# MUFU time it frees.
 POLY_EXP2_SHARE = 0
 POLY_EXP2_SHARES = (0, 25, 50, 75, 100)
 # 128-row Q tiles per CTA; knob ``q_tiles``. 2 = FA4's structure (attention/tcgen05_2q.cu.j2):
