@@ -184,9 +184,11 @@ def model(spec, arch, fig, shape: str) -> dict:
         lengths.append(n_kv)
     if c.get("persistent") is False:
         t["per_q_tile"] += fig.ns_to_cycles(fig["tma_latency_ns"]) + fig["cluster_barrier_cycles"]
-    tiles = []
-    for _ in range(b * hq):
-        tiles.extend(n * period + t["per_q_tile"] for n in lengths)
+    # the kernel's own walk (decode_tile in templates/attention.cu.j2): tile `linear` is Q tile
+    # q_tiles - 1 - linear // (b * hq) of head linear % (b * hq), i.e. heads inner and the last
+    # (longest, under a causal mask) Q tile first; unit u takes linear = u, u + units, ...
+    walk = [n for n in reversed(lengths) for _ in range(b * hq)]
+    tiles = [n * period + t["per_q_tile"] for n in walk]
     grid = int(c.get("grid_ctas", c.get("sm_count", fig.sm_count)))
     # a unit is what works one tile: a CTA, or a CTA pair (two SMs); L1's period is measured
     # per unit too (the pair's two SMs in the timed simulator)
@@ -198,4 +200,4 @@ def model(spec, arch, fig, shape: str) -> dict:
     flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal else 1.0)
     return {"schedule": sched, "per_tile_resources": res, "hbm_bytes": hbm, "flops": flops,
             "bytes_moved": hbm, "peak_key": "bf16" if "bf16" in arch.peak_tflops else "", "mma_kind": t["kind"],
-            "tile_kv": tuple(n for _ in range(b * hq) for n in lengths)}   # K/V tiles per tile (L1 costs them)
+            "tile_kv": tuple(walk)}   # K/V tiles per tile (L1 costs them)
