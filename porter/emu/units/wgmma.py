@@ -258,14 +258,14 @@ def decode_values(raw: np.ndarray, fmt: str) -> np.ndarray:
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     if raw.ndim != 2 or raw.shape[1] % (bits // 8):
         raise EmuError(f"{fmt} operand bytes of shape {raw.shape} do not hold whole {bits}-bit elements")
-    if bits != 32:                       # 8- and 16-bit codes: one lookup in the table of their values
-        return _code_values(fmt)[raw.view("<u2") if bits == 16 else raw]
+    if bits == 8:                        # 8-bit codes: one lookup in the table of their values (faster
+        return _code_values(fmt)[raw]    # than the cast; for 16-bit operands the cast is faster)
     return _convert(raw, fmt)
 
 
 @functools.lru_cache(maxsize=8)
 def _code_values(fmt: str) -> np.ndarray:
-    """float64 value of every 8- or 16-bit code of ``fmt``, made by the conversion itself."""
+    """float64 value of every code of an 8- (or 16-) bit ``fmt``, made by the conversion itself."""
     n = 1 << FORMATS[fmt]
     codes = np.arange(n, dtype=np.uint32).astype(np.uint8 if n == 256 else "<u2")
     with np.errstate(invalid="ignore"):            # NaN codes are values too
