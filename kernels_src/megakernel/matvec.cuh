@@ -147,17 +147,32 @@ constexpr int kRowBlock = 4;
 // cycles of every PRE_NORM matvec); the sums and products keep their order.
 constexpr int kStageVecs = 2;   // K = 2048 in one pass (4 spilled 8 B on sm_100a)
 
-PORTER_DEVICE void stage_input(Ctx& c, int k) {
-    const float* src = c.ptr<const float>(1);
+// The norm weight's 4 bf16 at element i (a multiple of 4: 8-byte aligned, isa.py
+// 16-byte aligned tensors) in one load, widened as ldg_bf16 widens each.
+PORTER_DEVICE void ldg_bf16x4(const __nv_bfloat16* p, int i, float* g) {
+    const uint2 q = __ldg(reinterpret_cast<const uint2*>(p + i));
+    g[0] = bf16_lo(q.x); g[1] = bf16_hi(q.x); g[2] = bf16_lo(q.y); g[3] = bf16_hi(q.y);
+}
+
+// src = T1's and wt = T3's data (the caller reads them with T0's before any branch,
+// so the three descriptor loads are one round trip); wt is read only under PRE_NORM.
+PORTER_DEVICE void stage_input(Ctx& c, int k, const float* src, const __nv_bfloat16* wt) {
     const bool norm = (c.flags() & isa::FLAG_PRE_NORM) != 0;
-    const __nv_bfloat16* wt = norm ? c.ptr<const __nv_bfloat16>(3) : nullptr;
     constexpr int kStep = 4 * kComputeThreads;
+    constexpr int kPass = kStep * kStageVecs;
+    // one pass (K <= kPass, every PRE_NORM matvec of Llama-3.2-1B): the norm weights
+    // are loaded with x, before the reduction, and x is scaled in registers
+    const bool one_pass = k <= kPass;
+    float g[kStageVecs][4];
     float ss = 0.f;
-    for (int base = 4 * c.ct; base < k; base += kStep * kStageVecs) {
+    for (int base = 4 * c.ct; base < k; base += kPass) {
         float4 v[kStageVecs];
 #pragma unroll
         for (int j = 0; j < kStageVecs; ++j) {
-            if (base + kStep * j < k) v[j] = *reinterpret_cast<const float4*>(src + base + kStep * j);   // plain load: written this step
+            if (base + kStep * j < k) {
+                v[j] = *reinterpret_cast<const float4*>(src + base + kStep * j);   // plain load: written this step
+                if (norm && one_pass) ldg_bf16x4(wt, base + kStep * j, g[j]);
+            }
         }
 #pragma unroll
         for (int j = 0; j < kStageVecs; ++j) {
@@ -170,13 +185,11 @@ PORTER_DEVICE void stage_input(Ctx& c, int k) {
     }
     if (norm) {
         const float r = rsqrtf(group_sum(c, ss) / static_cast<float>(k) + c.f0());
-        for (int base = 4 * c.ct; base < k; base += kStep * kStageVecs) {
-            float g[kStageVecs][4];
+        for (int base = 4 * c.ct; base < k; base += kPass) {
+            if (!one_pass) {
 #pragma unroll
-            for (int j = 0; j < kStageVecs; ++j) {
-                if (base + kStep * j < k) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) g[j][e] = ldg_bf16(wt, base + kStep * j + e);
+                for (int j = 0; j < kStageVecs; ++j) {
+                    if (base + kStep * j < k) ldg_bf16x4(wt, base + kStep * j, g[j]);
                 }
             }
 #pragma unroll
@@ -232,6 +245,9 @@ PORTER_DEVICE void matvec_epilogue(Ctx& c, int ws, int we, float& best_v, int& b
 
 PORTER_DEVICE void op_matvec(Ctx& c) {
     const int k = c.tensor(0).cols;
+    const float* src = c.ptr<const float>(1);
+    // PRE_NORM's weight (T3 names no tensor otherwise)
+    const __nv_bfloat16* wt = (c.flags() & isa::FLAG_PRE_NORM) ? c.ptr<const __nv_bfloat16>(3) : nullptr;
     if (k > kMaxK || k % 8) __trap();   // wider than the input buffer / not 16-byte rows: malformed program
     if ((c.flags() & isa::EPILOGUE_MASK) == isa::EPI_ROPE) {
         // the fused RoPE pairs rows d and d + hd/2 inside one kYRows window: the rows
@@ -240,7 +256,7 @@ PORTER_DEVICE void op_matvec(Ctx& c) {
         const int hd = c.iop(2), r0 = c.word(isa::W_R0), r1 = c.word(isa::W_R1);
         if (hd <= 0 || hd % 2 || kYRows % hd || r0 % hd || r1 % hd) __trap();
     }
-    stage_input(c, k);
+    stage_input(c, k, src, wt);
     const int rpp = rows_per_page(k);
     const int nvec = k / 8;
     const int streams = matvec_streams(c.flags());
