@@ -58,6 +58,10 @@ AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # schedule=clc, so one visit measures what the model cannot
     *((k, ("schedule=clc",), "static tile walk (default) vs dynamic scheduling by cluster launch control")
       for k in ("gemm.bf16.pair", "gemm.nvfp4.pair")),
+    # issue 17 item 1 (wave-fa4): FA4's two Q tiles per CTA with a correction warpgroup is a knob,
+    # not the default (L1 predicts +1% for the 1-CTA form, -11% for the pair): one visit measures both
+    *((k, ("q_tiles=2",), "one Q tile per CTA (default) vs FA4's two Q tiles, two softmax and a correction warpgroup")
+      for k in ("attention.hd128", "attention.hd128.pair")),
 )
 
 # ---- the cost model (seconds on the GPU machine) -----------------------------------------------
