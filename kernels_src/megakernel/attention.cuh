@@ -57,28 +57,39 @@ PORTER_DEVICE void op_attn_partial(Ctx& c) {
             o[h][j] = 0.f;
         }
     }
-    const TensorDesc& kc = c.tensor(1);
+    const TensorDesc kc = c.tensor(1);
     const __nv_bfloat16* kbase = static_cast<const __nv_bfloat16*>(kc.ptr) + g * hd;
     const __nv_bfloat16* vbase = c.ptr<const __nv_bfloat16>(2) + g * hd;
-    for (int t = t0 + c.cw; t < t1; t += kComputeWarps) {
-        float kv[kDimsPerLane], vv[kDimsPerLane];
+    // Every head of kMaxGroup is scored (a head h >= gs has q = 0 and is never stored),
+    // in one block without a branch per head, so the heads' shuffle reductions overlap
+    // (porter's timed model of the head-by-head loop: gs dependent reductions per
+    // position). Loading the next position's K and V here as well spilled on sm_100a.
+    float kv[kDimsPerLane], vv[kDimsPerLane];
+    const auto load_kv = [&](int t, float* kd, float* vd) {
 #pragma unroll
         for (int j = 0; j < kDimsPerLane; ++j) {
             const int d = c.lane + 32 * j;
             const long at = static_cast<long>(t) * kc.cols + d;
-            kv[j] = d < hd ? ld_bf16(kbase, at) : 0.f;   // cache: appended this step, plain loads
-            vv[j] = d < hd ? ld_bf16(vbase, at) : 0.f;
+            kd[j] = d < hd ? ld_bf16(kbase, at) : 0.f;   // cache: appended this step, plain loads
+            vd[j] = d < hd ? ld_bf16(vbase, at) : 0.f;
         }
+    };
+    for (int t = t0 + c.cw; t < t1; t += kComputeWarps) {
+        load_kv(t, kv, vv);
+        float z[kMaxGroup];
 #pragma unroll
         for (int h = 0; h < kMaxGroup; ++h) {
-            if (h >= gs) break;
-            float z = 0.f;
+            z[h] = 0.f;
 #pragma unroll
-            for (int j = 0; j < kDimsPerLane; ++j) z = fmaf(qr[h][j], kv[j], z);
-            z = warp_sum(z);
-            const float mn = fmaxf(m[h], z);
+            for (int j = 0; j < kDimsPerLane; ++j) z[h] = fmaf(qr[h][j], kv[j], z[h]);
+        }
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) z[h] = warp_sum(z[h]);
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h) {
+            const float mn = fmaxf(m[h], z[h]);
             const float rescale = fast_exp2(m[h] - mn);   // 0 on the first position (m = -inf)
-            const float p = fast_exp2(z - mn);
+            const float p = fast_exp2(z[h] - mn);
             l[h] = l[h] * rescale + p;
 #pragma unroll
             for (int j = 0; j < kDimsPerLane; ++j) o[h][j] = fmaf(p, vv[j], o[h][j] * rescale);
