@@ -32,7 +32,7 @@ from porter.emu.race import AGENT_SHIFT, CLOCK_MASK
 
 LANES, COLUMNS = 128, 512
 _NEVER = np.iinfo(np.int64).max
-_KINDS = ("tcgen05.ld", "tcgen05.st", "tcgen05.mma", "tcgen05.cp")
+_KINDS = ("tcgen05.ld", "tcgen05.st", "tcgen05.mma", "tcgen05.cp", "tcgen05.shift")
 
 
 class PipelineAgent:
