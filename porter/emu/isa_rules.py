@@ -101,6 +101,7 @@ _TC_MCM = ('PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of Ten
            '(tcgen05.fence::before/after_thread_sync around the thread synchronization)')
 _TC_COMMIT = 'PTX ISA 9.7.16.12.1 "tcgen05.commit" (an operation is complete at the mbarrier of its commit)'
 _TC_CP = 'PTX ISA 9.7.16 "tcgen05.cp"'
+_TC_SHIFT = 'PTX ISA 9.7.16.9.3 "tcgen05.shift" (the lane of taddr aligned to 32)'
 _ST_ASYNC = ('PTX ISA 9.7.9.12 "st.async" / 9.7.13 "red.async" (the mbarrier lies in the destination CTA\'s '
              'shared memory; the address aligned to the access size)')
 _MOVMATRIX = 'PTX ISA 9.7.14.5.17 "movmatrix" (.sync.aligned: every thread of the warp executes it)'
@@ -126,6 +127,7 @@ RULES: list[tuple[str, str]] = [
     ("tcgen05.commit multicast", _TC_COMMIT),
     ("still uses them (not complete)", _TC_COMMIT),
     ("tcgen05.cp source bytes", _TC_CP),
+    ("lane of the tcgen05.shift address", _TC_SHIFT),
     ("tcgen05.mma operand bytes", _TC_MMA),
     ("tcgen05.mma with A in TMEM", _TC_MMA),
     ("tcgen05 operand (descriptor", _TC_MMA),

@@ -1,13 +1,13 @@
 """Tensor Memory and the 5th-generation tensor core on sm_100a: tcgen05.alloc / dealloc /
 relinquish_alloc_permit, tcgen05.mma (every kind porter emits, A from shared memory or
 TMEM, cta_group::1 and ::2), tcgen05.commit (plain and .multicast::cluster),
-tcgen05.ld / st / wait, tcgen05.cp and tcgen05.fence (PTX ISA 9.7.16), on the pure units
+tcgen05.ld / st / wait, tcgen05.cp, tcgen05.shift and tcgen05.fence (PTX ISA 9.7.16), on the pure units
 ``porter.emu.units.tmem`` and ``porter.emu.units.tcgen05``.
 
 Asynchrony, as the ISA allows it:
 
-* ``tcgen05.mma`` and ``tcgen05.cp`` are issued by single threads into that thread's
-  pipeline; they execute in issue order. ``tcgen05.commit`` closes the thread's open
+* ``tcgen05.mma``, ``tcgen05.cp`` and ``tcgen05.shift`` are issued by single threads into
+  that thread's pipeline; they execute in issue order. ``tcgen05.commit`` closes the thread's open
   operations into a group that completes a seeded number of scheduler rounds later; then
   each operation runs (the MMA reads its operands and scale factors and writes D) and the
   commit arrives on its mbarrier(s). Groups of one thread complete in order.
@@ -172,8 +172,12 @@ def _note_access(st: CtaTc, region, agent: int, writes: bool, w=None, where: str
         st.access_where[agent] = where
 
 
-def _check_inflight(st: CtaTc, region, writes: bool, what: str, where: str, w) -> None:
+def _check_inflight(st: CtaTc, region, writes: bool, what: str, where: str, w, ordered=()) -> None:
+    """``ordered``: in-flight operations this access is pipelined after (PTX ISA 9.7.16.6.2:
+    they execute in issue order), so no conflict."""
     for op in st.inflight:
+        if op in ordered:
+            continue
         for cta, r, op_writes in op.regions:
             if cta is st.cta and (writes or op_writes) and _overlap(r, region):
                 raise CheckFailed(
@@ -833,6 +837,73 @@ def _build_cp(ins, d, g: int):
     return cp
 
 
+# ---- shift ----------------------------------------------------------------------------------------
+
+def _own_inflight(w, lane: int, names) -> set:
+    """This thread's issued, not yet complete operations named in ``names``."""
+    p = _pipe(w, lane)
+    ops = list(p.open) + [op for g in p.fifo if not g.done for op in g.ops]
+    return {op for op in ops if op.name in names}
+
+
+def _build_shift(ins, d, g: int):
+    """``tcgen05.shift.cta_group::N.down [taddr]`` (PTX ISA 9.7.16.9.3): asynchronous, issued
+    by one thread, in that thread's pipeline like tcgen05.mma: it executes when its
+    tcgen05.commit group completes, in issue order with the thread's MMAs (9.7.16.6.2 pairs
+    mma -> shift and shift -> mma). Its 32 lanes x 8 columns are fenced off until then; an
+    in-flight operation of another kind, or another thread's, writing or reading them is an
+    error (no pipeline orders the two)."""
+    where = d.where(ins)
+    parts = ins.parts
+    if "down" not in parts:
+        raise d.unsupported("(only .down)")
+    op0 = ins.operands[0]
+    a_fn = d.addr(op0, "tmem")[0] if isinstance(op0, ptx.Addr) else d.src(op0, "u32")
+    name = "tcgen05.shift"
+    line = ins.line
+
+    def shift(w, m):
+        sel = w.live if m is None else m
+        av = np.broadcast_to(np.asarray(a_fn(w)), (32,))
+        ctas = _group_ctas(w, g, where)
+        tcs = [_ctatc(c) for c in ctas]
+        me = _agent(w)
+        for lane in np.nonzero(sel)[0]:
+            lane = int(lane)
+            who = f"{w.name} lane {lane}"
+            addr = int(av[lane]) & 0xFFFFFFFF
+            lane0, col, ncols = _wrap(where, who, lambda: tmem_unit.shift_region(addr))
+            region = (lane0, lane0 + tmem_unit.SHIFT_LANES, col, col + ncols)
+            ordered = _own_inflight(w, lane, ("tcgen05.mma",))
+            for t in tcs:
+                _wrap(where, who, lambda: t.tmem._note_cta_group(g, name))
+                _wrap(where, who, lambda: t.tmem.check_columns(col, ncols, name))
+                _check_inflight(t, region, True, name, where, w, ordered)
+                for widx, pr, st_where in t.pending_st:
+                    if _overlap(pr, region):
+                        raise CheckFailed(f"{where}: {who}: {name} reads TMEM ({t.cta.name} {_region_text(region)}) "
+                                          f"written by the tcgen05.st at {st_where} of warp {widx} before that "
+                                          "warp's tcgen05.wait::st")
+                _check_handoff(w, sel, t, region, True, name, where)
+            for cta, t in zip(ctas, tcs):
+                _note_access(t, region, me, False)
+                _note_access(t, region, me, True)
+                tmem_hb.issue(w, cta, region, False, line, name)
+                tmem_hb.issue(w, cta, region, True, line, name)
+            tmems = [t.tmem for t in tcs]
+
+            def run(addr=addr, tmems=tmems, who=who):
+                for t in tmems:
+                    _wrap(where, who, lambda: t.shift_down(addr, g))
+            op = AsyncOp(name, where, who, [(c, region, True) for c in ctas], [], run, tcs)
+            for t in tcs:
+                t.inflight.append(op)
+            _pipe(w, lane).open.append(op)
+        return None
+    shift.n_dst = 0
+    return shift
+
+
 # ---- fences --------------------------------------------------------------------------------------
 
 def _build_fence(ins, d):
@@ -883,6 +954,8 @@ def build_tcgen05(ins, d):
         return _build_wait(ins, d)
     if op == "cp":
         return _build_cp(ins, d, g)
+    if op == "shift":
+        return _build_shift(ins, d, g)
     if op.startswith("fence::"):
         return _build_fence(ins, d)
     raise d.unsupported()

@@ -18,6 +18,8 @@ API
 ``ld(warp_id, address, shape, num) -> uint32[32, regs]`` (row = lane of the warp, column = register)
 ``st(warp_id, address, shape, num, values)``
 ``cp(address, smem, sdesc, shape, multicast=None, cta_group=1)``: shared memory -> TMEM.
+``shift_down(address, cta_group=1)``: ``tcgen05.shift.down`` (rows of a 32-lane matrix, 8
+    columns wide, down by one); ``shift_region(address) -> (lane0, column, ncols)``.
 ``read(lane, nlanes, column, ncols, what) / write(lane, column, words, what)``: checked raw
     access for the MMA unit (``porter.emu.units.tcgen05``).
 ``check_columns(column, ncols, what)``: raise unless every column is inside one allocation.
@@ -304,6 +306,38 @@ class TensorMemory:
         for q in range(copies):
             self.write(q * LANES_PER_WARP, col0, words, what)
         return data
+
+    # ------------------------------------------------------------- shift
+    def shift_down(self, address: int, cta_group: int = 1) -> None:
+        """``tcgen05.shift.down`` (ISA 9.7.16.9.3): the 32-byte elements (8 columns) of the
+        32-lane matrix at ``address`` move down one row, every row but the last: row
+        ``lane0 + i`` goes to ``lane0 + i + 1`` for i in 0..30 (the implicit ``.31x256b``
+        shape of 9.7.16.2.3). Row ``lane0`` keeps its words (the ISA writes only the 31
+        destination rows); whether a source word was ever written travels with it."""
+        what = f"tcgen05.shift.cta_group::{cta_group}.down [{int(address):#x}]"
+        self._note_cta_group(cta_group, what)
+        lane0, col0, ncols = shift_region(address, what)
+        self.check_columns(col0, ncols, what)
+        rows = slice(lane0 + 1, lane0 + SHIFT_LANES)
+        src = slice(lane0, lane0 + SHIFT_LANES - 1)
+        cols = slice(col0, col0 + ncols)
+        self.cells[rows, cols] = self.cells[src, cols].copy()
+        self.defined[rows, cols] = self.defined[src, cols].copy()
+
+
+SHIFT_LANES = 32          # tcgen05.shift: one 32-lane matrix (31 rows move), 256 bits wide
+SHIFT_COLUMNS = 8
+
+
+def shift_region(address: int, what: str = "tcgen05.shift") -> tuple[int, int, int]:
+    """(lane0, column, ncols) of a ``tcgen05.shift`` at ``address``; its lane must be a
+    multiple of 32 (ISA 9.7.16.9.3: "The lane of the address operand taddr must be aligned
+    to 32")."""
+    lane0, col0 = split_address(address)
+    if lane0 % SHIFT_LANES or lane0 >= LANES:
+        raise CheckFailed(f"{what}: the lane of the tcgen05.shift address ({lane0}) must be a multiple of 32 "
+                          f"below {LANES}")
+    return lane0, col0, SHIFT_COLUMNS
 
 
 @functools.lru_cache(maxsize=64)
