@@ -130,3 +130,44 @@ def test_a_shift_address_whose_lane_is_not_a_multiple_of_32_is_reported():
     with pytest.raises(CheckFailed, match=r"t.ptx:\d+: CTA 0 warp 0 lane 0: .*lane of the tcgen05.shift "
                                           r"address \(16\) must be a multiple of 32.*PTX ISA 9.7.16.9.3"):
         _run(16, 0)
+
+
+# ---- cta_group::2: one thread shifts the matrix in both CTAs of the pair ----------------------
+
+PAIR = (SHIFT
+        .replace("tcgen05.alloc.cta_group::1", "tcgen05.alloc.cta_group::2")
+        .replace("tcgen05.relinquish_alloc_permit.cta_group::1", "tcgen05.relinquish_alloc_permit.cta_group::2")
+        .replace("tcgen05.dealloc.cta_group::1", "tcgen05.dealloc.cta_group::2")
+        .replace("  mbarrier.init.shared::cta.b64 [%r10], 1;",
+                 "  mbarrier.init.shared::cta.b64 [%r10], 1;\n  fence.mbarrier_init.release.cluster;")
+        # every sync spans the pair (the shift reads / writes the peer's TMEM)
+        .replace("  bar.sync 0;", "  barrier.cluster.arrive.release.aligned;\n  barrier.cluster.wait.acquire.aligned;")
+        # the values say which CTA wrote them: rank * 100000 + lane * 1000 + column + 1
+        .replace("  mad.lo.u32 %r40, %r1, 1000, 1;",
+                 "  mov.u32 %r60, %cluster_ctarank;\n  mad.lo.u32 %r61, %r60, 100000, 1;\n"
+                 "  mad.lo.u32 %r40, %r1, 1000, %r61;")
+        # the shifter: thread 0 of the even CTA; its commit arrives on both CTAs' barriers
+        .replace("  @%p2 bra WAIT;",
+                 "  setp.ne.u32 %p3, %r60, 0;\n  or.pred %p4, %p2, %p3;\n  @%p4 bra WAIT;")
+        .replace("tcgen05.shift.cta_group::1.down", "tcgen05.shift.cta_group::2.down")
+        .replace("  tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r10];",
+                 "  mov.u16 %rs1, 3;\n"
+                 "  tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
+                 " [%r10], %rs1;")
+        .replace("  mul.wide.u32 %rd8, %r1, 64;", "  mad.lo.u32 %r62, %r60, 128, %r1;\n  mul.wide.u32 %rd8, %r62, 64;")
+        .replace("  .reg .pred %p<8>;", "  .reg .pred %p<8>;\n  .reg .b16 %rs<4>;"))
+
+
+@pytest.mark.parametrize("lane,col", [(0, 0), (64, 8)])
+def test_pair_shift_moves_the_rows_in_both_ctas(lane, col):
+    text = HEAD + ".visible .entry k(.param .u64 out, .param .u32 off)\n{\n" + \
+        PAIR.replace("WAITSHIFT", WAIT) + "\n}\n"
+    # barrier.cluster at the end, so neither CTA exits while its peer may still reach it
+    text = text.replace("END:\n  ret;", "END:\n  barrier.cluster.arrive.release.aligned;\n"
+                                        "  barrier.cluster.wait.acquire.aligned;\n  ret;")
+    out = np.zeros((2, 128, 16), dtype=np.uint32)
+    res = emu.launch(text, "k", grid=2, block=128, cluster=(2, 1, 1),
+                     args=[out, np.uint32(lane << 16 | col)], seed=5, file="t.ptx")
+    got = res.outputs[0]
+    for rank in range(2):
+        np.testing.assert_array_equal(got[rank], _expected(lane, col) + np.uint32(rank * 100000))
