@@ -319,8 +319,8 @@ def _wrap(where: str, who: str, fn):
 
 
 @functools.lru_cache(maxsize=4096)
-def _idesc(kind: str, idesc: int, g: int, scale_vec):
-    return tc.decode_idesc(kind, idesc, g, scale_vec)
+def _idesc(kind: str, idesc: int, g: int, scale_vec, ws: bool = False):
+    return tc.decode_idesc(kind, idesc, g, scale_vec, ws)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -333,9 +333,9 @@ def _smem_addrs(instr, b_desc: int, a_desc):
 
 
 @functools.lru_cache(maxsize=256)
-def _d_regions(m: int, n: int, g: int, lane0: int):
+def _d_regions(m: int, n: int, g: int, lane0: int, ws: bool = False):
     """Per CTA of the group: the (lane, column-offset) bounding box of D."""
-    lay = tc.d_layout(m, n, g, lane_base=lane0)
+    lay = tc.d_layout(m, n, g, lane_base=lane0, ws=ws)
     out = []
     for c in range(g):
         sel = lay.cta == c
@@ -488,19 +488,31 @@ def _build_mma(ins, d, g: int):
     kind = next((p.split("::")[1] for p in parts if p.startswith("kind::")), None)
     if kind is None:
         raise d.unsupported("(no .kind)")
-    if any(p in ("ws", "sp") for p in parts):
-        raise d.unsupported("(.ws / .sp forms)")
+    if "sp" in parts:
+        raise d.unsupported("(.sp forms)")
+    # tcgen05.mma.ws (weight stationary, PTX ISA 9.7.16.10.9): .cta_group::1, M 32/64/128
+    ws = "ws" in parts
     scale_vec = next((p.split("::")[1] for p in parts if p.startswith("scale_vec::")), None)
     block_scale = "block_scale" in parts
     if block_scale != (kind in ("mxf8f6f4", "mxf4", "mxf4nvf4")):
         raise d.unsupported("(.block_scale with this kind)")
     ops = ins.operands
-    if "collector" in ins.opcode:
-        raise d.unsupported("(collector usage qualifiers)")
-    n_ops = 7 if block_scale else 5
-    if len(ops) != n_ops:
-        raise d.unsupported(f"(expected {n_ops} operands: [d], a, b, idesc{', [sfa], [sfb]' if block_scale else ''}, "
-                            "enable-input-d; disable-output-lane / scale-input-d are not implemented)")
+    collector = next((p for p in parts if p.startswith("collector::")), None)
+    if collector is not None:
+        raise d.unsupported(f"(.{collector}: collector-buffer usage is not implemented)")
+    if ws:
+        if g != 1:
+            raise d.unsupported(f"(.ws with .cta_group::{g}: tcgen05.mma.ws is defined for .cta_group::1 only)")
+        if len(ops) not in (5, 6):
+            raise d.unsupported("(.ws expects [d], a, b, idesc, enable-input-d{, zero-column-mask-desc})")
+        if isinstance(ops[1], ptx.Addr):
+            raise d.unsupported("(.ws with A in TMEM: its A layout is not implemented)")
+    else:
+        n_ops = 7 if block_scale else 5
+        if len(ops) != n_ops:
+            raise d.unsupported(f"(expected {n_ops} operands: [d], a, b, idesc{', [sfa], [sfb]' if block_scale else ''}, "
+                                "enable-input-d; disable-output-lane / scale-input-d are not implemented)")
+    zmask_fn = d.src(ops[5], "b64") if ws and len(ops) == 6 else None
     d_fn, _ = d.addr(ops[0], "tmem")
     a_tmem = isinstance(ops[1], ptx.Addr)
     a_fn = d.addr(ops[1], "tmem")[0] if a_tmem else d.src(ops[1], "b64")
@@ -509,8 +521,8 @@ def _build_mma(ins, d, g: int):
     if block_scale:
         sfa_fn, _ = d.addr(ops[4], "tmem")
         sfb_fn, _ = d.addr(ops[5], "tmem")
-    p_fn = d.src(ops[-1], "pred")
-    name = "tcgen05.mma"
+    p_fn = d.src(ops[4] if ws else ops[-1], "pred")
+    name = "tcgen05.mma.ws" if ws else "tcgen05.mma"
     line = ins.line
 
     def mma(w, m):
@@ -521,6 +533,7 @@ def _build_mma(ins, d, g: int):
         bv = np.broadcast_to(np.asarray(b_fn(w)), (32,))
         iv = np.broadcast_to(np.asarray(i_fn(w)), (32,))
         pv = np.broadcast_to(np.asarray(p_fn(w)), (32,))
+        zv = np.broadcast_to(np.asarray(zmask_fn(w)), (32,)) if zmask_fn is not None else None
         if block_scale:
             sav = np.broadcast_to(np.asarray(sfa_fn(w)), (32,))
             sbv = np.broadcast_to(np.asarray(sfb_fn(w)), (32,))
@@ -530,7 +543,10 @@ def _build_mma(ins, d, g: int):
         for lane in lanes:
             lane = int(lane)
             who = f"{w.name} lane {lane}"
-            instr = _wrap(where, who, lambda: _idesc(kind, int(iv[lane]) & 0xFFFFFFFF, g, scale_vec))
+            instr = _wrap(where, who, lambda: _idesc(kind, int(iv[lane]) & 0xFFFFFFFF, g, scale_vec, ws))
+            if zv is not None and int(zv[lane]) & 0xFFFFFFFFFFFFFFFF:
+                raise Unsupported(f"{where}: {who}: tcgen05.mma.ws with a non-zero zero-column-mask-desc "
+                                  f"({int(zv[lane]) & 0xFFFFFFFFFFFFFFFF:#x}): column masking is not implemented")
             d_addr = int(dv[lane]) & 0xFFFFFFFF
             b_desc = int(bv[lane]) & 0xFFFFFFFFFFFFFFFF
             a_desc = None if a_tmem else int(av[lane]) & 0xFFFFFFFFFFFFFFFF
@@ -542,7 +558,8 @@ def _build_mma(ins, d, g: int):
                 _wrap(where, who, lambda: t.tmem._note_cta_group(g, "tcgen05.mma"))
             lane0, dcol = d_addr >> 16, d_addr & 0xFFFF
             regions = []
-            for c, (l0, l1, c0, c1) in enumerate(_wrap(where, who, lambda: _d_regions(instr.m, instr.n, g, lane0))):
+            for c, (l0, l1, c0, c1) in enumerate(_wrap(where, who, lambda: _d_regions(instr.m, instr.n, g, lane0,
+                                                                                      instr.ws))):
                 regions.append((ctas[c], (l0, l1, dcol + c0, dcol + c1), True))
             reads = []
             if a_tmem:
@@ -590,9 +607,9 @@ def _build_mma(ins, d, g: int):
             for cta, r, _ in regions:
                 _note_access(tcs[ctas.index(cta)], r, me, True)
             for cta, r in reads:                    # happens-before, whatever order this run took
-                tmem_hb.issue(w, cta, r, False, line, name)
+                tmem_hb.issue(w, cta, r, False, line, "tcgen05.mma")
             for cta, r, _ in regions:
-                tmem_hb.issue(w, cta, r, True, line, name)
+                tmem_hb.issue(w, cta, r, True, line, "tcgen05.mma")
             all_regions = regions + [(c, r, False) for c, r in reads]
             tmems = [t.tmem for t in tcs]
             smems = [c.smem.data for c in ctas]
@@ -874,7 +891,7 @@ def _build_shift(ins, d, g: int):
             addr = int(av[lane]) & 0xFFFFFFFF
             lane0, col, ncols = _wrap(where, who, lambda: tmem_unit.shift_region(addr))
             region = (lane0, lane0 + tmem_unit.SHIFT_LANES, col, col + ncols)
-            ordered = _own_inflight(w, lane, ("tcgen05.mma",))
+            ordered = _own_inflight(w, lane, ("tcgen05.mma", "tcgen05.mma.ws"))
             for t in tcs:
                 _wrap(where, who, lambda: t.tmem._note_cta_group(g, name))
                 _wrap(where, who, lambda: t.tmem.check_columns(col, ncols, name))

@@ -42,8 +42,10 @@ checked, as facts and not code, against CUTLASS's TMEM fragment layouts (``tmem_
 32q..32q+15 (+16 for the second tile), Layout B puts the two N halves in lane quarters {0,1}
 and {2,3}, scale factors of row r sit in lane r%32 of every quarter, column r//32, byte = id +
 block. Remaining doubts: the K order of e2m1 nibbles (low nibble = lower K, the usual packing);
-``.ws``, sparsity, fp4/fp6 in 8-bit containers (kind::f8f6f4), the 32B-atomic 128B swizzle and
-a non-zero base offset are ``Unsupported``.
+``.ws`` is the plain form (D layouts for M=32 / 64 from CUTLASS's ``tmem_frg_ws`` atoms, as
+facts); its collector-buffer usage, A in TMEM and a non-zero zero-column mask, sparsity, fp4/fp6
+in 8-bit containers (kind::f8f6f4), the 32B-atomic 128B swizzle and a non-zero base offset are
+``Unsupported``.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ class InstrDesc:
     scale_format: str | None  # "ue8m0" / "ue4m3"
     sfa_id: int | None
     sfb_id: int | None
+    ws: bool = False         # tcgen05.mma.ws (weight stationary)
 
     @property
     def block_size(self) -> int | None:
@@ -212,11 +215,14 @@ def _bits(x: int, lo: int, n: int) -> int:
     return (x >> lo) & ((1 << n) - 1)
 
 
-def decode_idesc(kind: str, idesc: int, cta_group: int = 1, scale_vec: str | None = None) -> InstrDesc:
-    """Decode and check a 32-bit instruction descriptor (ISA 9.7.16.4.2, Tables 42-44)."""
+def decode_idesc(kind: str, idesc: int, cta_group: int = 1, scale_vec: str | None = None,
+                 ws: bool = False) -> InstrDesc:
+    """Decode and check a 32-bit instruction descriptor (ISA 9.7.16.4.2, Tables 42-44);
+    ``ws``: for ``tcgen05.mma.ws`` (Table 39's .ws rows: .cta_group::1, M 32 / 64 / 128,
+    N 64 / 128 / 256, the dense kinds f16, tf32, f8f6f4, i8)."""
     kind = kind.removeprefix("kind::")
     idesc = int(idesc) & 0xFFFFFFFF
-    where = f"tcgen05.mma.cta_group::{cta_group}.kind::{kind} idesc {idesc:#010x}"
+    where = f"tcgen05.mma{'.ws' if ws else ''}.cta_group::{cta_group}.kind::{kind} idesc {idesc:#010x}"
 
     def bad(field: str, why: str) -> EmuError:
         return EmuError(f"{where}: {field}: {why}")
@@ -226,6 +232,9 @@ def decode_idesc(kind: str, idesc: int, cta_group: int = 1, scale_vec: str | Non
     if cta_group not in (1, 2):
         raise bad(".cta_group", f"{cta_group} is not 1 or 2")
     scaled = kind in _BLOCK_SCALED
+    if ws and (scaled or cta_group != 1):
+        raise bad(".ws", f"kind::{kind} with .cta_group::{cta_group}: tcgen05.mma.ws takes .cta_group::1 and "
+                         "kind::f16 / tf32 / f8f6f4 / i8 only (Table 39)")
     sparse = bool(_bits(idesc, 2, 1))
     types = _AB_TYPES[kind]
     if scaled:
@@ -290,7 +299,7 @@ def decode_idesc(kind: str, idesc: int, cta_group: int = 1, scale_vec: str | Non
         selector = _bits(idesc, 0, 2)
         max_shift = _bits(idesc, 30, 2)
         scale_format = sfa_id = sfb_id = None
-        legal_m = (64, 128) if cta_group == 1 else (128, 256)
+        legal_m = (32, 64, 128) if ws else (64, 128) if cta_group == 1 else (128, 256)
     if m not in legal_m:
         field = "M (bits 27-28, M >> 7)" if scaled else "M (bits 24-28, M >> 4)"
         raise bad(field, f"M = {m} is not valid with .cta_group::{cta_group} (legal {legal_m}, Table 39)")
@@ -304,6 +313,8 @@ def decode_idesc(kind: str, idesc: int, cta_group: int = 1, scale_vec: str | Non
             step = 16
     if trans_b and FORMAT_BITS[b_fmt] == 8:   # Table 50: 8-bit transpose B
         lo_n, step = (16, 16) if cta_group == 1 else (32, 32)
+    if ws and n not in (64, 128, 256):
+        raise bad("N (bits 17-22, N >> 3)", f"N = {n} is not valid with .ws (64, 128 or 256, Table 39)")
     if not (lo_n <= n <= 256 and n % step == 0):
         raise bad("N (bits 17-22, N >> 3)",
                   f"N = {n} is not valid with .cta_group::{cta_group} ({lo_n}..256 step {step}, Table 39)")
@@ -314,7 +325,7 @@ def decode_idesc(kind: str, idesc: int, cta_group: int = 1, scale_vec: str | Non
                      negate_a=negate_a, negate_b=negate_b, sparse=sparse,
                      sparsity_selector=selector, saturate=sat, max_shift=max_shift,
                      scale_vec=scale_vec if scaled else None, scale_format=scale_format,
-                     sfa_id=sfa_id, sfb_id=sfb_id)
+                     sfa_id=sfa_id, sfb_id=sfb_id, ws=ws)
 
 
 # ------------------------------------------------------------------ smem descriptor
@@ -460,8 +471,8 @@ class DLayout:
     column: np.ndarray
 
 
-def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0) -> DLayout:
-    """The data-path layout of ISA 9.7.16.10.5 for a dense, non-.ws MMA.
+def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0, ws: bool = False) -> DLayout:
+    """The data-path layout of ISA 9.7.16.10.5 for a dense MMA.
 
     * Layout D (M=128, cta_group::1): row r in lane r, column n.
     * Layout F (M=64, cta_group::1, half the data path): rows 16q..16q+15 in lanes
@@ -470,10 +481,21 @@ def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0) -> DLayout:
       in lane r % 128, column n.
     * Layout B (M=128, cta_group::2, 2x2): rows 0-63 in the even CTA, 64-127 in the odd one; in
       each, row r (of 64) and column n sit in lane r + 64*(n // (N/2)), column n % (N/2).
+
+    ``ws`` (``tcgen05.mma.ws``, cta_group::1, M 32 / 64 / 128; the ISA gives these as figures
+    only: checked, as facts, against CUTLASS's ``tmem_frg_ws`` atoms): M=128 is Layout D; M=64
+    ("ws-64", 2x2 data path): row r, column n in lane r + 64*(n // (N/2)), column n % (N/2);
+    M=32 ("ws-32", 1x4): row r, column n in lane r + 32*(n // (N/4)), column n % (N/4).
     """
     r = np.arange(m, dtype=np.int64)[:, None] + np.zeros((1, n), dtype=np.int64)
     c = np.arange(n, dtype=np.int64)[None, :] + np.zeros((m, 1), dtype=np.int64)
     zero = np.zeros((m, n), dtype=np.int64)
+    if ws and m in (32, 64) and cta_group == 1:
+        if lane_base:
+            raise EmuError(f"Layout ws-{m} (tcgen05.mma.ws M={m}): D's lane must be 0, not {lane_base}")
+        parts = 128 // m
+        width = n // parts
+        return DLayout(f"ws-{m}", m, n, zero, r + m * (c // width), c % width)
     if cta_group == 1 and m == 128:
         if lane_base:
             raise EmuError(f"Layout D (M=128): D's lane must be 0, not {lane_base}")
@@ -496,8 +518,8 @@ def d_layout(m: int, n: int, cta_group: int = 1, lane_base: int = 0) -> DLayout:
 
 
 @functools.lru_cache(maxsize=256)
-def _d_layout_cached(m: int, n: int, cta_group: int, lane_base: int) -> DLayout:
-    lay = d_layout(m, n, cta_group, lane_base)
+def _d_layout_cached(m: int, n: int, cta_group: int, lane_base: int, ws: bool = False) -> DLayout:
+    lay = d_layout(m, n, cta_group, lane_base, ws)
     for a in (lay.cta, lay.lane, lay.column):
         a.flags.writeable = False
     return lay
@@ -537,7 +559,7 @@ def _d_blocks(layout_key, ncolumns: int):
 
 def _blocks(layout: DLayout, t) -> list:
     return _d_blocks((layout.m, layout.n, 2 if layout.name in ("A", "B") else 1,
-                      _lane_base(layout)), t.cells.shape[1])
+                      _lane_base(layout), layout.name.startswith("ws")), t.cells.shape[1])
 
 
 def _lane_base(layout: DLayout) -> int:
@@ -749,7 +771,7 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
                           "(ISA Figures 199-203) is not implemented")
     mh, nh = instr.m // g, instr.n // g
     lane0 = (int(d_address) >> 16) & 0xFFFF
-    layout = _d_layout_cached(instr.m, instr.n, g, lane0)
+    layout = _d_layout_cached(instr.m, instr.n, g, lane0, instr.ws)
     if a_tmem is not None:
         a_raw = a_from_tmem(tmems, a_tmem, instr.m, g, k_bytes)
     else:
