@@ -156,3 +156,14 @@ def test_ws_n_outside_64_128_256_is_reported():
     # N = 32 is a valid non-.ws shape, but not with .ws (Table 39)
     with pytest.raises(EmuError, match=r"N = 32 is not valid with .ws"):
         _run(128, 32, 1)
+
+
+def test_mma_then_shift_in_one_thread_are_ordered_by_the_pipeline():
+    # PTX ISA 9.7.16.6.2: tcgen05.mma -> tcgen05.shift (same .cta_group) execute in issue order,
+    # no wait between them; the shift (spelled as the ISA's own example, .down first) moves
+    # D's rows 0..30 of lanes 0..31, columns 0..7, one lane down
+    line = MMA_WS.format(mask=", 0") + "\n  tcgen05.shift.down.cta_group::1 [%r20];"
+    tmem, ref = _run(128, 64, 6, line)
+    want = ref.copy()
+    want[1:32, 0:8] = ref[0:31, 0:8]
+    np.testing.assert_allclose(tmem, want, rtol=1e-6, atol=1e-5)

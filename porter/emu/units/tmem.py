@@ -41,6 +41,10 @@ ISA sections followed (PTX ISA 9.0, chapter 9.7.16 "TensorCore 5th Generation Fa
 * 9.7.16.9.2 ``tcgen05.cp``: the source is the matrix the shared-memory descriptor describes;
   ``.32x128b`` needs ``.warpx4`` and is multicast to all four warps' lane quarters;
   ``cta_group::2`` writes both CTAs of the pair (the caller calls ``cp`` on both TMEMs).
+* 9.7.16.9.3 ``tcgen05.shift``: the lane of ``taddr`` aligned to 32; 32-byte elements (8
+  columns) of the 32-lane matrix move down one row, all rows but the last (shape ``.31x256b``,
+  9.7.16.2.3). Emulation choice: the first row keeps its words (the ISA names no value for
+  it); one 32-lane matrix per instruction, the one at ``taddr``'s lane (the ISA's "for a warp").
 
 Emulation choices (the ISA leaves them open) and doubts:
 
