@@ -39,6 +39,27 @@ def _cta_threads(cta) -> int:
     return sum(WARP for w in cta.warps if not w.done)
 
 
+def named_barrier_arrival(w, where, rid, rcount):
+    """Check warp ``w``'s arrival at the named barrier its ``rid`` operand names (bar / barrier
+    and bar.red share these rules): the id in 0..15, a thread count (``rcount``, None: the
+    whole CTA) a positive multiple of 32, and the same expected count as the threads already
+    there. Returns (barrier id, its NamedBarrier, the expected thread count); arrives nothing."""
+    bid = int(np.asarray(rid(w)).reshape(-1)[0])
+    if not 0 <= bid < 16:
+        raise CheckFailed(f"{where}: named barrier {bid} outside 0..15")
+    count = None
+    if rcount is not None:
+        count = int(np.asarray(rcount(w)).reshape(-1)[0])
+        if count % WARP or count <= 0:
+            raise CheckFailed(f"{where}: barrier {bid} thread count {count} is not a positive multiple of 32")
+    nb = w.cta.named_barriers.setdefault(bid, NamedBarrier())
+    expected = count if count is not None else _cta_threads(w.cta)
+    if nb.arrived and nb.expected != expected:
+        raise CheckFailed(f"{where}: {w.name} arrives at barrier {bid} expecting {expected} threads while "
+                          f"others expect {nb.expected}")
+    return bid, nb, expected
+
+
 def build_bar(ins, d):
     parts = ins.parts
     if parts[1] == "warp":                                   # bar.warp.sync membermask
@@ -68,19 +89,7 @@ def build_bar(ins, d):
     def bar(w, m):
         if not _whole_warp(w, m):
             return DEFER
-        bid = int(np.asarray(rid(w)).reshape(-1)[0])
-        if not 0 <= bid < 16:
-            raise CheckFailed(f"{where}: named barrier {bid} outside 0..15")
-        count = None
-        if rcount is not None:
-            count = int(np.asarray(rcount(w)).reshape(-1)[0])
-            if count % WARP or count <= 0:
-                raise CheckFailed(f"{where}: barrier {bid} thread count {count} is not a positive multiple of 32")
-        nb = w.cta.named_barriers.setdefault(bid, NamedBarrier())
-        expected = count if count is not None else _cta_threads(w.cta)
-        if nb.arrived and nb.expected != expected:
-            raise CheckFailed(f"{where}: {w.name} arrives at barrier {bid} expecting {expected} threads while "
-                              f"others expect {nb.expected}")
+        bid, nb, expected = named_barrier_arrival(w, where, rid, rcount)
         nb.expected = expected
         nb.arrived += WARP
         gen = nb.generation

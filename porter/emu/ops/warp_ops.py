@@ -131,7 +131,7 @@ def build_bar_red(ins, d):
     (``barrier.red`` alike): a CTA barrier (barrier ``a``, ``b`` threads or the whole CTA)
     whose threads also reduce ``c``: the count of threads with c true, or its and / or; every
     thread gets the result when the barrier completes."""
-    from porter.emu.ops.sync import NamedBarrier, _cta_threads
+    from porter.emu.ops.sync import named_barrier_arrival
 
     parts = ins.parts
     op = next((p for p in parts if p in ("popc", "and", "or")), None)
@@ -153,19 +153,7 @@ def build_bar_red(ins, d):
     def bar_red(w, m):
         if m is not None and not bool((m == w.live).all()):
             return DEFER
-        bid = int(np.asarray(rid(w)).reshape(-1)[0])
-        if not 0 <= bid < 16:
-            raise CheckFailed(f"{where}: named barrier {bid} outside 0..15")
-        count = None
-        if rcount is not None:
-            count = int(np.asarray(rcount(w)).reshape(-1)[0])
-            if count % WARP or count <= 0:
-                raise CheckFailed(f"{where}: barrier {bid} thread count {count} is not a positive multiple of 32")
-        nb = w.cta.named_barriers.setdefault(bid, NamedBarrier())
-        expected = count if count is not None else _cta_threads(w.cta)
-        if nb.arrived and nb.expected != expected:
-            raise CheckFailed(f"{where}: {w.name} arrives at barrier {bid} expecting {expected} threads while "
-                              f"others expect {nb.expected}")
+        bid, nb, expected = named_barrier_arrival(w, where, rid, rcount)
         c = np.broadcast_to(np.asarray(rc(w)), (32,)).astype(bool)
         c = (~c if neg else c)[w.live]
         gen = nb.generation
