@@ -210,8 +210,7 @@ build_bulk_s2s.n_dst = 0
 
 def build_bulk_reduce(ins, d):
     """cp.reduce.async.bulk.global.shared::cta.bulk_group{.L2::cache_hint}.op{.noftz}.type [dst], [src], size."""
-    from porter.emu.ops.tma import _issue_store
-    from porter.emu.units import tma as tma_unit
+    from porter.emu.ops.tma import bulk_store
 
     parts = ins.parts
     op = next((p for p in parts if p in _RED_OPS), None)
@@ -239,21 +238,7 @@ def build_bulk_reduce(ins, d):
             out[k:k + ebytes] = combine(old[k:k + ebytes], new[k:k + ebytes])
         return out
 
-    def run(w, m):
-        sel = w.live if m is None else m
-        dsts, srcs = dst_fn(w), src_fn(w)
-        sizes = np.broadcast_to(np.asarray(size_fn(w)), (32,))
-        gmem = w.cta.launch.gmem
-        for lane in np.nonzero(sel)[0]:
-            dst, src, size = int(dsts[lane]), int(srcs[lane]), int(sizes[lane])
-            tma_unit.check_bulk(dst, src, size, where)
-            gmem.read(dst, size)                  # bounds of the destination, checked at issue
-
-            def write(data, dst=dst):
-                gmem.write(dst, elementwise(gmem.read(dst, data.size), np.ascontiguousarray(data)))
-            _issue_store(w, int(lane), src, size, write, where)
-        return None
-    return run
+    return bulk_store(dst_fn, src_fn, size_fn, where, elementwise)
 
 
 build_bulk_reduce.n_dst = 0

@@ -185,6 +185,31 @@ def _issue_store(w, lane: int, src: int, size: int, write, where: str) -> None:
     w.sched.counters["tma"] += 1
 
 
+def bulk_store(dst_fn, src_fn, size_fn, where: str, combine=None):
+    """The step of a non-tensor shared::cta -> global bulk store (cp.async.bulk and
+    cp.reduce.async.bulk): each selected lane checks its copy, bounds-checks the destination at
+    issue, and queues its bulk-group store; ``combine(old, new)`` gives the bytes a reduction
+    writes (None: a plain write)."""
+    def bstore(w, m):
+        sel = w.live if m is None else m
+        dsts, srcs = dst_fn(w), src_fn(w)
+        sizes = np.broadcast_to(np.asarray(size_fn(w)), (32,))
+        gmem = w.cta.launch.gmem
+        for lane in np.nonzero(sel)[0]:
+            dst, src, size = int(dsts[lane]), int(srcs[lane]), int(sizes[lane])
+            tma_unit.check_bulk(dst, src, size, where)
+            gmem.read(dst, size)                  # bounds of the destination, checked at issue
+
+            def write(data, dst=dst):
+                if combine is None:
+                    gmem.write(dst, data)
+                else:
+                    gmem.write(dst, combine(gmem.read(dst, data.size), np.ascontiguousarray(data)))
+            _issue_store(w, int(lane), src, size, write, where)
+        return None
+    return bstore
+
+
 def _build_bulk_group_op(ins, d, op: str):
     where = d.where(ins)
     if op == "commit_group":
@@ -359,20 +384,7 @@ def _build_store(ins, d, tensor: bool, reduce: str | None = None):
     src_fn, _ = d.addr(ops[1], "shared")
     size_fn = d.src(ops[2], "u32")
 
-    def bstore(w, m):
-        sel = w.live if m is None else m
-        dsts, srcs = dst_fn(w), src_fn(w)
-        sizes = np.broadcast_to(np.asarray(size_fn(w)), (32,))
-        gmem = w.cta.launch.gmem
-        for lane in np.nonzero(sel)[0]:
-            dst, src, size = int(dsts[lane]), int(srcs[lane]), int(sizes[lane])
-            tma_unit.check_bulk(dst, src, size, where)
-            gmem.read(dst, size)                  # bounds of the destination, checked at issue
-
-            def write(data, dst=dst):
-                gmem.write(dst, data)
-            _issue_store(w, int(lane), src, size, write, where)
-    return bstore
+    return bulk_store(dst_fn, src_fn, size_fn, where)
 
 
 build_cp.n_dst = 0
