@@ -60,6 +60,38 @@ def named_barrier_arrival(w, where, rid, rcount):
     return bid, nb, expected
 
 
+def named_barrier_arrive(w, where, bid, nb, expected) -> int:
+    """Warp ``w``'s 32 threads arrive at named barrier ``bid`` (checked by
+    named_barrier_arrival), completing its phase when the expected count has arrived. Returns
+    the generation arrived at: the phase is complete once ``nb.generation`` exceeds it."""
+    nb.expected = expected
+    nb.arrived += WARP
+    gen = nb.generation
+    race = w.sched.race
+    if race is not None:
+        race.release(w, nb)
+    if nb.arrived >= expected:
+        if nb.arrived > expected:
+            raise CheckFailed(f"{where}: barrier {bid} got {nb.arrived} arrivals for {expected} threads")
+        nb.arrived = 0
+        nb.generation += 1
+        nb.expected = None
+        if race is not None:
+            race.publish(nb, nb.generation)
+    return gen
+
+
+def named_barrier_passed(w, nb, gen: int) -> bool:
+    """Whether the phase ``gen`` of ``nb`` that warp ``w`` arrived at is complete (the race
+    checker then orders w after every arrival of it)."""
+    if nb.generation > gen:
+        race = w.sched.race
+        if race is not None:
+            race.acquire(w, nb, gen + 1)
+        return True
+    return False
+
+
 def build_bar(ins, d):
     parts = ins.parts
     if parts[1] == "warp":                                   # bar.warp.sync membermask
@@ -90,30 +122,11 @@ def build_bar(ins, d):
         if not _whole_warp(w, m):
             return DEFER
         bid, nb, expected = named_barrier_arrival(w, where, rid, rcount)
-        nb.expected = expected
-        nb.arrived += WARP
-        gen = nb.generation
-        race = w.sched.race
-        if race is not None:
-            race.release(w, nb)
-        if nb.arrived >= expected:
-            if nb.arrived > expected:
-                raise CheckFailed(f"{where}: barrier {bid} got {nb.arrived} arrivals for {expected} threads")
-            nb.arrived = 0
-            nb.generation += 1
-            nb.expected = None
-            if race is not None:
-                race.publish(nb, nb.generation)
+        gen = named_barrier_arrive(w, where, bid, nb, expected)
         if not wait:
             return None
-
-        def ready():
-            if nb.generation > gen:
-                if race is not None:
-                    race.acquire(w, nb, gen + 1)
-                return True
-            return False
-        return Park(ready, lambda: f"bar.sync {bid}: {nb.arrived} of {nb.expected} threads arrived", advance=True)
+        return Park(lambda: named_barrier_passed(w, nb, gen),
+                    lambda: f"bar.sync {bid}: {nb.arrived} of {nb.expected} threads arrived", advance=True)
     return bar
 
 

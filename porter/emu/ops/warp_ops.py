@@ -19,7 +19,6 @@ from porter.emu.ops.control import _members
 from porter.emu.ops.packed_float import encode
 
 LANES = np.arange(32)
-WARP = 32
 
 
 def _mask_value(v, w, m) -> int:
@@ -131,7 +130,7 @@ def build_bar_red(ins, d):
     (``barrier.red`` alike): a CTA barrier (barrier ``a``, ``b`` threads or the whole CTA)
     whose threads also reduce ``c``: the count of threads with c true, or its and / or; every
     thread gets the result when the barrier completes."""
-    from porter.emu.ops.sync import named_barrier_arrival
+    from porter.emu.ops.sync import named_barrier_arrival, named_barrier_arrive, named_barrier_passed
 
     parts = ins.parts
     op = next((p for p in parts if p in ("popc", "and", "or")), None)
@@ -167,25 +166,12 @@ def build_bar_red(ins, d):
             acc[gen] += part
         else:
             acc[gen] = (acc[gen] and part) if op == "and" else (acc[gen] or part)
-        nb.expected = expected
-        nb.arrived += WARP
-        race = w.sched.race
-        if race is not None:
-            race.release(w, nb)
-        if nb.arrived >= expected:
-            if nb.arrived > expected:
-                raise CheckFailed(f"{where}: barrier {bid} got {nb.arrived} arrivals for {expected} threads")
-            nb.arrived = 0
-            nb.generation += 1
-            nb.expected = None
+        named_barrier_arrive(w, where, bid, nb, expected)
+        if nb.generation > gen:                   # this arrival completed the phase
             acc.pop(gen - 1, None)
-            if race is not None:
-                race.publish(nb, nb.generation)
 
         def ready():
-            if nb.generation > gen:
-                if race is not None:
-                    race.acquire(w, nb, gen + 1)
+            if named_barrier_passed(w, nb, gen):
                 value = acc[gen]
                 wd(w, np.full(32, value, dtype=np.uint32 if op == "popc" else bool), None)
                 return True
