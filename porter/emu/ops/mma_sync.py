@@ -157,6 +157,19 @@ def build_mma(ins, d):
     d_ids = ([d.rid(x) for x in dv.items] if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in dv.items)
              else None)
 
+    def write_d(w, rows):
+        """The D registers from rows (4, 32): straight into the register file when each is a
+        32-bit register (each row a register's lanes, never written in place), else through
+        the operand writers."""
+        if d_ids is not None:
+            for j, i in enumerate(d_ids):
+                if w.poisoned and i in w.poisoned:
+                    w.poison_write(i)
+                w.r[i] = rows[j]
+        else:
+            for j, wr in enumerate(d_w):
+                wr(w, rows[j], None)
+
     if not block_scale:
         unit._plan(shape, atype, btype)               # the form's layouts and tables, checked at decode
 
@@ -165,15 +178,7 @@ def build_mma(ins, d):
         if res is not None:
             return res
         if not block_scale:                           # the common form: one planned step
-            rows = unit.mma_registers(a_get(w), b_get(w), c_get(w), shape, atype, btype)
-            if d_ids is not None:
-                for j, i in enumerate(d_ids):
-                    if w.poisoned and i in w.poisoned:
-                        w.poison_write(i)
-                    w.r[i] = rows[j]
-            else:
-                for j, wr in enumerate(d_w):
-                    wr(w, rows[j], None)
+            write_d(w, unit.mma_registers(a_get(w), b_get(w), c_get(w), shape, atype, btype))
             return None
         try:
             a = unit.operand_values(a_get(w), shape, "a", atype, reg_major=True)
@@ -189,14 +194,7 @@ def build_mma(ins, d):
             rows = unit.accumulator_regs(unit.mma(a, b, c, sa, sb), reg_major=True)   # (4, 32)
         except EmuError as exc:
             raise CheckFailed(f"{exc}") from None
-        if d_ids is not None:
-            for j, i in enumerate(d_ids):       # each row a register's lanes, never written in place
-                if w.poisoned and i in w.poisoned:
-                    w.poison_write(i)
-                w.r[i] = rows[j]
-        else:
-            for j, wr in enumerate(d_w):
-                wr(w, rows[j], None)
+        write_d(w, rows)
     return mma
 
 
