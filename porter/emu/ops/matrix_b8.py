@@ -27,9 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from porter.emu import ptx
-from porter.emu.ops.cp_async import check_not_in_flight
-from porter.emu.ops.memory import _track
-from porter.emu.ops.mma_sync import _shared_offsets, _whole_warp
+from porter.emu.ops.mma_sync import _whole_warp, matrix_rows
 
 _NUM = {"x1": 1, "x2": 2, "x4": 4}
 _LANE = np.arange(32)
@@ -92,13 +90,8 @@ def _form(ins, d, store: bool):
         res = _whole_warp(w, m, where, what)
         if res is not None:
             return res
-        offs = _shared_offsets(w, np.asarray(addr_fn(w))[:n_addr], space, where)
+        offs = matrix_rows(w, addr_fn(w), n_addr, space, store, where, what)
         smem = w.cta.smem
-        from porter.emu import memory as mem
-        mem.check_aligned(offs, 16, f"{what} row address")
-        offs = smem.check_lanes(offs, 16, f"{what} row")
-        check_not_in_flight(w, offs, 16, what)
-        _track(w, w.cta, offs, 16, store, what)
         addr = offs[rows] + cols                       # (32, nreg, 4) byte offsets
         if store:
             regs = np.stack([np.broadcast_to(np.asarray(r(w)), (32,)).astype(np.uint32) for r in readers], axis=1)

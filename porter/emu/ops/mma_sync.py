@@ -212,6 +212,18 @@ def _shared_offsets(w, addrs: np.ndarray, space: str, where: str) -> np.ndarray:
     return a
 
 
+def matrix_rows(w, addrs, n: int, space: str, store: bool, where: str, what: str) -> np.ndarray:
+    """The shared::cta offsets of an ldmatrix / stmatrix's 16-byte rows at the first ``n``
+    lanes' addresses, checked (16-byte aligned, inside shared memory, not in flight for an
+    async copy) and told to the race detector (a store also marks the generic proxy)."""
+    offs = _shared_offsets(w, np.asarray(addrs)[:n], space, where)
+    mem.check_aligned(offs, 16, f"{what} row address")
+    offs = w.cta.smem.check_lanes(offs, 16, f"{what} row")
+    check_not_in_flight(w, offs, 16, what)
+    _track(w, w.cta, offs, 16, store, what)
+    return offs
+
+
 def _matrix_op(ins, d, store: bool):
     parts = ins.parts
     where = d.where(ins)
@@ -245,12 +257,8 @@ def _matrix_op(ins, d, store: bool):
         res = _whole_warp(w, m, where, what)
         if res is not None:
             return res
-        offs = _shared_offsets(w, np.asarray(addr_fn(w))[:n_used], space, where)
+        offs = matrix_rows(w, addr_fn(w), n_used, space, store, where, what)
         smem = w.cta.smem
-        mem.check_aligned(offs, 16, f"{what} row address")
-        offs = smem.check_lanes(offs, 16, f"{what} row")
-        check_not_in_flight(w, offs, 16, what)
-        _track(w, w.cta, offs, 16, store, what)         # race detector; a store marks the generic proxy
         if not store:
             try:
                 out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),
