@@ -102,6 +102,30 @@ def _shared_offsets(w, addrs: np.ndarray, total: int):
     return a
 
 
+def _fast_shared_lanes(w, m, addr_fn, total: int):
+    """ld.shared / st.shared's fast path: (the executing lanes' offsets, from _shared_offsets:
+    None sends the access down the checking path; the lanes, None when every lane of a full
+    warp executes and nothing need be selected)."""
+    if m is None and w.full:
+        return _shared_offsets(w, addr_fn(w), total), None
+    sel = w.live if m is None else m
+    return _shared_offsets(w, addr_fn(w)[sel], total), sel
+
+
+def _store_columns(w, readers, u, sel) -> list:
+    """A store's source operands as unsigned columns of ``u``, one per vector element, of
+    the lanes ``sel`` (None: all 32); an immediate is spread to every lane."""
+    cols = []
+    for r in readers:
+        v = np.asarray(r(w))
+        if v.ndim == 0:
+            x = np.empty(32, dtype=v.dtype)
+            x.fill(v)
+            v = x
+        cols.append(v.view(u) if sel is None else v.view(u)[sel])
+    return cols
+
+
 def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
     """The async proxy (wgmma, tcgen05, TMA stores) reading shared memory that generic stores
     wrote with no ``fence.proxy.async`` since: the PTX ISA's memory consistency model gives
@@ -203,18 +227,13 @@ def build_ld(ins, d):
 
     def ld_shared(w, m):
         """ld.shared with every executing lane aligned and in bounds: what ``ld`` does."""
-        every = m is None and w.full
-        if every:
-            offs = _shared_offsets(w, addr_fn(w), total)
-        else:
-            sel = w.live if m is None else m
-            offs = _shared_offsets(w, addr_fn(w)[sel], total)
+        offs, sel = _fast_shared_lanes(w, m, addr_fn, total)
         if offs is None:
             return ld(w, m)
         if w.sched.race is not None:
             w.sched.race.access_rows(w, w.cta, offs, total, False, w.prog.line(w.cur), what)
         vals = _rows_of(w.cta.smem, nbytes, nvec)[offs // total]
-        if not every:
+        if sel is not None:
             full = np.zeros((32, nvec), dtype=vals.dtype)
             full[sel] = vals
             vals = full
@@ -266,14 +285,7 @@ def build_st(ins, d):
         a = addrs if every else addrs[sel]
         mem.check_aligned(a, total, what)
         buf, offs = _resolve(w, space, a, total, what, write=True)
-        cols = []
-        for r in readers:
-            v = np.asarray(r(w))
-            if v.ndim == 0:
-                x = np.empty(32, dtype=v.dtype)
-                x.fill(v)
-                v = x
-            cols.append(v.view(u) if every else v.view(u)[sel])
+        cols = _store_columns(w, readers, u, None if every else sel)
         # (lanes, count); np.array(...).T costs a quarter of np.stack(..., axis=1)
         mem.scatter(buf, offs, nbytes, cols[0][:, None] if len(cols) == 1 else np.array(cols).T)
     if space != "shared":
@@ -281,24 +293,12 @@ def build_st(ins, d):
 
     def st_shared(w, m):
         """st.shared with every executing lane aligned and in bounds: what ``st`` does."""
-        every = m is None and w.full
-        if every:
-            offs = _shared_offsets(w, addr_fn(w), total)
-        else:
-            sel = w.live if m is None else m
-            offs = _shared_offsets(w, addr_fn(w)[sel], total)
+        offs, sel = _fast_shared_lanes(w, m, addr_fn, total)
         if offs is None:
             return st(w, m)
         cta = w.cta
         _track(w, cta, offs, total, True, what)
-        cols = []
-        for r in readers:
-            v = np.asarray(r(w))
-            if v.ndim == 0:
-                x = np.empty(32, dtype=v.dtype)
-                x.fill(v)
-                v = x
-            cols.append(v.view(u) if every else v.view(u)[sel])
+        cols = _store_columns(w, readers, u, sel)
         _rows_of(cta.smem, nbytes, nvec)[offs // total] = cols[0][:, None] if len(cols) == 1 else np.array(cols).T
     return st_shared
 
