@@ -32,6 +32,7 @@ from porter.emu import ptx
 from porter.emu.decode import NP, type_of
 from porter.emu.errors import CheckFailed
 from porter.emu.ops.memory import check_async_read
+from porter.emu.ops.sync import build_noop
 
 _RED_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 _TYPES = ("b32", "b64", "u32", "s32", "u64", "s64", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2")
@@ -244,15 +245,6 @@ def build_bulk_reduce(ins, d):
 build_bulk_reduce.n_dst = 0
 
 
-def build_prefetch_hint(ins, d):
-    def prefetch(w, m):
-        return None
-    return prefetch
-
-
-build_prefetch_hint.n_dst = 0
-
-
 def _is_async_store(ins) -> bool:
     return len(ins.parts) > 1 and ins.parts[1] == "async"
 
@@ -273,4 +265,4 @@ def _is_bulk_prefetch(ins) -> bool:
 
 FORMS = [("st", _is_async_store, build_async_store), ("red", _is_async_store, build_async_store),
          ("cp", _is_bulk_s2s, build_bulk_s2s), ("cp", _is_bulk_reduce, build_bulk_reduce),
-         ("cp", _is_bulk_prefetch, build_prefetch_hint)]
+         ("cp", _is_bulk_prefetch, build_noop)]     # a prefetch hint: nothing to simulate
