@@ -13,34 +13,15 @@ import pytest
 from porter import emu
 from porter.emu.errors import CheckFailed
 
-HEAD = """.version 8.7
-.target sm_100a
-.address_size 64
-"""
+from emu_tcgen05_ptx import HEAD, tmem_setup
+
 
 SHIFT = """
   .reg .b32 %r<80>;
   .reg .b64 %rd<16>;
   .reg .pred %p<8>;
   .shared .align 16 .b8 bars[16];
-  mov.u32 %r1, %tid.x;
-  shr.u32 %r2, %r1, 5;
-  mov.u32 %r10, bars;
-  add.u32 %r12, %r10, 8;
-  setp.ne.u32 %p1, %r2, 0;
-  setp.ne.u32 %p2, %r1, 0;
-  @%p1 bra SKIP_ALLOC;
-  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r12], 32;
-  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
-SKIP_ALLOC:
-  @%p2 bra SKIP_INIT;
-  mbarrier.init.shared::cta.b64 [%r10], 1;
-SKIP_INIT:
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  tcgen05.fence::after_thread_sync;
-  ld.shared.u32 %r20, [%r12];
-  // this warp's lane quarter: lanes 32q..32q+31 (TMEM address bits 31-16)
+""" + tmem_setup(32, 1) + """  // this warp's lane quarter: lanes 32q..32q+31 (TMEM address bits 31-16)
   and.b32 %r30, %r2, 3;
   shl.b32 %r31, %r30, 21;
   add.u32 %r32, %r20, %r31;

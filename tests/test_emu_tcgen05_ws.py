@@ -14,10 +14,8 @@ import pytest
 from porter import emu
 from porter.emu.errors import EmuError, Unsupported
 
-HEAD = """.version 8.7
-.target sm_100a
-.address_size 64
-"""
+from emu_tcgen05_ptx import HEAD, tmem_setup
+
 K = 16
 LBO, SBO = 128, 256          # K-major, no swizzle: K core matrices 128 B apart, 8-row groups 256 B
 
@@ -48,26 +46,7 @@ def _kernel(m: int, n: int, mma_line: str) -> str:
   .reg .pred %p<8>;
   .shared .align 1024 .b8 buf[{buf}];
   .shared .align 16 .b8 bars[32];
-  mov.u32 %r1, %tid.x;
-  shr.u32 %r2, %r1, 5;
-  mov.u32 %r10, bars;
-  add.u32 %r11, %r10, 8;
-  add.u32 %r12, %r10, 16;
-  mov.u32 %r13, buf;
-  setp.ne.u32 %p1, %r2, 0;
-  setp.ne.u32 %p2, %r1, 0;
-  @%p1 bra SKIP_ALLOC;
-  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r12], 64;
-  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
-SKIP_ALLOC:
-  @%p2 bra SKIP_INIT;
-  mbarrier.init.shared::cta.b64 [%r10], 1;
-  mbarrier.init.shared::cta.b64 [%r11], 1;
-SKIP_INIT:
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  tcgen05.fence::after_thread_sync;
-  ld.shared.u32 %r20, [%r12];
+{tmem_setup(64, 2)}  mov.u32 %r13, buf;
   @%p2 bra WAIT;
   ld.param.u64 %rd1, [src];
   mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r10], {buf};
