@@ -1,5 +1,5 @@
 """PTX text the tcgen05 simulator tests share (test_emu_tcgen05_ops / _ws / _shift): the module
-header and the set-up their hand-written kernels start with."""
+header, and the set-up and tear-down their hand-written kernels start and end with."""
 
 HEAD = """.version 8.7
 .target sm_100a
@@ -33,3 +33,12 @@ def tmem_setup(cols: int, nbars: int) -> str:
               "tcgen05.fence::after_thread_sync;",
               "ld.shared.u32 %r20, [%r12];"]
     return "".join(ln + "\n" if ln.endswith(":") else f"  {ln}\n" for ln in lines)
+
+
+def tmem_teardown(cols: int) -> str:
+    """The kernel's last steps, as PTX: the CTA synchronises between tcgen05 fences (every
+    warp's TMEM reads done), warp 0 (%p1 false) frees the ``cols`` columns at %r20, and every
+    thread returns from label END."""
+    return ("  tcgen05.fence::before_thread_sync;\n  bar.sync 0;\n  @%p1 bra END;\n"
+            "  tcgen05.fence::after_thread_sync;\n"
+            f"  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, {cols};\nEND:\n  ret;\n")

@@ -13,7 +13,7 @@ import pytest
 from porter import emu
 from porter.emu.errors import CheckFailed, Deadlock
 
-from emu_tcgen05_ptx import HEAD, tmem_setup
+from emu_tcgen05_ptx import HEAD, tmem_setup, tmem_teardown
 
 
 def _run(body: str, params: str, args: list, block: int = 128, seed: int = 1):
@@ -121,14 +121,7 @@ SKIP:
   mul.wide.u32 %rd2, %r1, 8;
   add.s64 %rd3, %rd1, %rd2;
   st.global.v2.b32 [%rd3], {%r7, %r8};
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  @%p1 bra END;
-  tcgen05.fence::after_thread_sync;
-  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;
-END:
-  ret;
-"""
+""" + tmem_teardown(32)
 
 
 def test_st_then_ld_round_trip_by_lane_quarter():
@@ -219,14 +212,7 @@ WAIT:
   st.global.v4.b32 [%rd9+16], {{%r44, %r45, %r46, %r47}};
   st.global.v4.b32 [%rd9+32], {{%r48, %r49, %r50, %r51}};
   st.global.v4.b32 [%rd9+48], {{%r52, %r53, %r54, %r55}};
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  @%p1 bra END;
-  tcgen05.fence::after_thread_sync;
-  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;
-END:
-  ret;
-"""
+{tmem_teardown(32)}"""
 PARTS = {"COMMIT": "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r11];",
          "POKE": "",
          "WAITMMA": "L2:\n  mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r11], 0;\n  @!%p5 bra L2;",

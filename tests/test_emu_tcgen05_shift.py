@@ -13,7 +13,7 @@ import pytest
 from porter import emu
 from porter.emu.errors import CheckFailed
 
-from emu_tcgen05_ptx import HEAD, tmem_setup
+from emu_tcgen05_ptx import HEAD, tmem_setup, tmem_teardown
 
 
 SHIFT = """
@@ -66,14 +66,7 @@ WAIT:
   st.global.v4.b32 [%rd9+16], {%r44, %r45, %r46, %r47};
   st.global.v4.b32 [%rd9+32], {%r48, %r49, %r50, %r51};
   st.global.v4.b32 [%rd9+48], {%r52, %r53, %r54, %r55};
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  @%p1 bra END;
-  tcgen05.fence::after_thread_sync;
-  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;
-END:
-  ret;
-"""
+""" + tmem_teardown(32)
 WAIT = "L2:\n  mbarrier.try_wait.parity.shared::cta.b64 %p5, [%r10], 0;\n  @!%p5 bra L2;"
 
 

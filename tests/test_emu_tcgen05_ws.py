@@ -14,7 +14,7 @@ import pytest
 from porter import emu
 from porter.emu.errors import EmuError, Unsupported
 
-from emu_tcgen05_ptx import HEAD, tmem_setup
+from emu_tcgen05_ptx import HEAD, tmem_setup, tmem_teardown
 
 K = 16
 LBO, SBO = 128, 256          # K-major, no swizzle: K core matrices 128 B apart, 8-row groups 256 B
@@ -76,14 +76,7 @@ L2:
   mul.wide.u32 %rd8, %r1, {4 * ncols};
   add.s64 %rd9, %rd7, %rd8;
 {stores}
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  @%p1 bra END;
-  tcgen05.fence::after_thread_sync;
-  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 64;
-END:
-  ret;
-"""
+{tmem_teardown(64)}"""
     return HEAD + ".visible .entry k(.param .u64 src, .param .u64 out)\n{\n" + body + "\n}\n"
 
 
