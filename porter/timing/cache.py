@@ -77,17 +77,13 @@ def cached_predict(arch, spec, *, product: str, shape: str, stats: dict | None =
 
     k = key(arch, spec, product, shape, level)
     path = _folder() / k[:2] / f"{k}.json"
-    try:
-        out = json.loads(path.read_text())
-        if isinstance(out, dict) and out.get("kernel") == spec.name and out.get("shape") == shape:
-            if stats is not None:
-                stats["hits"] = stats.get("hits", 0) + 1
-            return out
-    except (OSError, ValueError):
-        pass
+    out = _read_entry(path, k)
+    if isinstance(out, dict) and out.get("kernel") == spec.name and out.get("shape") == shape:
+        if stats is not None:
+            stats["hits"] = stats.get("hits", 0) + 1
+        return out
     out = predict(arch, spec, product=product, shape=shape, level=level).to_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(out, sort_keys=True))
+    _write_entry(path, k, out)
     if stats is not None:
         stats["misses"] = stats.get("misses", 0) + 1
     return out
@@ -102,16 +98,40 @@ def l1_cached(inputs: dict, compute) -> dict:
     k = keys.digest({"inputs": json.loads(json.dumps(inputs, sort_keys=True, default=str)),
                      "simulator": l1_digest(), "model": model_digest()})
     path = paths_l1() / k[:2] / f"{k}.json"
-    try:
-        out = json.loads(path.read_text())
-        if isinstance(out, dict) and out.get("key") == k:
-            return out["value"]
-    except (OSError, ValueError):
-        pass
+    found = _read_entry(path, k)
+    if found is not None:
+        return found
     value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps({"key": k, "value": value}, sort_keys=True))
+    _write_entry(path, k, value)
     return value
+
+
+def _read_entry(path, k: str):
+    """The value stored under key ``k`` at ``path``, or None (absent, another format, or
+    corrupt: bytes that fail the entry's sha256 are discarded and counted, never used)."""
+    from porter.compile.cache_entry import content_digest, discard
+
+    try:
+        entry = json.loads(path.read_text())
+    except OSError:
+        return None
+    except ValueError:
+        discard(path)
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != k or "sha256" not in entry:
+        return None
+    if content_digest(json.dumps(entry.get("value"), sort_keys=True)) != entry["sha256"]:
+        discard(path)
+        return None
+    return entry["value"]
+
+
+def _write_entry(path, k: str, value) -> None:
+    from porter.compile.cache_entry import content_digest
+
+    text = json.dumps(value, sort_keys=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps({"key": k, "sha256": content_digest(text), "value": value}, sort_keys=True))
 
 
 def paths_l1():
