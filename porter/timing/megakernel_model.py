@@ -103,7 +103,10 @@ def model(spec, arch, fig, shape: str, level: str = "L0", end: str | None = None
     hbm_s = lat["hbm_bytes"] / fig.hbm_bytes_per_s_sustained
     resources = {"hbm": hbm_s, "queues (waits + fetch + HBM sharing)": step_s}
     if costs:
-        # the busiest SM's own work (L1's costs, no waits, no streams): what the queues cannot beat
+        # the busiest SM's own work as L1 timed it, no waits: what the queues cannot beat. L1's
+        # per-row cost includes the SM's own weight stream through its TMA window (its pages
+        # in flight over their latency), so this is the SM's instructions and its stream, not
+        # instruction issue alone
         from porter.megakernel.latency import instruction_kind
 
         cfg = g.graph["cfg"]
@@ -115,7 +118,7 @@ def model(spec, arch, fig, shape: str, level: str = "L0", end: str | None = None
                 fixed, per_unit = costs[instruction_kind(d, cfg)]
                 total += fixed + per_unit * (d["r1"] - d["r0"])
             work.append(total)
-        resources["SM work (L1 instruction costs)"] = max(work)
+        resources["SM work + its stream (L1 costs)"] = max(work)
     return {"direct": True, "time_s": step_s + fig["launch_us"] * 1e-6, "level": "L1" if costs else "L0",
             "resources_s": resources,
             "hbm_bytes": lat["hbm_bytes"], "flops": None, "bytes_moved": lat["hbm_bytes"],
