@@ -103,6 +103,8 @@ class Decoder:
         """fn(warp) -> the operand's 32 lane values as numpy type ``t`` (or a numpy scalar)."""
         dt = NP[t]
         op = scalar(op)
+        if isinstance(op, ptx.Not):
+            return self._negated(op, t)
         if isinstance(op, ptx.Reg):
             if op.name in self.reg_index:
                 i = self.reg_index[op.name]
@@ -130,6 +132,19 @@ class Decoder:
                 return lambda w: (val + w.cta.smem.base).astype(dt) if w.cta.smem.base else val
             return lambda w: val
         raise self.unsupported(f"(operand {op!r} as a {t} source)")
+
+    def _negated(self, op: ptx.Not, t: str):
+        """``!%p`` read as a .pred source: the register's complement (built once; the plain
+        register read is the fast case, so this costs only the instructions that use it)."""
+        name = op.reg.name
+        i = self.reg_index.get(name)
+        if t != "pred":
+            raise self.unsupported(f"(!{name} read as a .{t} operand: ptxas takes a negated predicate only where "
+                                   "a .pred source is read)")
+        if i is None or self.reg_bits[i] != 1:
+            raise self.unsupported(f"(a negated operand !{name} must be a .pred register: ptxas refuses "
+                                   "'Illegal argument to predicate negation')")
+        return lambda w: ~w.r[i]
 
     def _imm(self, op: ptx.Imm, t: str):
         dt = NP[t]
@@ -162,6 +177,9 @@ class Decoder:
         op = scalar(op)
         if op is ptx.SINK or (isinstance(op, ptx.Sym) and op.name == "_"):
             return lambda w, v, m: None
+        if isinstance(op, ptx.Not):
+            raise self.unsupported(f"(!{op.reg.name} as a destination: a negated predicate is a source operand "
+                                   "only; ptxas refuses it)")
         i = self.rid(op)
         sb = self.reg_bits[i]
         tb = 1 if t == "pred" else bits(t)
@@ -237,6 +255,8 @@ class Decoder:
         """Register ids an operand reads (for the poison checker)."""
         if isinstance(op, ptx.Reg) and op.name in self.reg_index:
             return [self.reg_index[op.name]]
+        if isinstance(op, ptx.Not):
+            return self.regs_of(op.reg)
         if isinstance(op, ptx.Vec):
             return [r for x in op.items for r in self.regs_of(x)]
         if isinstance(op, ptx.Addr) and isinstance(op.base, ptx.Reg):

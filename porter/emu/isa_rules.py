@@ -69,6 +69,8 @@ _WGMMA_DESC = 'PTX ISA 9.7.15 "Matrix Descriptor Format" and 5.1.7 "Shared State
 _TC_DESC = 'PTX ISA 9.7.16 "Shared memory descriptor" (Table 40: its fixed and reserved fields, swizzle modes)'
 _REDUCE = 'PTX ISA 9.7.9.27.1.3 "cp.reduce.async.bulk.tensor" (its .redOp / type combinations)'
 _BRA = 'PTX ISA 9.7.12.3 "bra": .uni asserts that the branch is non-divergent'
+_BRX = ('PTX ISA 9.7.12.4 "brx.idx" (an index past the .branchtargets list is undefined; .uni asserts the same '
+        'guard and index in every active thread)')
 _TRAP = 'PTX ISA 9.7.19.4 "trap": aborts the kernel'
 _BAR = 'PTX ISA 9.7.13.1 "bar, barrier" (barriers 0..15; b a multiple of the warp size, the same in every thread)'
 _BAR_CLUSTER = 'PTX ISA 9.7.13.3 "barrier.cluster" (each thread arrives once, then waits, per phase)'
@@ -156,6 +158,7 @@ RULES: list[tuple[str, str]] = [
     ("the whole warpgroup must execute each setmaxnreg", _SETMAXNREG),
     ("setmaxnreg", _SETMAXNREG),
     ("bra.uni", _BRA),
+    ("brx.idx", _BRX),
     ("try_cancel", _CLC),
     ("query_cancel", _CLC),
     ("which has already exited", _SHARED),

@@ -73,6 +73,15 @@ class TmaAddr:
 
 
 @dataclass(frozen=True)
+class Not:
+    """``!%p``: a negated predicate source operand. ptxas takes it wherever a .pred source
+    is read (setp/set's combining c, selp's c, and/or/xor/not/mov.pred, vote, bar.red);
+    it refuses it on any other register ("Illegal argument to predicate negation") and as
+    a destination. ``decode.Decoder.src`` reads it as the complement of the register."""
+    reg: Reg
+
+
+@dataclass(frozen=True)
 class Pair:
     """``d|p``: a destination with a predicate output (shfl, elect); ``_`` is None."""
     first: object
@@ -127,6 +136,8 @@ class Kernel:
     maxntid: tuple | None = None
     reqntid: tuple | None = None
     cluster: tuple | None = None
+    # ``ts: .branchtargets L1, L2;`` lists for brx.idx: table name -> instruction indices
+    branch_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def param_bytes(self) -> int:
@@ -376,6 +387,7 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
     block_id = 0
     blocks: list[int] = [0]                   # ids of the open { } blocks, innermost last
     label_defs: dict[tuple[int, str], int] = {}   # (block id, label) -> instruction index
+    tables: dict[tuple[int, str], tuple] = {}     # (block id, .branchtargets name) -> (labels, chain, line)
     chains: list[tuple[int, ...]] = []        # per instruction: its open blocks, innermost first
     call_params: set[str] = set()
 
@@ -393,7 +405,7 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
             scopes.pop()
             blocks.pop()
             if not scopes:
-                _scope_labels(k, label_defs, chains)
+                _scope_labels(k, label_defs, chains, tables, t.file)
                 return
             continue
         if s == "{":
@@ -451,7 +463,17 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
         if kind == "name" and t.peek(1)[1] == ":" and not s.startswith("%"):
             t.next()
             t.next()
-            if (blocks[-1], s) in label_defs:
+            if t.peek()[1] == ".branchtargets":       # ts: .branchtargets L1, L2, ...; (brx.idx's list)
+                t.next()
+                names = [t.next()[1]]
+                while t.accept(","):
+                    names.append(t.next()[1])
+                t.expect(";")
+                if (blocks[-1], s) in tables or (blocks[-1], s) in label_defs:
+                    raise Unsupported(f"{t.file}:{line}: label {s!r} defined twice in one block")
+                tables[(blocks[-1], s)] = (names, tuple(reversed(blocks)), line)
+                continue
+            if (blocks[-1], s) in label_defs or (blocks[-1], s) in tables:
                 raise Unsupported(f"{t.file}:{line}: label {s!r} defined twice in one block")
             label_defs[(blocks[-1], s)] = len(k.code)
             continue
@@ -459,22 +481,36 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
         chains.append(tuple(reversed(blocks)))
 
 
-def _scope_labels(k: Kernel, label_defs: dict, chains: list) -> None:
+def _scope_labels(k: Kernel, label_defs: dict, chains: list, tables: dict | None = None,
+                  file: str = "<ptx>") -> None:
     """Resolve each label operand in the innermost enclosing ``{ }`` block that defines it,
     as ptxas does (PTX ISA 4.4 "Labels" are local to their block, like variables; inline-asm
     blocks repeat ``LAB_WAIT:`` / ``DONE:`` in every copy). Labels outside the kernel's own
-    block get unique names ``label#block``."""
+    block get unique names ``label#block``. A ``.branchtargets`` list (brx.idx, PTX ISA
+    9.7.12.4) resolves its labels from the block it is declared in, and its own name as a
+    label does."""
+    tables = tables or {}
+
     def unique(bid: int, name: str) -> str:
         return name if bid == 0 else f"{name}#{bid}"
 
     for (bid, name), idx in label_defs.items():
         k.labels[unique(bid, name)] = idx
-    names = {name for _, name in label_defs}
+    for (bid, name), (targets, chain, line) in tables.items():
+        idxs = []
+        for lab in targets:
+            bid2 = next((b for b in chain if (b, lab) in label_defs), None)
+            if bid2 is None:
+                raise Unsupported(f"{file}:{line}: .branchtargets {name}: {lab!r} is not a label of kernel {k.name} "
+                                  "(PTX ISA 9.7.12.4 \"brx.idx\": the list must name labels of the current function)")
+            idxs.append(label_defs[(bid2, lab)])
+        k.branch_tables[unique(bid, name)] = tuple(idxs)
+    names = {name for _, name in label_defs} | {name for _, name in tables}
 
     def rename(op, chain):
         if isinstance(op, Sym) and op.name in names:
             for bid in chain:
-                if (bid, op.name) in label_defs:
+                if (bid, op.name) in label_defs or (bid, op.name) in tables:
                     return Sym(unique(bid, op.name))
             return op
         if isinstance(op, Vec):
@@ -564,6 +600,13 @@ def _parse_atom(t: _Tokens, resolve):
         raise Unsupported(f"{t.file}:{line}: cannot read operand '-{s2}'")
     if kind == "num":
         return Imm(_int(s), False, s)
+    if s == "!":
+        kind2, s2, _ = t.next()
+        reg = resolve(s2) if kind2 == "name" else None
+        if reg is None:
+            raise Unsupported(f"{t.file}:{line}: cannot read PTX operand '!{s2}' (a negated operand must be a "
+                              "declared predicate register)")
+        return Not(Reg(reg))
     if kind == "name":
         if s == "_":
             return SINK

@@ -60,6 +60,58 @@ def build_bra(ins, d):
 build_bra.n_dst = 0
 
 
+def build_brx(ins, d):
+    """``@p brx.idx{.uni} index, tlist``: branch to ``tlist[index]`` (PTX ISA 9.7.12.4), the
+    list a ``.branchtargets`` directive (parsed into ``Kernel.branch_tables``). Lanes whose
+    indices differ split the warp: the lanes of the first target leave, the others stay at
+    this brx.idx (``set_pcs`` from pc - 1) and take the next target when it runs again;
+    lanes whose guard is false fall through. An index past the list's end is undefined
+    behaviour in the ISA: an error naming the lane and index."""
+    if "idx" not in ins.parts or len(ins.operands) != 2:
+        raise d.unsupported()
+    idx_op, tl = ins.operands
+    if not isinstance(tl, ptx.Sym) or tl.name not in d.kernel.branch_tables:
+        raise d.unsupported(f"(brx.idx target list {tl!r} is not a .branchtargets of {d.kernel.name})")
+    table = np.array(d.kernel.branch_tables[tl.name], dtype=np.int64)
+    n = table.size
+    ri = d.src(idx_op, "u32")
+    g = d.rid(ptx.Reg(ins.guard)) if ins.guard is not None else None
+    neg = ins.guard_neg
+    uniform = "uni" in ins.parts
+    where = d.where(ins)
+
+    def brx(w, m):
+        sel = w.live if m is None else m
+        go = sel
+        if g is not None:
+            p = ~w.r[g] if neg else w.r[g]
+            go = sel & p
+            if go.tobytes() == _NO_LANE:
+                return None
+        idx = np.broadcast_to(np.asarray(ri(w)), (32,)).astype(np.int64)
+        bad = go & (idx >= n)
+        if bad.any():
+            lane = int(np.argmax(bad))
+            raise CheckFailed(f"{where}: brx.idx index {int(idx[lane])} in lane {lane} is past the end of its "
+                              f"{n}-entry .branchtargets list")
+        tgt = np.where(go, table[np.minimum(idx, n - 1)], -1)
+        first = int(tgt[go][0])
+        taken = go & (tgt == first)
+        if taken.tobytes() == sel.tobytes():
+            return first
+        if uniform:
+            raise CheckFailed(f"{where}: brx.idx.uni with a guard or index that differs across the warp's lanes")
+        rest = go & ~taken
+        # lanes of other targets stay here to take theirs next; the guard's false lanes fall through
+        w.set_pcs(m, first, w.cur - 1 if rest.any() else w.cur, taken)
+        return HANDLED
+    brx.handles_guard = True
+    return brx
+
+
+build_brx.n_dst = 0
+
+
 def build_ret(ins, d):
     def ret(w, m):
         w.exit_lanes(m)
@@ -261,15 +313,12 @@ def build_vote(ins, d):
     dst, a, mask = ins.operands
     t = "b32" if mode == "ballot" else "pred"
     ra, rmask, wd = d.src(a, "pred"), d.src(mask, "b32"), d.dst(dst, t)
-    neg_a = False
 
     def vote(w, m):
         mm, r = _members(w, m, rmask(w) if np.ndim(rmask(w)) == 0 else rmask(w)[0])
         if r is not None:
             return r
-        p = np.asarray(ra(w))
-        p = ~p if neg_a else p
-        p = p & mm
+        p = np.asarray(ra(w)) & mm          # (a negated source !%p arrives complemented: decode.src)
         if mode == "any":
             out = np.full(32, p.any())
         elif mode == "all":
@@ -317,5 +366,5 @@ def build_activemask(ins, d):
     return activemask
 
 
-BUILDERS = {"redux": build_redux, "bra": build_bra, "ret": build_ret, "exit": build_ret, "trap": build_trap, "shfl": build_shfl,
+BUILDERS = {"redux": build_redux, "bra": build_bra, "brx": build_brx, "ret": build_ret, "exit": build_ret, "trap": build_trap, "shfl": build_shfl,
             "vote": build_vote, "elect": build_elect, "activemask": build_activemask}
