@@ -13,21 +13,21 @@ from porter.emu.errors import CheckFailed, Unsupported
 DECLS = ".reg .pred %p<10>;\n.reg .b32 %r<32>;\n.reg .b64 %rd<16>;\n"
 
 
-def kernel(body: str, target: str = "sm_90a") -> str:
+def kernel(body: str, target: str = "sm_90a", pre: str = "", directives: str = "") -> str:
     """Entry ``k(out, inp)``: %rd3 = &out[tid], %rd4 = &inp[tid] (u32 each), %r0 = tid."""
-    return (f".version 8.7\n.target {target}\n.address_size 64\n"
-            f".visible .entry k(.param .u64 out, .param .u64 inp)\n{{\n{DECLS}"
+    return (f".version 8.7\n.target {target}\n.address_size 64\n{pre}"
+            f".visible .entry k(.param .u64 out, .param .u64 inp){directives}\n{{\n{DECLS}"
             "ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\n"
             "ld.param.u64 %rd5, [inp];\ncvta.to.global.u64 %rd5, %rd5;\nmov.u32 %r0, %tid.x;\n"
             "mul.wide.u32 %rd2, %r0, 4;\nadd.s64 %rd3, %rd1, %rd2;\nadd.s64 %rd4, %rd5, %rd2;\n"
             f"{body}\nret;\n}}\n")
 
 
-def run(body: str, inp=None, n: int = 32, threads: int = 32, **kw) -> np.ndarray:
+def run(body: str, inp=None, n: int = 32, threads: int = 32, grid: int = 1, **kw) -> np.ndarray:
     inp = np.zeros(max(n, threads), np.uint32) if inp is None else np.ascontiguousarray(inp, np.uint32)
     out = np.zeros(n, np.uint32)
-    res = emu.launch(kernel(body, kw.pop("target", "sm_90a")), "k", grid=1, block=threads, args=[out, inp],
-                     budget=200_000, **kw)
+    src = kernel(body, kw.pop("target", "sm_90a"), kw.pop("pre", ""), kw.pop("directives", ""))
+    res = emu.launch(src, "k", grid=grid, block=threads, args=[out, inp], budget=200_000, **kw)
     return res.outputs[0]
 
 
@@ -137,3 +137,64 @@ def test_brx_idx_errors_name_the_isa_section():
         run(SWITCH.replace("%s", ".uni"))
     with pytest.raises(Unsupported, match=r"'NOWHERE' is not a label of kernel k"):
         run(SWITCH.replace("%s", "").replace("CASE3;", "NOWHERE;"))
+
+
+# ---- generic mapa / getctarank (PTX ISA 9.7.9 "mapa", "getctarank") -----------------------------
+
+PAIR = dict(pre=".shared .align 16 .b8 buf[256];\n", grid=4, n=128, directives=" .reqnctapercluster 2, 1, 1")
+
+# each CTA writes rank*1000 + t into buf[t] through a generic pointer, then reads its peer's
+# buf[t] and writes 5000 + its rank*100 + t into the peer's buf[32 + t], both through mapa.u64
+GENERIC_PEER = """
+mov.u32 %r1, %cluster_ctarank;
+mov.u64 %rd6, buf;
+cvta.shared.u64 %rd7, %rd6;
+shl.b32 %r2, %r0, 2;
+cvt.u64.u32 %rd8, %r2;
+add.s64 %rd9, %rd7, %rd8;
+mad.lo.u32 %r3, %r1, 1000, %r0;
+st.u32 [%rd9], %r3;
+barrier.cluster.arrive.aligned;
+barrier.cluster.wait.aligned;
+xor.b32 %r4, %r1, 1;
+mapa.u64 %rd10, %rd9, %r4;
+ld.u32 %r5, [%rd10];
+getctarank.u64 %r6, %rd10;
+getctarank.u64 %r9, %rd9;
+mad.lo.u32 %r7, %r1, 100, %r0;
+add.u32 %r7, %r7, 5000;
+st.u32 [%rd10+128], %r7;
+barrier.cluster.arrive.aligned;
+barrier.cluster.wait.aligned;
+ld.u32 %r8, [%rd9+128];
+shl.b32 %r6, %r6, 16;
+shl.b32 %r9, %r9, 17;
+or.b32 %r5, %r5, %r6;
+or.b32 %r5, %r5, %r9;
+mov.u32 %r10, %ctaid.x;
+mad.lo.u32 %r11, %r10, 32, %r0;
+mul.wide.u32 %rd11, %r11, 4;
+add.s64 %rd12, %rd1, %rd11;
+st.global.u32 [%rd12], %r5;
+st.global.u32 [%rd12+512], %r8;
+"""
+
+
+def test_generic_mapa_reads_and_writes_the_peer_ctas_shared_memory():
+    got = run(GENERIC_PEER, **{**PAIR, "n": 256}).astype(np.int64).reshape(2, 4, 32)
+    for cta in range(4):
+        rank, peer = cta % 2, (cta % 2) ^ 1
+        np.testing.assert_array_equal(got[0, cta], (peer * 1000 + T) | (peer << 16) | (rank << 17))
+        np.testing.assert_array_equal(got[1, cta], 5000 + peer * 100 + T)
+
+
+def test_generic_mapa_errors_name_the_isa_section():
+    bad_addr = GENERIC_PEER.replace("mapa.u64 %rd10, %rd9, %r4;", "mapa.u64 %rd10, %rd3, %r4;")
+    with pytest.raises(CheckFailed, match=r"mapa of generic address 0x[0-9a-f]+ \(lane 0\), which is not in the "
+                                          r"shared window.*PTX ISA 9\.7\.9 \"mapa\""):
+        run(bad_addr, **{**PAIR, "n": 256})
+    bad_rank = GENERIC_PEER.replace("xor.b32 %r4, %r1, 1;", "add.u32 %r4, %r1, 2;")
+    with pytest.raises(CheckFailed, match=r"mapa to CTA rank \d of a 2-CTA cluster"):
+        run(bad_rank, **{**PAIR, "n": 256})
+    with pytest.raises(Unsupported, match=r"mapa\.u32.*use \.u64"):
+        run("mapa.u32 %r2, %r0, 0;")

@@ -56,6 +56,8 @@ _DIV = 'PTX ISA 9.7.1.8 "div" / 9.7.1.9 "rem": division by zero yields an unspec
 _LDST = 'PTX ISA 9.7.9 "ld"/"st": the address must be naturally aligned to the access size'
 _CVTA = 'PTX ISA 9.7.9 "cvta" and 6.4.1 "Generic Addressing"'
 _MAPA = 'PTX ISA 9.7.9 "mapa": the target CTA rank must exist in the cluster'
+_MAPA_GENERIC = ('PTX ISA 9.7.9 "mapa" / "getctarank" (without .shared::cluster, a holds a generic address '
+                 'pointing to shared memory)')
 _CP_ASYNC = 'PTX ISA 9.7.9.25.3.1 "cp.async" (the destination may be accessed only after the wait that covers it)'
 _CP_ASYNC_SIZE = 'PTX ISA 9.7.9.25.3.1 "cp.async": src-size larger than cp-size is undefined behaviour'
 _BULK = 'PTX ISA 9.7.9.25.4.1 "cp.async.bulk" / 9.7.9.27.1.2 "cp.async.bulk.tensor"'
@@ -182,6 +184,7 @@ RULES: list[tuple[str, str]] = [
     ("executed trap", _TRAP),
     ("elect.sync", _ELECT),
     ("mapa to CTA rank", _MAPA),
+    ("of generic address", _MAPA_GENERIC),
     ("src-size", _CP_ASYNC_SIZE),
     ("asynchronous copy is still writing", _CP_ASYNC),
     ("while the copy was in flight", _CP_ASYNC),

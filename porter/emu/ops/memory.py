@@ -148,6 +148,8 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
             space = "global"
         elif not np.count_nonzero((a < mem.SHARED_GENERIC) | (a >= mem.SHARED_GENERIC + mem.WINDOW)):
             space, addrs = "shared", (a - np.uint64(mem.SHARED_GENERIC)).astype(np.int64)
+            if np.count_nonzero((addrs >> mem.RANK_SHIFT) != w.cta.rank):   # a peer CTA's (generic mapa)
+                space = "shared_cluster"
         elif not np.count_nonzero((a < mem.PARAM_GENERIC) | (a >= mem.PARAM_GENERIC + mem.WINDOW)):
             space, addrs = "param", (a - np.uint64(mem.PARAM_GENERIC)).astype(np.int64)
         else:
