@@ -271,6 +271,15 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
     rows = {"q": b * hq * sq, "k": b * hkv * sk, "v": b * hkv * sk}
     maps = ({"tma_q": tmap("q", rows["q"]), "tma_k": tmap("k", rows["k"]), "tma_v": tmap("v", rows["v"])}
             if boxes else {})
+    # o_store=tma: O's map, 3-D (D, Sq, B*Hq) so a box stops at seq_q within its head; its box
+    # rows shrink to seq_q when a head has fewer (a box may not exceed the tensor). It maps the
+    # output buffer ``o``, not an input (``output_maps``).
+    output_maps = {}
+    if cfg.get("o_map"):
+        box_cols, box_rows = cfg["o_map"]["box"]
+        maps["tma_o"] = {"dims": [d, sq, b * hq], "dtype": "bf16", "box": [box_cols, min(box_rows, sq), 1],
+                         "swizzle": cfg["o_map"]["swizzle"]}
+        output_maps["tma_o"] = "o"
     return {
         "entry": spec.entry,
         "grid": (clusters * cluster, 1, 1),
@@ -279,6 +288,7 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
         "smem_bytes": spec.smem_bytes,
         "tiles": tiles,
         "tensor_maps": maps,
+        "output_maps": output_maps,
         "pointers": {name: {"rows": rows[name], "cols": d, "dtype": "bf16"} for name in pointer_params},
         "scalars": {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
                     "softmax_scale_log2": scale * LOG2E},
@@ -288,10 +298,15 @@ def launch_plan(spec: KernelSpec, arch, b: int, hq: int, hkv: int, sq: int, sk: 
 
 def tensor_maps(spec: KernelSpec, plan: dict, row_bytes: int) -> dict:
     """The q/k/v tensor maps as porter.runtime TensorMapParams, checked (no GPU)."""
-    from porter.runtime.tensormap import matrix_map
+    from porter.runtime.tensormap import TensorMapParams, matrix_map
 
     maps = {}
     for param, m in plan["tensor_maps"].items():
+        if "dims" in m:     # O's 3-D map (o_store=tma): rows of row_bytes, heads of seq_q rows
+            dims = tuple(m["dims"])
+            maps[param] = TensorMapParams(f"{spec.name} {param}", "BFLOAT16", dims,
+                                          (row_bytes, row_bytes * dims[1]), tuple(m["box"]), m["swizzle"]).check()
+            continue
         box_cols, box_rows = m["box"]
         maps[param] = matrix_map(f"{spec.name} {param}", "BFLOAT16", m["rows"], m["cols"], row_bytes,
                                  box_cols, box_rows, m["swizzle"])
@@ -397,7 +412,8 @@ def _run(spec: KernelSpec, arch, plan: dict, maps: dict, host: dict):
     o_buf, lse_buf = driver.DeviceBuffer(o.nbytes), driver.DeviceBuffer(lse.nbytes)
     values = {"o": o_buf.ptr, "lse": lse_buf.ptr, **plan["scalars"]}
     for param in plan["tensor_maps"]:
-        values[param] = maps[param].encode(bufs[param].ptr)
+        out = plan.get("output_maps", {}).get(param)
+        values[param] = maps[param].encode(values[out] if out else bufs[param].ptr)
     for param in plan["pointers"]:
         values[param] = bufs[param].ptr
     args = [driver.pack_arg(ctype, values[param]) for param, ctype in spec.config["params"]]

@@ -108,6 +108,17 @@ Q_TILE_CHOICES = (1, 2)
 # threads): the load/MMA warpgroup, each softmax warpgroup (a whole S row of block_n fp32 in
 # registers plus a chunk of P), the correction warpgroup (one 32-column O chunk at a time).
 REGS_2Q = {"other": 56, "softmax": 184, "correction": 88}
+# How O leaves: ``direct`` (each softmax / correction thread stores its row with 16-byte global
+# stores) or ``tma`` (knob ``o_store``; attention/o_store_tma.cuh): rows written into a
+# 128B-swizzled staging ring in shared memory, one elected thread stores each 64-column box
+# by TMA through a (head dim, seq_q, batch x heads) tensor map. The ring holds O_BOX_BYTES
+# boxes (128 rows x 128 B); as many as a Q tile round has (head dim / 64 per Q tile), or as
+# many as fit beside the deepest K/V ring, at least one.
+O_STORE = "direct"
+O_STORES = ("direct", "tma")
+O_BOX_COLS = 64                 # bf16 columns of one staging box: one 128-byte swizzle row
+O_BOX_BYTES = CTA_ROWS * 128
+O_STORE_BARRIER = 1             # named barrier among the storing warpgroup (0 is __syncthreads)
 SOFTMAX_ROW_OVERHEAD = 40   # registers beside the S row: addresses, m, l, the partials, a P chunk's share
 STAT_SLOTS = 2              # softmax -> correction ring of per-row floats (alpha, then 1 / l)
 
@@ -134,23 +145,34 @@ def stats_bytes(q_tiles: int) -> int:
     return 0 if q_tiles == 1 else 4 * q_tiles * STAT_SLOTS * CTA_ROWS
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_tiles: int = 1) -> dict:
+def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_tiles: int = 1,
+              o_store: str = O_STORE) -> dict:
     """Per-CTA byte sizes and the K/V stages that fit ``budget`` (stages None if fewer than 2).
     In a pair each CTA holds half of every K tile (keys) and half of every V tile (columns).
-    ``q_bytes`` is one Q tile's; the CTA holds ``q_tiles`` of them."""
+    ``q_bytes`` is one Q tile's; the CTA holds ``q_tiles`` of them. With ``o_store`` tma the
+    staging ring (``o_slots`` boxes after the barriers, 1024-aligned) must fit too: the deepest
+    ring that leaves room for one box, then as many boxes as fit, up to a Q tile round's."""
     q_bytes = CTA_ROWS * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2 // cta_group      # K + V
+    want_slots = q_tiles * head_dim // O_BOX_COLS if o_store == "tma" else 0
 
-    def total(stages: int) -> int:
-        return (ALIGN_SLACK + q_tiles * q_bytes + stages * stage_bytes + stats_bytes(q_tiles)
+    def total(stages: int, slots: int | None = None) -> int:
+        slots = min(1, want_slots) if slots is None else slots
+        base = (ALIGN_SLACK + q_tiles * q_bytes + stages * stage_bytes + stats_bytes(q_tiles)
                 + 8 * barrier_count(stages, q_tiles) + 8)   # + TMEM slot
+        # the staging ring sits after the barriers, rounded up to the swizzle atom
+        return base if not slots else -(-(base - ALIGN_SLACK) // 1024) * 1024 + ALIGN_SLACK + slots * O_BOX_BYTES
 
     stages = MAX_STAGES
     while stages >= MIN_STAGES and total(stages) > budget:
         stages -= 1
     ok = stages >= MIN_STAGES
+    slots = want_slots
+    while ok and slots > 1 and total(stages, slots) > budget:
+        slots -= 1
     return {"q_bytes": q_bytes, "stage_bytes": stage_bytes, "stages": stages if ok else None,
-            "smem_bytes": total(stages if ok else MIN_STAGES), "total": total}
+            "o_slots": slots, "staging_bytes": slots * O_BOX_BYTES,
+            "smem_bytes": total(stages if ok else MIN_STAGES, slots if ok else None), "total": total}
 
 
 def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int, q_tiles: int = 1) -> dict:
@@ -174,7 +196,7 @@ def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int, q_tiles
             "fits": alloc <= columns}
 
 
-def _sass_rules(arch, pair: bool):
+def _sass_rules(arch, pair: bool, o_store: str = O_STORE):
     """Required and forbidden SASS, every spelling read from the descriptor."""
     def rule(ref: str, why: str) -> SassRule:
         return SassRule(arch.sass_pattern(ref), f"{why} ({ref})")
@@ -190,6 +212,8 @@ def _sass_rules(arch, pair: bool):
         rule("mbarrier", "mbarrier handshakes between producer, MMA and softmax warps"),
         rule("op:tmem_alloc", "tcgen05.alloc of the S, O and P columns"),
     ]
+    if o_store == "tma":
+        required.append(rule("op:tma_store", "O stored from the shared-memory staging ring by TMA (o_store=tma)"))
     forbidden = list(no_spills(arch)) + [rule("op:fallback_mma", "an MMA of another generation instead of tcgen05")]
     if pair:
         required += [
@@ -215,7 +239,8 @@ def make_spec(arch, head_dim: int, causal: bool) -> list[KernelSpec | Unsupporte
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile (S columns, held to the TMEM
 # budget), K/V stages and the persistent grid.
-KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold", "poly_exp2_share", "q_tiles")
+KNOBS = ("block_n", "stages", "grid_ctas", "persistent", "rescale_threshold", "poly_exp2_share", "q_tiles",
+         "o_store")
 
 
 def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[str, tuple]:
@@ -228,6 +253,7 @@ def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[st
             "rescale_threshold": RESCALE_THRESHOLDS,
             "poly_exp2_share": POLY_EXP2_SHARES,
             "q_tiles": Q_TILE_CHOICES,
+            "o_store": O_STORES,
             **{k: v for k, v in kr.schedule_space(arch, cta_group, 1).items() if k != "group_m"}}
 
 
@@ -236,7 +262,8 @@ def knobs_of(config) -> dict:
             "persistent": config.get("persistent", True),
             "rescale_threshold": config.get("rescale_threshold_log2", RESCALE_THRESHOLD),
             "poly_exp2_share": round(100 * config.get("poly_exp2_share", POLY_EXP2_SHARE / 100)),
-            "q_tiles": config.get("cta_q_tiles", Q_TILES)}
+            "q_tiles": config.get("cta_q_tiles", Q_TILES),
+            "o_store": config.get("o_store", O_STORE)}
 
 
 def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> KernelSpec | Unsupported:
@@ -281,6 +308,9 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         if "q_tiles" in knobs:
             kr.check_choice(name, "q_tiles", knobs["q_tiles"], Q_TILE_CHOICES,
                             "128-row Q tiles per CTA: 1, or 2 with a softmax warpgroup each and a correction warpgroup")
+        if "o_store" in knobs:
+            kr.check_choice(name, "o_store", knobs["o_store"], O_STORES,
+                            "O written by each row's thread, or staged in shared memory and stored by TMA")
     block_n = knobs.get("block_n", BLOCK_N)
     mma_m = CTA_ROWS * cta_group             # one MMA covers one Q tile (of the pair)
     for n in (block_n, head_dim):
@@ -327,15 +357,22 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         return Unsupported(family.FAMILY, name, variant, (),
                            f"S x {S_BUFFERS} + O + P need {tmem['used']} TMEM columns "
                            f"({tmem['allocated']} allocated); the descriptor has {arch.tmem.columns}")
-    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group, q_tiles)
+    o_store = knobs.get("o_store", O_STORE)
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group, q_tiles, o_store)
+    staging = f" + O staging {O_BOX_BYTES} B (o_store=tma)" if o_store == "tma" else ""
     if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
         want = knobs["stages"]
         if want > plan["stages"]:
             raise kr.fail(name, "stages", want, f"does not fit shared memory: Q {q_tiles} x {plan['q_bytes']} B + "
-                          f"{want} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers + "
-                          f"{ALIGN_SLACK} B alignment > smem_per_block_bytes "
+                          f"{want} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers"
+                          f"{staging} + {ALIGN_SLACK} B alignment > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
-        plan = dict(plan, stages=want, smem_bytes=plan["total"](want))
+        plan = dict(plan, stages=want, smem_bytes=plan["total"](want, plan["o_slots"]))
+    if plan["stages"] is None and o_store == "tma" and "o_store" in knobs:
+        raise kr.fail(name, "o_store", o_store, f"does not fit shared memory: Q {q_tiles} x {plan['q_bytes']} B + "
+                      f"{MIN_STAGES} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers"
+                      f"{staging} + {ALIGN_SLACK} B alignment = {plan['smem_bytes']} B > smem_per_block_bytes "
+                      f"{arch.smem_per_block_bytes}")
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q x {q_tiles} + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
@@ -409,6 +446,15 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
                         "barriers": 8 * barrier_count(plan["stages"], q_tiles) + 8, "align_slack": ALIGN_SLACK,
                         "total": plan["smem_bytes"]},
     })
+    if o_store == "tma":
+        # the (head dim, seq_q, batch x heads) output map: a box is 64 columns of one CTA's
+        # 128 rows of one head (the host shrinks the rows to seq_q when a head has fewer)
+        cfg["o_store"] = "tma"
+        cfg["params"] = family.params_with_o_map()
+        cfg["o_map"] = {"box": [O_BOX_COLS, CTA_ROWS], "swizzle": "128B"}
+        cfg["o_staging"] = {"slots": plan["o_slots"], "box_bytes": O_BOX_BYTES, "box_cols": O_BOX_COLS,
+                            "barrier": O_STORE_BARRIER, "bytes": plan["staging_bytes"]}
+        cfg["smem_budget"]["o_staging"] = plan["staging_bytes"]
     if q_tiles > 1:
         cfg["stats_bytes"] = stats_bytes(q_tiles)
         cfg["stat_slots"] = STAT_SLOTS
@@ -417,7 +463,7 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         cfg["knobs"] = {k: kr.show(v) for k, v in sorted(knobs.items())}
         if not knobs.get("persistent", True):
             cfg["persistent"] = False
-    required, forbidden = _sass_rules(arch, pair)
+    required, forbidden = _sass_rules(arch, pair, o_store)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
         entry=family.entry_name(head_dim, causal, MAINLOOP, suffix),

@@ -32,6 +32,19 @@ PARAMS: tuple[tuple[str, str], ...] = (
     ("softmax_scale_log2", "float"),
 )
 
+# With o_store=tma (a mainloop's knob) the kernel also takes the output's tensor map, after
+# tma_v: O viewed as 3-D (D, Sq, B*Hq) bf16, so a box's rows stop at seq_q within a head.
+O_MAP_PARAM = ("tma_o", "TmaDescriptor")
+
+
+def params_with_o_map() -> list[list[str]]:
+    """The kernel signature of a mainloop that stores O by TMA: PARAMS plus ``tma_o``."""
+    out = [list(p) for p in PARAMS]
+    at = next(i for i, (name, _) in enumerate(PARAMS) if name == "tma_v") + 1
+    out.insert(at, list(O_MAP_PARAM))
+    return out
+
+
 def spec_name(head_dim: int, causal: bool, suffix: str = "") -> str:
     """``attention.hd64``, ``attention.hd128.causal``, plus e.g. ``.pair``."""
     return f"{FAMILY}.hd{head_dim}" + (".causal" if causal else "") + suffix

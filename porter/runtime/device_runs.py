@@ -436,7 +436,8 @@ class AttentionRun(PackedArgs):
         self.lse_buf = dev.alloc(int(np.prod(self.lse_shape)) * 4)
         values = {"o": self.o_buf.ptr, "lse": self.lse_buf.ptr, **self.plan["scalars"]}
         for p in self.plan["tensor_maps"]:
-            values[p] = dev.encode_tensor_map(maps[p], self.bufs[p].ptr)
+            out = self.plan.get("output_maps", {}).get(p)    # o_store=tma: O's map over the output buffer
+            values[p] = dev.encode_tensor_map(maps[p], values[out] if out else self.bufs[p].ptr)
         for p in self.plan.get("pointers", ()):
             values[p] = self.bufs[p].ptr
         self.args = [(ctype, values[p]) for p, ctype in spec.config["params"]]
