@@ -50,8 +50,10 @@ SASS_REQUIRED = (
 )
 
 
-def sass_rules(arch) -> tuple[tuple[SassRule, ...], tuple[SassRule, ...]]:
-    required = tuple(SassRule(arch.sass_pattern(ref), f"{why} ({ref})") for ref, why in SASS_REQUIRED)
+def sass_rules(arch, o_store: str = "direct") -> tuple[tuple[SassRule, ...], tuple[SassRule, ...]]:
+    refs = SASS_REQUIRED + ((("op:tma_store", "O stored from the staging rings by TMA (o_store=tma)"),)
+                            if o_store == "tma" else ())
+    required = tuple(SassRule(arch.sass_pattern(ref), f"{why} ({ref})") for ref, why in refs)
     forbidden = no_spills(arch) + (SassRule(arch.sass_pattern("op:fallback_mma"),
                                             "an MMA of another generation instead of wgmma (op:fallback_mma)"),)
     return required, forbidden
@@ -62,23 +64,51 @@ def kv_tile(head_dim: int) -> int:
     return 128
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int, block_m: int = BLOCK_M) -> dict:
-    """Byte sizes and the number of K/V stages that fit ``budget`` (None if fewer than 2)."""
+# How O leaves (knob ``o_store``): ``direct`` (4-byte stores from the accumulator registers) or
+# ``tma`` (attention/o_store_tma.cuh): each consumer warpgroup writes its 64 rows of O / l into
+# its own ring of 128B-swizzled staging boxes (64 rows x 64 columns x bf16 = 8 KiB), and one of
+# its threads stores each box by TMA through a (head dim, seq_q, batch x heads) tensor map.
+# The ring holds head dim / 64 boxes (a whole tile's) or as many as fit beside the deepest
+# K/V ring, at least one.
+O_STORE = "direct"
+O_STORES = ("direct", "tma")
+O_BOX_COLS = 64
+O_BOX_ROWS = 64                 # one consumer warpgroup's rows
+O_BOX_BYTES = O_BOX_ROWS * 128
+O_STORE_BARRIER0 = 3            # named barriers 3.. (one per consumer warpgroup; 1, 2: ping-pong turns)
+
+
+def smem_plan(head_dim: int, block_n: int, budget: int, block_m: int = BLOCK_M, o_store: str = O_STORE) -> dict:
+    """Byte sizes and the number of K/V stages that fit ``budget`` (None if fewer than 2).
+    With ``o_store`` tma each consumer warpgroup's staging ring (``o_slots`` boxes, after the
+    barriers, 1024-aligned) must fit too."""
     q_bytes = block_m * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2          # K + V
+    groups = block_m // 64
+    want_slots = head_dim // O_BOX_COLS if o_store == "tma" else 0
     def barrier_bytes(stages: int) -> int:
         return BARRIER_BYTES * (2 + 3 * stages)       # q_full, q_empty; k_full, v_full, kv_empty per stage
+
+    def total(stages: int, slots: int) -> int:
+        base = ALIGN_SLACK + q_bytes + stages * stage_bytes + barrier_bytes(stages)
+        if not slots:
+            return base
+        return -(-(base - ALIGN_SLACK) // 1024) * 1024 + ALIGN_SLACK + groups * slots * O_BOX_BYTES
     stages = MAX_STAGES
-    while stages >= 2 and ALIGN_SLACK + q_bytes + stages * stage_bytes + barrier_bytes(stages) > budget:
+    while stages >= 2 and total(stages, min(1, want_slots)) > budget:
         stages -= 1
-    total = ALIGN_SLACK + q_bytes + stages * stage_bytes + barrier_bytes(stages)
+    slots = want_slots
+    while stages >= 2 and slots > 1 and total(stages, slots) > budget:
+        slots -= 1
     return {"q_bytes": q_bytes, "stage_bytes": stage_bytes, "stages": stages if stages >= 2 else None,
-            "smem_bytes": total}
+            "o_slots": slots, "staging_bytes": groups * slots * O_BOX_BYTES,
+            "smem_bytes": total(max(stages, 2), slots if stages >= 2 else min(1, want_slots)),
+            "total": total}
 
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile, K/V stages, the ping-pong
 # between the two consumer warpgroups, and the persistent grid.
-KNOBS = ("consumers", "block_n", "stages", "pingpong", "grid_ctas", "persistent")
+KNOBS = ("consumers", "block_n", "stages", "pingpong", "grid_ctas", "persistent", "o_store")
 MAX_CONSUMERS = 3
 # Registers a consumer thread holds besides O, S and P (row statistics, addresses, loop state).
 OVERHEAD_REGS = 40
@@ -106,13 +136,15 @@ def knob_space(arch, head_dim: int, causal: bool, pair: bool = False) -> dict[st
     ns = tuple(n for n in (64, 128, 192, 256) if arch.tensor_core.valid_shape("f16", 64, n))
     consumers = tuple(c for c in range(1, MAX_CONSUMERS + 1) if 128 * (1 + c) <= arch.max_threads_per_block)
     return {"consumers": consumers, "block_n": ns, "stages": tuple(range(2, MAX_STAGES + 1)), "pingpong": (True, False),
+            "o_store": O_STORES,
             **{k: v for k, v in kr.schedule_space(arch, 1, 1).items() if k != "group_m"}}
 
 
 def knobs_of(config) -> dict:
     return {"consumers": config["consumer_warpgroups"], "block_n": config["block_n"], "stages": config["stages"],
             "pingpong": config["pingpong"],
-            "grid_ctas": config.get("grid_ctas", config["sm_count"]), "persistent": config.get("persistent", True)}
+            "grid_ctas": config.get("grid_ctas", config["sm_count"]), "persistent": config.get("persistent", True),
+            "o_store": config.get("o_store", O_STORE)}
 
 
 def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Unsupported:
@@ -128,11 +160,12 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
     if knobs:
         space = knob_space(arch, head_dim, causal)
         kr.check_names(name, knobs, space)
-        for knob in ("consumers", "block_n", "pingpong"):
+        for knob in ("consumers", "block_n", "pingpong", "o_store"):
             if knob in knobs:
                 kr.check_choice(name, knob, knobs[knob], space[knob], "wgmma m64 N of kind f16" if knob == "block_n"
                                 else "1 producer + consumer warpgroups within max_threads_per_block" if knob == "consumers"
-                                else "")
+                                else "O stored from registers, or staged in shared memory and stored by TMA"
+                                if knob == "o_store" else "")
         if knobs.get("pingpong") and knobs.get("consumers", CONSUMER_WARPGROUPS) != 2:
             raise kr.fail(name, "pingpong", True, "ping-pong alternates two consumer warpgroups (consumers=2)")
     consumers = knobs.get("consumers", CONSUMER_WARPGROUPS)
@@ -157,15 +190,20 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         if not arch.tensor_core.valid_shape("f16", 64, n):
             return Unsupported(family.FAMILY, name, variant, ("wgmma",),
                                f"wgmma has no bf16 m64n{n}k16 shape on {arch.name}")
-    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, block_m)
+    o_store = knobs.get("o_store", O_STORE)
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, block_m, o_store)
+    staging = (f" + O staging {consumers} x {O_BOX_BYTES} B (o_store=tma)" if o_store == "tma" else "")
     if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
         if knobs["stages"] > plan["stages"]:
             raise kr.fail(name, "stages", knobs["stages"],
                           f"does not fit shared memory: Q {plan['q_bytes']} B + {knobs['stages']} x "
-                          f"{plan['stage_bytes']} B K/V + barriers + {ALIGN_SLACK} B alignment > "
+                          f"{plan['stage_bytes']} B K/V + barriers{staging} + {ALIGN_SLACK} B alignment > "
                           f"smem_per_block_bytes {arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
-        plan = dict(plan, stages=knobs["stages"], smem_bytes=plan["smem_bytes"]
-                    - (plan["stages"] - knobs["stages"]) * (plan["stage_bytes"] + 3 * BARRIER_BYTES))
+        plan = dict(plan, stages=knobs["stages"], smem_bytes=plan["total"](knobs["stages"], plan["o_slots"]))
+    if plan["stages"] is None and o_store == "tma" and "o_store" in knobs:
+        raise kr.fail(name, "o_store", o_store, f"does not fit shared memory: Q {plan['q_bytes']} B + 2 x "
+                      f"{plan['stage_bytes']} B K/V + barriers{staging} + {ALIGN_SLACK} B alignment = "
+                      f"{plan['smem_bytes']} B > smem_per_block_bytes {arch.smem_per_block_bytes}")
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q + 2 K/V stages need {plan['q_bytes'] + 2 * plan['stage_bytes']} B of shared "
@@ -195,11 +233,17 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         "desc_v_mn_major": enc.c_literal(enc.encode_smem_descriptor(
             0, block_n * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES, 0, "128B")),
     })
+    if o_store == "tma":
+        cfg["o_store"] = "tma"
+        cfg["params"] = family.params_with_o_map()
+        cfg["o_map"] = {"box": [O_BOX_COLS, O_BOX_ROWS], "swizzle": "128B"}
+        cfg["o_staging"] = {"slots": plan["o_slots"], "box_bytes": O_BOX_BYTES, "box_cols": O_BOX_COLS,
+                            "barrier": O_STORE_BARRIER0, "bytes": plan["staging_bytes"]}
     kr.record_grid_knobs(cfg, name, knobs, arch)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
         entry=family.entry_name(head_dim, causal, MAINLOOP),
         config=cfg, features=FEATURES,
-        sass_required=sass_rules(arch)[0], sass_forbidden=sass_rules(arch)[1],
+        sass_required=sass_rules(arch, o_store)[0], sass_forbidden=sass_rules(arch, o_store)[1],
         threads=threads, smem_bytes=plan["smem_bytes"], template=family.TEMPLATE,
     )
