@@ -62,6 +62,55 @@ def poly_exp2_instructions(c) -> int:
     return 1 + 3 + (len(coef) - 1) + 2 + 2
 
 
+def warpgroup_chain(gemm: float, s_latency: float, pv_latency: float, softmax: float, handoff: float,
+                    sync: float, *, turn_gemms: float = 0.0, intra_overlap: bool = True) -> float:
+    """Cycles from the start of one consumer warpgroup's S = Q K^T on the tensor core to the
+    moment it can issue the next one (templates/attention/wgmma.cu.j2's consumer loop):
+    its S(n) runs ``gemm`` cycles (after ``turn_gemms`` cycles of the other warpgroups'
+    GEMMs queued ahead of it, when nothing orders the turns) and completes ``s_latency``
+    later (wgmma.wait_group 1); its softmax of S(n) takes ``softmax``; with the kernel's
+    intra-warpgroup pipelining that softmax runs while its own P V(n-1) occupies the
+    tensor core (``gemm`` more cycles, done ``pv_latency`` after), so the warpgroup goes on
+    at the later of the two; without it (FA3's ablation) P V waits for the softmax. Then
+    wgmma.wait_group 0, O rescaled and P packed to bf16 (``handoff``: the warpgroup's own
+    instructions per warp, one scheduler each), and the stage's full barriers, the turn's
+    named barrier and the wgmma fence (``sync``)."""
+    s_done = turn_gemms + gemm + s_latency
+    if intra_overlap:
+        ready = max(s_done + softmax, turn_gemms + 2 * gemm + pv_latency)
+    else:
+        ready = s_done + softmax + gemm + pv_latency
+    return ready + handoff + sync
+
+
+def wgmma_warpgroup_chain(c, fig, tensor: float, mufu: float, issue: float, chain: float, groups: int,
+                          pingpong: bool) -> float:
+    """warpgroup_chain for porter's Hopper attention (block_m rows in ``groups`` consumer
+    warpgroups of 64 rows, head dim d, block_n keys): each warpgroup's two GEMMs per K/V tile
+    are 1 / (2 groups) of the tile's tensor time; its S wgmma is m64 n=block_n, its P V
+    m64 n=d (the MMA latency base + per-N x N each). With ping-pong (the named-barrier turn)
+    a warpgroup's GEMMs start as soon as it is ready and its softmax has the MUFU and issue
+    slots to itself (the others are in their GEMM turn): its rows' share of the tile's
+    MUFU / issue time plus the row reduction's depth. Without it every warpgroup issues at
+    once: its S queues behind the others' S, and the softmaxes run together, sharing the
+    MUFU and issue slots (the whole tile's time). Hand-off: O (rows x d fp32 per
+    warpgroup) rescaled and P (rows x block_n) packed two per instruction, over its 128
+    threads. Sync: two mbarrier waits (K, V full), the turn's named barrier (ping-pong
+    only) and the wgmma fence."""
+    d, bn, bm = int(c["head_dim"]), int(c["block_n"]), int(c["block_m"])
+    rows = bm // max(1, groups)
+    gemm = tensor / max(1, groups) / 2
+    base, per_n = fig["mma_latency_base_cycles"], fig["mma_latency_per_n_cycles"]
+    handoff = rows * (d + bn / 2) / 128
+    sync = 2 * fig["mbarrier_cycles"] + fig["fence_cycles"] + (fig["named_barrier_cycles"] if pingpong else 0.0)
+    if pingpong:
+        softmax = max(mufu, issue) / max(1, groups) + chain
+        return warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync)
+    softmax = max(mufu, issue) + chain
+    return warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync,
+                           turn_gemms=(groups - 1) * gemm)
+
+
 def tile_costs(spec, arch, fig) -> dict:
     c = spec.config
     d, bm, bn = int(c["head_dim"]), int(c["block_m"]), int(c["block_n"])
@@ -84,7 +133,8 @@ def tile_costs(spec, arch, fig) -> dict:
         reads = bm * d * 2 + groups * kv
         row_per_thread = bn / 4                     # wgmma m64 layout: a thread holds a quarter row
         overlap = bool(c.get("pingpong"))
-        issue += bm * d / 32 / fig["issue_per_clk_per_sm"]   # O rescale in registers
+        o_issue = bm * d / 32 / fig["issue_per_clk_per_sm"]   # O rescale in registers
+        issue += o_issue
     elif loop == "tcgen05":
         groups = 1 if isinstance(c.get("warps"), dict) else 1
         reads = rows * d * 2 + q_tiles * kv         # Q, and this CTA's half of K / V (a pair) per Q tile
@@ -145,17 +195,13 @@ def tile_costs(spec, arch, fig) -> dict:
         resources["correction"] = rescale + 4 * fig["mbarrier_cycles"]   # its waits and release per Q tile pair
     if not overlap:
         resources["mma + softmax"] = tensor + softmax_path / (2 ** (groups - 1))
-    elif loop == "wgmma" and groups >= 2:
-        # ping-pong: each consumer warpgroup's own cycle per K/V tile. It issues S(n+1) and
-        # runs softmax(n) under it (the kernel pipelines the two), then P V(n) and waits for
-        # it (the MMA latency), hands the tensor core over at the named barrier and passes
-        # the stage's full/empty barriers; its softmax has the MUFU and issue slots to itself
-        # while the others hold the tensor core. The tile period is at least that chain.
-        gemm = tensor / groups / 2                         # one of its two MMAs per tile
-        mma_lat = fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * max(bn, d)
-        own_softmax = max(mufu, issue) / groups + chain
-        resources["ping-pong chain"] = (gemm + max(gemm, own_softmax) + mma_lat
-                                        + fig["named_barrier_cycles"] + 2 * fig["mbarrier_cycles"])
+    if loop == "wgmma":
+        # each consumer warpgroup's own dependency chain per K/V tile (warpgroup_chain): the
+        # tile period is at least that chain; ping-pong hides only what the other
+        # warpgroups' GEMMs cover, and the chain's excess over the tensor time is idle
+        # (its O rescale is counted in the chain's hand-off, not in its softmax)
+        resources["warpgroup chain"] = wgmma_warpgroup_chain(c, fig, tensor, mufu, issue - o_issue, chain, groups,
+                                                             overlap)
     stages = int(c.get("stages", 2))
     inflight = min(max(1, stages - 1) * kv, fig["tma_inflight_kib"] * 1024)
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight

@@ -1,0 +1,66 @@
+"""L0's per-warpgroup dependency chain in porter's Hopper attention (attention_model.
+warpgroup_chain): S wgmma -> wait_group 1 -> softmax (under its own P V) -> wait_group 0 ->
+O rescale + P pack -> barriers; ping-pong hides only what the other warpgroup's GEMMs cover."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from porter.descriptor.arch import load_arch
+from porter.kernels.knobs import spec_with_knobs
+from porter.timing import attention_model as am
+from porter.timing.figures import Figures
+
+SHAPE = "2x16x16x8192x8192"
+
+
+def _costs(knobs: dict, fig_changes: dict | None = None) -> dict:
+    arch = load_arch("hopper").for_product("H100 SXM")
+    fig = Figures.of(arch)
+    for k, v in (fig_changes or {}).items():
+        fig = fig.with_value(k, v)
+    return am.tile_costs(spec_with_knobs(arch, "attention.hd128", knobs), arch, fig)["resources"]
+
+
+def test_the_chain_formula_intra_warpgroup_overlap_and_queueing():
+    # S 512 cycles, done 80 later; softmax 576 runs under P V (512 more) -> the later of the two
+    with_overlap = am.warpgroup_chain(512, 80, 80, 576, 96, 130)
+    assert with_overlap == max(512 + 80 + 576, 2 * 512 + 80) + 96 + 130
+    # FA3's ablation: P V waits for the softmax, the whole chain is serial
+    without = am.warpgroup_chain(512, 80, 80, 576, 96, 130, intra_overlap=False)
+    assert without == 512 + 80 + 576 + 512 + 80 + 96 + 130 > with_overlap
+    # another warpgroup's GEMMs queued ahead (no turn order) lengthen it by their time
+    assert am.warpgroup_chain(512, 80, 80, 576, 96, 130, turn_gemms=512) == with_overlap + 512
+    # a softmax shorter than its own P V: the P V's completion sets the chain
+    assert am.warpgroup_chain(512, 80, 80, 100, 0, 0) == 2 * 512 + 80
+
+
+def test_fa3_like_default_hides_the_chain_and_removing_ping_pong_exposes_it():
+    on, off = _costs({}), _costs({"pingpong": False})
+    idle = lambda r: max(0.0, r["warpgroup chain"] - r["tensor"])     # noqa: E731
+    assert on["warpgroup chain"] < on["tensor"] and idle(on) == 0.0   # ping-pong covers it
+    assert off["warpgroup chain"] > on["warpgroup chain"]
+    assert idle(off) > 0.0                                             # exposed without the turns
+    # one warpgroup (no other GEMMs to hide behind): its chain is its own S + softmax + P V
+    one = _costs({"consumers": 1, "pingpong": False})
+    assert one["warpgroup chain"] > one["tensor"]
+
+
+def test_the_chain_moves_with_the_sourced_and_uncertain_figures_it_is_built_from():
+    base = _costs({})["warpgroup chain"]
+    # two mbarrier waits per K/V tile on the chain, one named barrier (the turn), one fence
+    assert _costs({}, {"mbarrier_cycles": 50})["warpgroup chain"] - base == 2 * (50 - 40)
+    assert _costs({}, {"named_barrier_cycles": 30})["warpgroup chain"] - base == 30 - 20
+    # the S wgmma's completion latency (n = block_n) sits before the softmax
+    assert _costs({}, {"mma_latency_base_cycles": 26})["warpgroup chain"] - base == 10
+
+
+def test_the_chain_follows_the_kernels_own_consumer_loop():
+    # the order the chain assumes: S(n) and P V(n-1) issued together, wait_group 1 for S(n),
+    # the softmax of S(n) while P V(n-1) runs, wait_group 0 at the top of the next turn
+    text = (Path(__file__).resolve().parents[1] / "templates" / "attention" / "wgmma.cu.j2").read_text()
+    loop = text[text.index("for (int n = 1; n < t.kv_tiles; ++n)"):]
+    order = ["wgmma_wait<0>()", "rescale_o(", "pack_p(", "take_turn(", "mma_qk(", "mma_pv(", "give_turn(",
+             "wgmma_wait<1>()", "online_softmax("]
+    at = [loop.index(x) for x in order]
+    assert at == sorted(at)
