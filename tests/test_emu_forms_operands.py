@@ -198,3 +198,58 @@ def test_generic_mapa_errors_name_the_isa_section():
         run(bad_rank, **{**PAIR, "n": 256})
     with pytest.raises(Unsupported, match=r"mapa\.u32.*use \.u64"):
         run("mapa.u32 %r2, %r0, 0;")
+
+
+# ---- mbarrier.pending_count (PTX ISA 9.7.13.15.17), shared-memory size registers ---------------
+
+MBAR = dict(pre=".shared .align 8 .b64 bar;\n")
+
+PENDING = """
+mov.u32 %r10, bar;
+setp.eq.u32 %p1, %r0, 0;
+@%p1 mbarrier.init.shared::cta.b64 [%r10], 4;
+bar.sync 0;
+setp.lt.u32 %p2, %r0, 3;
+mov.u64 %rd6, 0;
+@%p2 mbarrier.arrive.noComplete.shared::cta.b64 %rd6, [%r10], 1;
+mov.u32 %r2, 99;
+@%p2 mbarrier.pending_count.b64 %r2, %rd6;
+mbarrier.test_wait.shared::cta.b64 %p3, [%r10], %rd6;
+selp.b32 %r3, 1, 0, %p3;
+bar.sync 0;
+setp.eq.u32 %p4, %r0, 3;
+@%p4 mbarrier.arrive.shared::cta.b64 _, [%r10];
+bar.sync 0;
+mbarrier.test_wait.shared::cta.b64 %p3, [%r10], %rd6;
+selp.b32 %r4, 2, 0, %p3;
+or.b32 %r3, %r3, %r4;
+st.global.u32 [%rd3], %r2;
+st.global.u32 [%rd3+128], %r3;
+"""
+
+
+def test_pending_count_reads_the_count_before_each_noComplete_arrive():
+    got = run(PENDING, n=64, **MBAR).astype(np.int64)
+    assert sorted(got[:3]) == [2, 3, 4] and (got[3:32] == 99).all()
+    # before the fourth arrival the phase is open (test_wait false); after it, complete
+    assert (got[32:] == 2).all()
+
+
+def test_pending_count_errors_name_the_isa_section():
+    with pytest.raises(CheckFailed, match=r"noComplete completed phase 0.*PTX ISA 9\.7\.13\.15\.13"):
+        run(PENDING.replace("setp.lt.u32 %p2, %r0, 3;", "setp.lt.u32 %p2, %r0, 4;"), n=64, **MBAR)
+    with pytest.raises(CheckFailed, match=r"pending_count of state .* \(lane 0\).*PTX ISA 9\.7\.13\.15\.17"):
+        run(PENDING.replace(".noComplete", ""), n=64, **MBAR)
+
+
+def test_shared_memory_size_registers():
+    body = ("mov.u32 %r2, %total_smem_size;\nst.global.u32 [%rd3], %r2;\n"
+            "mov.u32 %r2, %aggr_smem_size;\nst.global.u32 [%rd3+128], %r2;\n"
+            "mov.u32 %r2, %dynamic_smem_size;\nst.global.u32 [%rd3+256], %r2;\n"
+            "mov.u64 %rd6, %current_graph_exec;\ncvt.u32.u64 %r2, %rd6;\nst.global.u32 [%rd3+384], %r2;\n"
+            "mov.u32 %r2, WARP_SZ;\nst.global.u32 [%rd3+512], %r2;\n")
+    pre = ".shared .align 16 .b8 sbuf[256];\n.extern .shared .align 16 .b8 dyn[];\n"
+    got = run(body, n=160, pre=pre, smem=100).reshape(5, 32)
+    # 256 static + 100 dynamic bytes, in 128-byte allocation units: 384; plus the 1 KB reserved
+    assert (got[0] == 384).all() and (got[1] == 384 + 1024).all() and (got[2] == 100).all()
+    assert (got[3] == 0).all() and (got[4] == 32).all()

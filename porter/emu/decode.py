@@ -22,6 +22,7 @@ import numpy as np
 
 from porter.emu import ptx
 from porter.emu.errors import Unsupported
+from porter.emu.memory import SHARED_RESERVED
 
 NP = {"pred": np.bool_, "b8": np.uint8, "u8": np.uint8, "s8": np.int8,
       "b16": np.uint16, "u16": np.uint16, "s16": np.int16, "f16": np.float16,
@@ -125,6 +126,8 @@ class Decoder:
             return self.special(op.name, t)
         if isinstance(op, ptx.Imm):
             return self._imm(op, t)
+        if isinstance(op, ptx.Sym) and op.name == "WARP_SZ":     # PTX ISA 4.4 predefined identifier: 32
+            return self._imm(ptx.Imm(32), t)
         if isinstance(op, ptx.Sym):
             space, addr = self.layout.symbol_address(op.name, self)
             val = np.array(addr).astype(dt)
@@ -168,6 +171,11 @@ class Decoder:
         if key in ("globaltimer", "globaltimer_lo", "clock", "clock64"):
             shift = 0
             return lambda w: np.full(32, w.sched.now_ns() >> shift, dtype=np.uint64).astype(dt)
+        if key in SMEM_SIZE_REGS:
+            return _smem_size_reader(key, dt)
+        if key == "current_graph_exec":       # 0: a kernel not launched from a CUDA graph (PTX ISA 10.33)
+            zero = np.zeros(32, dtype=dt)
+            return lambda w: zero
         if key not in SPECIAL_REGS:
             raise self.unsupported(f"(special register %{key})")
         return lambda w: w.special[key].astype(dt, copy=False)
@@ -266,6 +274,20 @@ class Decoder:
         if isinstance(op, ptx.Pair):
             return self.regs_of(op.first) + self.regs_of(op.second)
         return []
+
+
+# PTX ISA 10.30 %total_smem_size: the CTA's static + dynamic shared memory, excluding the
+# reserved region, "in multiples of the shared memory allocation unit" (128 bytes on sm_8x,
+# sm_9x, sm_10x, sm_12x); 10.31 %aggr_smem_size (sm_90+): that plus the reserved region.
+SMEM_UNIT = 128
+SMEM_SIZE_REGS = {"total_smem_size", "aggr_smem_size"}
+
+
+def _smem_size_reader(key: str, dt):
+    def read(w):
+        user = -(-(w.cta.smem.size - SHARED_RESERVED) // SMEM_UNIT) * SMEM_UNIT
+        return np.full(32, user + (SHARED_RESERVED if key == "aggr_smem_size" else 0), dtype=dt)
+    return read
 
 
 SPECIAL_REGS = {"tid.x", "tid.y", "tid.z", "ntid.x", "ntid.y", "ntid.z", "ctaid.x", "ctaid.y", "ctaid.z",

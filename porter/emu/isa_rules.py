@@ -83,6 +83,10 @@ _MBAR_INIT = 'PTX ISA 9.7.13.15.9 "mbarrier.init" (count 1..2^20-1; an mbarrier 
 _MBAR_TX = 'PTX ISA 9.7.13.15.2 "Contents of the mbarrier object" (tx-count range -(2^20-1)..2^20-1)'
 _MBAR_ARRIVE = ('PTX ISA 9.7.13.15.6 "Phase Completion of the mbarrier object" and 9.7.13.15.13 "mbarrier.arrive" '
                 '(arrivals beyond the pending count are undefined)')
+_MBAR_NOCOMPLETE = ('PTX ISA 9.7.13.15.13 "mbarrier.arrive" (a .noComplete arrive-on that completes the phase '
+                    'is undefined)')
+_MBAR_PENDING = ('PTX ISA 9.7.13.15.17 "mbarrier.pending_count" (state must come from mbarrier.arrive.noComplete or '
+                 'arrive_drop.noComplete)')
 _ALIGNED = 'PTX ISA 9.7.14 "mma" (.sync.aligned: every thread of the warp executes the same instruction)'
 _MMA_SCALE = 'PTX ISA 9.7.14 "mma" block scaling (Table 37: the selector values)'
 _WGMMA = 'PTX ISA 9.7.15 "wgmma.mma_async" (.sync.aligned: every warp of the warpgroup, the same operands)'
@@ -176,6 +180,8 @@ RULES: list[tuple[str, str]] = [
     ("mbarrier.init at", _MBAR_INIT),
     ("mbarrier address", _MBAR_OBJ),
     ("more arrivals than the barrier's count", _MBAR_ARRIVE),
+    ("mbarrier.arrive.noComplete completed", _MBAR_NOCOMPLETE),
+    ("mbarrier.pending_count of state", _MBAR_PENDING),
     ("tx-count", _MBAR_TX),
     ("more bytes landed than were expected", _MBAR_TX),
     ("the cluster barrier", _BAR_CLUSTER),

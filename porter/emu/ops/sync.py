@@ -17,6 +17,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed
+from porter.emu.ops.mbarrier_query import PHASE_MASK, no_complete_completed, token
 from porter.emu.units.mbarrier import MBarrier
 
 WARP = 32
@@ -253,6 +254,7 @@ def build_mbarrier(ins, d):
     if kind in ("arrive", "arrive_drop"):
         expect = "expect_tx" in parts
         remote = "shared::cluster" in parts
+        no_complete = "noComplete" in parts
         dst, addr = ops[0], ops[1]
         addr_fn, _ = d.addr(addr, "shared")
         extra = d.src(ops[2], "u32") if len(ops) > 2 else None
@@ -271,13 +273,16 @@ def build_mbarrier(ins, d):
                 if w.sched.race is not None:
                     w.sched.race.release(w, bar)
                 # the state token is the phase the arrive took part in, read before an arrive
-                # that completes it advances the barrier (PTX ISA "mbarrier.arrive": state is the phase before the arrive)
-                state[np.nonzero(sel)[0][j]] = bar.phase
+                # that completes it advances the barrier (PTX ISA "mbarrier.arrive": state is the phase before the arrive);
+                # bits 32.. carry what mbarrier.pending_count reads (ops/mbarrier_query.py)
+                state[np.nonzero(sel)[0][j]] = token(bar, no_complete)
                 if expect:
                     bar.expect_tx(int(vals[j]))
-                    bar.arrive(1, w.name)
+                    done = bar.arrive(1, w.name)
                 else:
-                    bar.arrive(int(vals[j]) if vals is not None else 1, w.name)
+                    done = bar.arrive(int(vals[j]) if vals is not None else 1, w.name)
+                if done and no_complete:
+                    no_complete_completed(where, bar)
                 if kind == "arrive_drop":
                     bar.expected -= 1
                     bar.pending = min(bar.pending, bar.expected)
@@ -314,7 +319,7 @@ def build_mbarrier(ins, d):
         def done(bar, p):
             if parity:
                 return bar.phase_done(p)
-            return bar.phase > p          # the state token from arrive holds the phase number
+            return bar.phase > (p & PHASE_MASK)   # the state token from arrive holds the phase number
 
         def try_wait(w, m):
             sel = w.live if m is None else m
