@@ -111,6 +111,24 @@ def wgmma_warpgroup_chain(c, fig, tensor: float, mufu: float, issue: float, chai
                            turn_gemms=(groups - 1) * gemm)
 
 
+def epilogue_store_cycles(c, rows: int, d: int, fig) -> float:
+    """The exposed part of storing an SM's O tile (rows x d bf16) after its last P V, by the
+    kernel's ``o_store``. A warp's global store costs the 32-byte sectors it touches (CUDA C++
+    Best Practices Guide, "Coalesced Access to Global Memory"); ``direct``: every thread
+    stores its own row (tcgen05: 16 B per lane; wgmma / mma.sync: 4 lanes x 4 B of a row), so
+    each sector is half written and the SM's L2 share takes twice O's bytes before the
+    storing warps' later memory operations get through. ``tma`` (o_store=tma): the rows go
+    to shared memory (O's bytes through the port), then per 64-column box a fence.proxy.async
+    and two named barriers; the TMA engine reads the box and writes whole lines while the
+    warps go on (not exposed)."""
+    o_bytes = rows * d * 2
+    if c.get("o_store") == "tma":
+        boxes = d // int((c.get("o_staging") or {}).get("box_cols", 64))
+        return (o_bytes / fig["smem_bytes_per_clk_per_sm"]
+                + boxes * (fig["fence_cycles"] + 2 * fig["named_barrier_cycles"]))
+    return 2 * o_bytes / fig.l2_bytes_per_clk_per_sm
+
+
 def tile_costs(spec, arch, fig) -> dict:
     c = spec.config
     d, bm, bn = int(c["head_dim"]), int(c["block_m"]), int(c["block_n"])
@@ -207,6 +225,7 @@ def tile_costs(spec, arch, fig) -> dict:
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
     per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * rows * d * 2 / fig["smem_bytes_per_clk_per_sm"]
                   + fig["mma_latency_base_cycles"])   # rows: all the Q tiles an SM holds
+    per_q_tile += epilogue_store_cycles(c, rows, d, fig)
     return {"resources": resources, "bm": bm, "bn": bn, "d": d, "per_q_tile": per_q_tile, "kind": kind,
             "cta_group": cta_group}
 
