@@ -526,9 +526,10 @@ def test_ldmatrix_m16n16_trans_b8_reads_back_what_two_stmatrix_wrote():
     np.testing.assert_array_equal(got, vals)
 
 
-def test_the_decompressing_ldmatrix_forms_are_refused_in_one_line():
-    body = "mov.u32 %r10, buf;\nldmatrix.sync.aligned.m8n16.x1.shared.b8x16.b6x16_p32 {%r2}, [%r10];\n"
-    with pytest.raises(emu.Unsupported, match="ldmatrix.sync.aligned.m8n16.x1.shared.b8x16.b6x16_p32"):
+def test_an_8bit_ldmatrix_form_outside_the_isa_is_refused_in_one_line():
+    # (the decompressing .b8x16.b6x16_p32 / .b4x16_p64 forms run: tests/test_emu_forms_matrix.py)
+    body = "mov.u32 %r10, buf;\nldmatrix.sync.aligned.m16n16.x1.shared.b8x16.b6x16_p32 {%r2, %r3}, [%r10];\n"
+    with pytest.raises(emu.Unsupported, match="ldmatrix.sync.aligned.m16n16.x1.shared.b8x16.b6x16_p32.*needs .trans"):
         run(body, target="sm_100a", pre=CLUSTER)
 
 

@@ -274,6 +274,9 @@ PLAIN_RULES: list[tuple[str, str]] = [
     ("the ISA allows only initval 0", _ST_BULK),
     ("the ISA's rule for tensormap.replace", _TMAP_REPLACE),
     ("the ISA's shapes for integer mma", _MMA_TYPES),
+    ("the ISA's state space for", 'PTX ISA 9.7.14.5.15 "ldmatrix" / 9.7.14.5.16 "stmatrix" (.ss is .shared or '
+                                  '.shared::cta)'),
+    ("takes no .trans: the ISA's rule for", 'PTX ISA 9.7.14.5.15 "ldmatrix" (.m8n16 has no .trans)'),
     ("needs .trans: the ISA's rule for", 'PTX ISA 9.7.14.5.15 "ldmatrix" / 9.7.14.5.16 "stmatrix" (.m16n16 and .m16n8 '
                                           'are .trans only)'),
     ("new_val must be an immediate, as the ISA requires", _TMAP_REPLACE),

@@ -236,7 +236,8 @@ def _matrix_op(ins, d, store: bool):
     trans = "trans" in parts
     space = "shared" if any(p.split("::")[0] == "shared" for p in parts) else "generic"
     if any(p.startswith("shared::") and p != "shared::cta" for p in parts):
-        raise d.unsupported("(only the CTA's own shared memory)")
+        raise d.unsupported(f"({name} reads and writes only the executing CTA's shared memory: the ISA's state "
+                            f"space for {name} is .shared{{::cta}})")
     regs_op, addr_op = (ins.operands[1], ins.operands[0]) if store else (ins.operands[0], ins.operands[1])
     if not isinstance(regs_op, ptx.Vec) or len(regs_op.items) != num:
         raise d.unsupported(f"(expected {num} registers)")
