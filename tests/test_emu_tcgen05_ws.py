@@ -3,8 +3,8 @@ on a small hand-written kernel: bf16 A and B in shared memory (the PTX ISA's can
 no-swizzle layout, laid out here from the ISA text), one MMA committed to an mbarrier, D read
 back by the four warps with tcgen05.ld and compared with numpy. D's place in TMEM for M=32 / 64
 (N split over 4 / 2 lane groups) is the data-path layout porter's unit implements; the test
-states it independently below. Collector-buffer usage and a non-zero zero-column mask are
-refused as Unsupported, naming the form."""
+states it independently below. A non-zero zero-column mask is refused as Unsupported, naming
+the form (collector buffers and A in TMEM: tests/test_emu_forms_tcgen05.py)."""
 
 from __future__ import annotations
 
@@ -113,9 +113,10 @@ def test_ws_mma_without_the_zero_column_mask_operand():
     np.testing.assert_allclose(tmem, ref, rtol=1e-6, atol=1e-5)
 
 
-def test_ws_collector_usage_is_refused_naming_the_form():
-    line = "tcgen05.mma.ws.cta_group::1.kind::f16.collector::b0::fill [%r20], %rd5, %rd6, %r21, %p4, 0;"
-    with pytest.raises(Unsupported, match=r"collector::b0::fill: collector-buffer usage is not implemented"):
+def test_ws_collector_outside_b0_b3_is_refused_naming_the_form():
+    # (the .collector::bN usages run: tests/test_emu_forms_tcgen05.py)
+    line = "tcgen05.mma.ws.cta_group::1.kind::f16.collector::b4::fill [%r20], %rd5, %rd6, %r21, %p4, 0;"
+    with pytest.raises(Unsupported, match=r"collector::b4::fill: \.ws takes \.collector::b0\.\.b3"):
         _run(128, 64, 1, line)
 
 

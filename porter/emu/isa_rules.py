@@ -293,6 +293,11 @@ PLAIN_RULES: list[tuple[str, str]] = [
     ("a tensor map is", _TENSOR),
     ("coordinates for a rank-", _TENSOR),
     ("does not fit in .s32", _TENSOR_COORD),
+    ("the ISA's vector is", 'PTX ISA 9.7.16.10.9 "tcgen05.mma" (disable-output-lane: 4 x .b32 for .cta_group::1, '
+                            '8 for ::2)'),
+    ("scale-input-d must be an immediate in 0..15", 'PTX ISA 9.7.16.10.9 "tcgen05.mma" (scale-input-d: 0..15)'),
+    ("the ISA allows it with .kind::f16 and .kind::tf32 only", 'PTX ISA 9.7.16.10.9 "tcgen05.mma" (scale-input-d only '
+                                                                'with .kind::f16 / .kind::tf32)'),
     ("(.maxntid)", _MAXNTID),
     ("(.reqnctapercluster)", _REQNCTA),
 ]
@@ -343,6 +348,9 @@ WARNINGS: list[tuple[str, str]] = [
      "the PTX ISA states no rule that a warp wait for its wgmma before exit; its results are lost"),
     ("tcgen05 operation(s)",
      "the PTX ISA states no rule that a tcgen05 operation be committed before exit; nothing tracks its end"),
+    ("with no collector buffer filled",
+     "the PTX ISA (9.7.16.10.9 \"tcgen05.mma\") states what ::use / ::lastuse read (the collector buffer) but no "
+     "rule for a buffer no ::fill filled; the simulator reads the operand's memory"),
     ("read the same shared bytes",
      "the PTX ISA (9.7.15.5.1.2 \"Shared Memory Matrix Layout\") defines the operand by LBO and SBO alone and "
      "states no rule that they keep its elements apart; the hardware reads what they name"),

@@ -73,6 +73,10 @@ class CtaTc:
         self.writer_ep = np.full((512, 128), -1, dtype=np.int32)   # the writer's fence::before count then
         self.reader_ep = np.full((512, 128), -1, dtype=np.int32)
         self.access_where: dict[int, str] = {}
+        # collector buffers (tcgen05.mma .collector::a::*, .ws .collector::bN::*): at issue, whether
+        # a ::fill / ::use left the buffer holding an operand; at completion, that operand's bytes
+        self.collector_filled: dict[str, str] = {}      # buffer -> where the filling MMA was issued
+        self.collector: dict = {}                        # buffer -> the A (or B) raw bytes it holds
 
 
 def _ctatc(cta) -> CtaTc:
@@ -324,9 +328,14 @@ def _idesc(kind: str, idesc: int, g: int, scale_vec, ws: bool = False):
 
 
 @functools.lru_cache(maxsize=4096)
-def _smem_addrs(instr, b_desc: int, a_desc):
+def _smem_addrs(instr, b_desc: int, a_desc, with_a: bool = True, with_b: bool = True):
+    """The shared bytes the MMA reads (A read from a collector buffer reads none of its own)."""
     a = tc.mma_smem_addresses(instr, b_desc, a_desc)
-    parts = [a["B"].reshape(-1)] + ([a["A"].reshape(-1)] if a["A"] is not None else [])
+    parts = ([a["B"].reshape(-1)] if with_b else []) + ([a["A"].reshape(-1)] if a["A"] is not None and with_a
+                                                        else [])
+    if not parts:
+        out = np.zeros(0, np.int64)
+        return out, mem.SHARED_RESERVED, mem.SHARED_RESERVED
     out = np.concatenate(parts)
     out.flags.writeable = False
     return out, int(out.min()), int(out.max())
@@ -482,6 +491,80 @@ def _build_relinquish(ins, d, g: int):
 
 # ---- mma ----------------------------------------------------------------------------------------
 
+# Collector buffers (PTX ISA 9.7.16.10.9 "tcgen05.mma", the .collector_usage qualifier): the tensor
+# core keeps an operand (A; for .ws, B in one of buffers b0..b3) so later MMAs can reuse it
+# without reading memory. ::fill reads the operand from memory and keeps it; ::use reads the
+# kept one and keeps it; ::lastuse reads the kept one and releases the buffer; ::discard (the
+# default) reads memory and keeps nothing. The simulator does the same: a ::fill / ::use MMA
+# leaves the bytes it multiplied in the issuing CTA's buffer when it runs (MMAs of one issuer
+# run in order), and a ::use / ::lastuse multiplies those bytes, not the operand's memory, and
+# reads no shared memory or TMEM for that operand (so a stage reused after its ::fill is no
+# race and no stale read). The numbers are the hardware's: the operand the buffer holds is the
+# one the filling MMA read. A ::use / ::lastuse with no filled buffer is a warning (the ISA
+# states no rule for it) and reads the operand's memory.
+_USAGES = ("fill", "use", "lastuse", "discard")
+
+
+def _collector(parts, ws: bool, d):
+    """(buffer, usage) of the instruction's collector qualifier, or None (no qualifier)."""
+    q = [p for p in parts if p.startswith("collector::")]
+    if not q:
+        return None
+    if len(q) > 1:
+        raise d.unsupported("(more than one .collector qualifier)")
+    bits = q[0].split("::")
+    buf, usage = (bits[1], bits[2]) if len(bits) == 3 else (None, None)
+    ok = buf in (("b0", "b1", "b2", "b3") if ws else ("a",)) and usage in _USAGES
+    if not ok:
+        raise d.unsupported(f"(.{q[0]}: {'.ws takes .collector::b0..b3' if ws else 'takes .collector::a'}"
+                            f"::{{fill,use,lastuse,discard}})")
+    return buf, usage
+
+
+def _collector_issue(w, st: CtaTc, coll, where: str, who: str) -> bool:
+    """At issue: does this MMA read its operand from the collector buffer? Updates the
+    issue-order state of the buffer."""
+    buf, usage = coll
+    filled = st.collector_filled.get(buf)
+    if usage in ("fill", "discard"):
+        if usage == "fill":
+            st.collector_filled[buf] = where
+        else:
+            st.collector_filled.pop(buf, None)
+        return False
+    if filled is None:
+        w.cta.launch.warn(f"{where}: {who}: tcgen05.mma .collector::{buf}::{usage} with no collector buffer filled "
+                          "by an earlier ::fill / ::use: the operand is read from memory")
+        if usage == "use":
+            st.collector_filled[buf] = where
+        return False
+    if usage == "lastuse":
+        st.collector_filled.pop(buf, None)
+    return True
+
+
+def _collector_complete(st: CtaTc, coll, keep) -> None:
+    buf, usage = coll
+    if usage in ("fill", "use"):
+        st.collector[buf] = keep["a" if buf == "a" else "b"]
+    else:
+        st.collector.pop(buf, None)
+
+
+def _disabled_lanes(mv, lane: int, g: int, where: str, who: str):
+    """The disable-output-lane mask of ``lane``'s operands as per-CTA bool (128,) TMEM lanes:
+    bit i of element j (the leftmost element first) is TMEM lane 32j + i (PTX ISA 9.7.16.10.9);
+    None when nothing is disabled."""
+    words = [int(v[lane]) & 0xFFFFFFFF for v in mv]
+    if not any(words):
+        return None
+    if g != 1:
+        raise Unsupported(f"{where}: {who}: a non-zero disable-output-lane mask with .cta_group::2 (which CTA's "
+                          "lanes its upper four elements name) is not implemented")
+    bits = np.array([(wd >> i) & 1 for wd in words for i in range(32)], dtype=bool)
+    return [bits]
+
+
 def _build_mma(ins, d, g: int):
     parts = ins.parts
     where = d.where(ins)
@@ -497,21 +580,38 @@ def _build_mma(ins, d, g: int):
     if block_scale != (kind in ("mxf8f6f4", "mxf4", "mxf4nvf4")):
         raise d.unsupported("(.block_scale with this kind)")
     ops = ins.operands
-    collector = next((p for p in parts if p.startswith("collector::")), None)
-    if collector is not None:
-        raise d.unsupported(f"(.{collector}: collector-buffer usage is not implemented)")
+    coll = _collector(parts, ws, d)
+    mask_op, scale_in = None, 0
     if ws:
         if g != 1:
             raise d.unsupported(f"(.ws with .cta_group::{g}: tcgen05.mma.ws is defined for .cta_group::1 only)")
         if len(ops) not in (5, 6):
             raise d.unsupported("(.ws expects [d], a, b, idesc, enable-input-d{, zero-column-mask-desc})")
-        if isinstance(ops[1], ptx.Addr):
-            raise d.unsupported("(.ws with A in TMEM: its A layout is not implemented)")
+        p_index = 4
+    elif block_scale:
+        if len(ops) != 7:
+            raise d.unsupported("(expected 7 operands: [d], a, b, idesc, [sfa], [sfb], enable-input-d)")
+        p_index = 6
     else:
-        n_ops = 7 if block_scale else 5
-        if len(ops) != n_ops:
-            raise d.unsupported(f"(expected {n_ops} operands: [d], a, b, idesc{', [sfa], [sfb]' if block_scale else ''}, "
-                                "enable-input-d; disable-output-lane / scale-input-d are not implemented)")
+        # [d], a, b, idesc, {disable-output-lane}?, enable-input-d, scale-input-d?  (PTX ISA 9.7.16.10.9)
+        rest = list(ops[4:])
+        if rest and isinstance(rest[0], ptx.Vec) and len(rest[0].items) > 1:
+            mask_op = rest.pop(0)
+            if len(mask_op.items) != 4 * g:
+                raise d.unsupported(f"(disable-output-lane has {len(mask_op.items)} elements: the ISA's vector is "
+                                    f"{4 * g} x .b32 for .cta_group::{g})")
+        if len(rest) == 2:
+            if not isinstance(rest[1], ptx.Imm) or not 0 <= int(rest[1].value) <= 15:
+                raise d.unsupported("(scale-input-d must be an immediate in 0..15: the ISA's range)")
+            if kind not in ("f16", "tf32"):
+                raise d.unsupported(f"(scale-input-d with .kind::{kind}: the ISA allows it with .kind::f16 and "
+                                    ".kind::tf32 only)")
+            scale_in = int(rest[1].value)
+        elif len(rest) != 1:
+            raise d.unsupported("(expected [d], a, b, idesc, {disable-output-lane}?, enable-input-d, "
+                                "scale-input-d?)")
+        p_index = len(ops) - len(rest)
+    mask_fns = [d.src(x, "b32") for x in mask_op.items] if mask_op is not None else None
     zmask_fn = d.src(ops[5], "b64") if ws and len(ops) == 6 else None
     d_fn, _ = d.addr(ops[0], "tmem")
     a_tmem = isinstance(ops[1], ptx.Addr)
@@ -521,7 +621,7 @@ def _build_mma(ins, d, g: int):
     if block_scale:
         sfa_fn, _ = d.addr(ops[4], "tmem")
         sfb_fn, _ = d.addr(ops[5], "tmem")
-    p_fn = d.src(ops[4] if ws else ops[-1], "pred")
+    p_fn = d.src(ops[p_index], "pred")
     name = "tcgen05.mma.ws" if ws else "tcgen05.mma"
     line = ins.line
 
@@ -534,6 +634,7 @@ def _build_mma(ins, d, g: int):
         iv = np.broadcast_to(np.asarray(i_fn(w)), (32,))
         pv = np.broadcast_to(np.asarray(p_fn(w)), (32,))
         zv = np.broadcast_to(np.asarray(zmask_fn(w)), (32,)) if zmask_fn is not None else None
+        mv = [np.broadcast_to(np.asarray(f(w)), (32,)) for f in mask_fns] if mask_fns is not None else None
         if block_scale:
             sav = np.broadcast_to(np.asarray(sfa_fn(w)), (32,))
             sbv = np.broadcast_to(np.asarray(sfb_fn(w)), (32,))
@@ -547,6 +648,10 @@ def _build_mma(ins, d, g: int):
             if zv is not None and int(zv[lane]) & 0xFFFFFFFFFFFFFFFF:
                 raise Unsupported(f"{where}: {who}: tcgen05.mma.ws with a non-zero zero-column-mask-desc "
                                   f"({int(zv[lane]) & 0xFFFFFFFFFFFFFFFF:#x}): column masking is not implemented")
+            disabled = _disabled_lanes(mv, lane, g, where, who) if mv is not None else None
+            if a_tmem and ws and instr.m != 128:
+                raise Unsupported(f"{where}: {who}: tcgen05.mma.ws M={instr.m} with A in TMEM: where the .ws data "
+                                  "path puts A's rows for M=32/64 is not implemented (M=128 is Layout D)")
             d_addr = int(dv[lane]) & 0xFFFFFFFF
             b_desc = int(bv[lane]) & 0xFFFFFFFFFFFFFFFF
             a_desc = None if a_tmem else int(av[lane]) & 0xFFFFFFFFFFFFFFFF
@@ -561,8 +666,11 @@ def _build_mma(ins, d, g: int):
             for c, (l0, l1, c0, c1) in enumerate(_wrap(where, who, lambda: _d_regions(instr.m, instr.n, g, lane0,
                                                                                       instr.ws))):
                 regions.append((ctas[c], (l0, l1, dcol + c0, dcol + c1), True))
+            from_buf = _collector_issue(w, tcs[0], coll, where, who) if coll is not None else False
+            a_from_buf = from_buf and coll[0] == "a"
+            b_from_buf = from_buf and coll[0] != "a"
             reads = []
-            if a_tmem:
+            if a_tmem and not a_from_buf:
                 k_cols = instr.k * tc.FORMAT_BITS[instr.a_format] // 32
                 al0, acol = a_addr >> 16, a_addr & 0xFFFF
                 for c, (l0, l1, _, _) in enumerate(_d_regions(instr.m, k_cols, g, al0)):
@@ -592,7 +700,8 @@ def _build_mma(ins, d, g: int):
                         raise CheckFailed(f"{where}: {who}: tcgen05.mma writes TMEM ({cta.name} {_region_text(r)}) "
                                           f"written by the tcgen05.st at {st_where} of warp {widx} before that "
                                           "warp's tcgen05.wait::st")
-            addrs, a_lo, a_hi = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc))
+            addrs, a_lo, a_hi = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc, not a_from_buf,
+                                                                      not b_from_buf))
             snapshots = []
             for cta in ctas:
                 if a_hi >= cta.smem.data.size or a_lo < mem.SHARED_RESERVED:
@@ -615,10 +724,18 @@ def _build_mma(ins, d, g: int):
             smems = [c.smem.data for c in ctas]
 
             def run(instr=instr, d_addr=d_addr, b_desc=b_desc, a_desc=a_desc, a_addr=a_addr, enable_d=enable_d,
-                    sfa=sfa, sfb=sfb, who=who):
+                    sfa=sfa, sfb=sfb, who=who, disabled=disabled, from_buf=from_buf, st0=tcs[0]):
+                keep = {} if coll is not None else None
+                raw = st0.collector.get(coll[0]) if from_buf else None
+                a_raw = raw if raw is not None and coll[0] == "a" else None
+                b_raw = raw if raw is not None and coll[0] != "a" else None
                 _wrap(where, who, lambda: tc.run_mma(instr, tmems, smems, d_addr, b_desc, a_desc=a_desc,
                                                      a_tmem=a_addr, enable_input_d=enable_d,
-                                                     sfa_address=sfa, sfb_address=sfb))
+                                                     sfa_address=sfa, sfb_address=sfb, scale_input_d=scale_in,
+                                                     a_raw=a_raw, b_raw=b_raw, keep=keep,
+                                                     disabled_lanes=disabled))
+                if coll is not None:
+                    _collector_complete(st0, coll, keep)
             op = AsyncOp(name, where, who, all_regions, snapshots, run, tcs)
             for t in tcs:
                 t.inflight.append(op)

@@ -43,7 +43,9 @@ checked, as facts and not code, against CUTLASS's TMEM fragment layouts (``tmem_
 and {2,3}, scale factors of row r sit in lane r%32 of every quarter, column r//32, byte = id +
 block. Remaining doubts: the K order of e2m1 nibbles (low nibble = lower K, the usual packing);
 ``.ws`` is the plain form (D layouts for M=32 / 64 from CUTLASS's ``tmem_frg_ws`` atoms, as
-facts); its collector-buffer usage, A in TMEM and a non-zero zero-column mask, sparsity, fp4/fp6
+facts), A in TMEM for M=128 (Layout D); collector buffers and the disable-output-lane mask are
+applied by the caller (``a_raw`` / ``b_raw``, ``disabled_lanes``: ops/tcgen05.py); A in TMEM for
+.ws M=32/64, a non-zero zero-column mask, sparsity, fp4/fp6
 in 8-bit containers (kind::f8f6f4), the 32B-atomic 128B swizzle and a non-zero base offset are
 ``Unsupported``.
 """
@@ -593,19 +595,31 @@ def read_d(tmems, address: int, layout: DLayout, what: str = "tcgen05.mma D") ->
     return out
 
 
-def write_d(tmems, address: int, layout: DLayout, words: np.ndarray, what: str = "tcgen05.mma D") -> None:
+def write_d(tmems, address: int, layout: DLayout, words: np.ndarray, what: str = "tcgen05.mma D",
+            disabled_lanes=None) -> None:
+    """``disabled_lanes``: per CTA a bool (128,) of TMEM lanes left as they are (tcgen05.mma's
+    disable-output-lane mask), or None."""
     col = int(address) & 0xFFFF
     words = np.asarray(words)
     for b in _blocks(layout, tmems[0]):
         t = tmems[b.cta]
         _check_block(t, b, col, what)
         part = words[b.rows].astype(np.uint32, copy=False)
+        off = None if disabled_lanes is None else disabled_lanes[b.cta]
         if b.rect is not None:
             l0, l1, c0, c1 = b.rect
+            if off is not None and off[l0:l1].any():
+                on = ~off[l0:l1]
+                t.cells[l0:l1, col + c0:col + c1][on] = part[on]
+                t.defined[l0:l1, col + c0:col + c1][on] = True
+                continue
             t.cells[l0:l1, col + c0:col + c1] = part
             t.defined[l0:l1, col + c0:col + c1] = True
         else:
             idx = b.flat + col
+            if off is not None:
+                on = ~off[idx // t.cells.shape[1]]
+                idx, part = idx[on], part[on]
             t.cells.reshape(-1)[idx] = part
             t.defined.reshape(-1)[idx] = True
 
@@ -748,7 +762,8 @@ def mma_smem_addresses(instr: InstrDesc, b_desc: int, a_desc: int | None = None)
 def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
             a_desc: int | None = None, a_tmem: int | None = None, enable_input_d: bool = True,
             sfa_address: int | None = None, sfb_address: int | None = None,
-            scale_input_d: int = 0) -> np.ndarray:
+            scale_input_d: int = 0, a_raw: np.ndarray | None = None, b_raw: np.ndarray | None = None,
+            keep: dict | None = None, disabled_lanes=None) -> np.ndarray:
     """One ``tcgen05.mma``: reads the operands, scales and D, writes D; returns D (M, N).
 
     ``tmems`` / ``smems``: the TMEM and shared memory (uint8) of each CTA taking part, even CTA
@@ -772,13 +787,19 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
     mh, nh = instr.m // g, instr.n // g
     lane0 = (int(d_address) >> 16) & 0xFFFF
     layout = _d_layout_cached(instr.m, instr.n, g, lane0, instr.ws)
-    if a_tmem is not None:
+    # a_raw / b_raw given: the operand's bytes from a collector buffer (ops/tcgen05.py), not memory
+    if a_raw is not None:
+        pass
+    elif a_tmem is not None:
         a_raw = a_from_tmem(tmems, a_tmem, instr.m, g, k_bytes)
     else:
         a_raw = np.concatenate([read_matrix(smems[c], a_desc, mh, k_bytes, instr.a_major,
                                             FORMAT_BITS[instr.a_format]) for c in range(g)])
-    b_raw = np.concatenate([read_matrix(smems[c], b_desc, nh, k_bytes, instr.b_major,
-                                        FORMAT_BITS[instr.b_format]) for c in range(g)])
+    if b_raw is None:
+        b_raw = np.concatenate([read_matrix(smems[c], b_desc, nh, k_bytes, instr.b_major,
+                                            FORMAT_BITS[instr.b_format]) for c in range(g)])
+    if keep is not None:
+        keep["a"], keep["b"] = a_raw, b_raw
     a_vals = operand_values(a_raw, instr.a_format)
     b_vals = operand_values(b_raw, instr.b_format)
     d = _words_to_d(read_d(tmems, d_address, layout), instr.d_format) if enable_input_d else None
@@ -797,5 +818,5 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
             sb = read_scales(tmems[c], sfb_address, instr.n, instr.scale_vec, instr.sfb_id, instr.scale_format)
             sub = InstrDesc(**{**instr.__dict__, "m": mh})
             out[rows] = mma(sub, a_vals[rows], b_vals, None if d is None else d[rows], sa, sb)
-    write_d(tmems, d_address, layout, _d_to_words(out, instr.d_format))
+    write_d(tmems, d_address, layout, _d_to_words(out, instr.d_format), disabled_lanes=disabled_lanes)
     return out
