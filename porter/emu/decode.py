@@ -284,9 +284,12 @@ SMEM_SIZE_REGS = {"total_smem_size", "aggr_smem_size"}
 
 
 def _smem_size_reader(key: str, dt):
-    def read(w):
-        user = -(-(w.cta.smem.size - SHARED_RESERVED) // SMEM_UNIT) * SMEM_UNIT
-        return np.full(32, user + (SHARED_RESERVED if key == "aggr_smem_size" else 0), dtype=dt)
+    extra = np.uint32(SHARED_RESERVED if key == "aggr_smem_size" else 0)
+    unit = np.uint32(SMEM_UNIT)
+
+    def read(w):                  # the machine's %total_smem_size is the exact byte count: round it up
+        user = w.special["total_smem_size"]
+        return ((user + (unit - 1)) // unit * unit + extra).astype(dt, copy=False)
     return read
 
 
