@@ -64,3 +64,40 @@ def test_the_chain_follows_the_kernels_own_consumer_loop():
              "wgmma_wait<1>()", "online_softmax("]
     at = [loop.index(x) for x in order]
     assert at == sorted(at)
+
+
+def test_the_kv_ring_formula():
+    # stage n held one period + 3000 cycles, refilled in 1000: three stages need a 2000-cycle period
+    assert am.kv_ring_cycles(3, 3000, 1000) == 2000
+    assert am.kv_ring_cycles(2, 3000, 1000) == 4000 > am.kv_ring_cycles(3, 3000, 1000)
+    assert am.kv_ring_cycles(1, 3000, 1000) == 4000          # one stage: nothing overlaps
+
+
+def test_fa3_like_kv_ring_is_hidden_at_three_stages_binds_at_two_and_follows_the_copy_latency():
+    on = _costs({})
+    assert on["k/v ring"] < on["tensor"]                       # 3 stages: hidden, with little margin
+    two = _costs({"stages": 2})
+    assert two["k/v ring"] > two["tensor"] and two["k/v ring"] == max(two.values())
+    # the copy's latency is on the refill: a slower TMA round trip lengthens the ring term by
+    # the added cycles over the (stages - 1) periods that hide it
+    arch = load_arch("hopper").for_product("H100 SXM")
+    fig = Figures.of(arch)
+    slow = _costs({}, {"tma_latency_ns": 900})
+    assert abs((slow["k/v ring"] - on["k/v ring"]) - fig.ns_to_cycles(900 - 600) / 2) < 1e-6
+    # the release is the last warpgroup's: its turn starts 2 x (one warpgroup's GEMM) x 1 later
+    gemm = on["tensor"] / 2 / 2
+    assert abs(2 * on["k/v ring"] - (2 * gemm + _release_own(on, gemm) + _refill(fig))) < 1e-6
+
+
+def _refill(fig) -> float:
+    kv = 2 * 128 * 128 * 2
+    return 2 * fig["mbarrier_cycles"] + fig.ns_to_cycles(fig["tma_latency_ns"]) + kv / 2 / fig.l2_bytes_per_clk_per_sm
+
+
+def _release_own(res: dict, gemm: float) -> float:
+    # the warpgroup chain without its hand-off and sync (released right after wait_group 0)
+    arch = load_arch("hopper").for_product("H100 SXM")
+    fig = Figures.of(arch)
+    handoff = 64 * (128 + 64) / 128
+    sync = 2 * fig["mbarrier_cycles"] + fig["fence_cycles"] + fig["named_barrier_cycles"]
+    return res["warpgroup chain"] - handoff - sync

@@ -84,7 +84,7 @@ def warpgroup_chain(gemm: float, s_latency: float, pv_latency: float, softmax: f
 
 
 def wgmma_warpgroup_chain(c, fig, tensor: float, mufu: float, issue: float, chain: float, groups: int,
-                          pingpong: bool) -> float:
+                          pingpong: bool, *, release: bool = False) -> float:
     """warpgroup_chain for porter's Hopper attention (block_m rows in ``groups`` consumer
     warpgroups of 64 rows, head dim d, block_n keys): each warpgroup's two GEMMs per K/V tile
     are 1 / (2 groups) of the tile's tensor time; its S wgmma is m64 n=block_n, its P V
@@ -96,19 +96,37 @@ def wgmma_warpgroup_chain(c, fig, tensor: float, mufu: float, issue: float, chai
     MUFU and issue slots (the whole tile's time). Hand-off: O (rows x d fp32 per
     warpgroup) rescaled and P (rows x block_n) packed two per instruction, over its 128
     threads. Sync: two mbarrier waits (K, V full), the turn's named barrier (ping-pong
-    only) and the wgmma fence."""
+    only) and the wgmma fence.
+
+    ``release``: instead, when the last warpgroup releases the K/V stage its P V read, after
+    the start of the first warpgroup's S on it: the kernel arrives on kv_empty right after
+    wgmma.wait_group 0 (before the rescale), one K/V tile later (P V(n) is issued with
+    S(n+1)); the period itself is added by kv_ring_cycles. With ping-pong the last
+    warpgroup's turn starts 2 x gemm per warpgroup after the first's."""
     d, bn, bm = int(c["head_dim"]), int(c["block_n"]), int(c["block_m"])
     rows = bm // max(1, groups)
     gemm = tensor / max(1, groups) / 2
     base, per_n = fig["mma_latency_base_cycles"], fig["mma_latency_per_n_cycles"]
-    handoff = rows * (d + bn / 2) / 128
-    sync = 2 * fig["mbarrier_cycles"] + fig["fence_cycles"] + (fig["named_barrier_cycles"] if pingpong else 0.0)
+    handoff, sync = (0.0, 0.0) if release else (rows * (d + bn / 2) / 128, 2 * fig["mbarrier_cycles"] + fig["fence_cycles"]
+                                                + (fig["named_barrier_cycles"] if pingpong else 0.0))
     if pingpong:
         softmax = max(mufu, issue) / max(1, groups) + chain
-        return warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync)
+        own = warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync)
+        return own + ((groups - 1) * 2 * gemm if release else 0.0)
     softmax = max(mufu, issue) + chain
     return warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync,
                            turn_gemms=(groups - 1) * gemm)
+
+
+def kv_ring_cycles(stages: int, release: float, refill: float) -> float:
+    """The least K/V tile period the kernel's ring of ``stages`` K/V stages sustains: stage
+    n is filled before the first warpgroup's S(n) starts and refilled (tile n + stages)
+    before its S(n + stages), ``stages`` periods later; between the two it is held one
+    period (P V(n) is issued with S(n+1)) plus ``release`` cycles, then the refill takes
+    ``refill`` (the producer's wake-up, the copy's latency, the K tile's bytes at the SM's
+    L2 share, the consumer's wake-up). stages x P >= P + release + refill, so
+    P >= (release + refill) / (stages - 1) (a single stage: no overlap at all)."""
+    return (release + refill) / max(1, stages - 1)
 
 
 def epilogue_store_cycles(c, rows: int, d: int, fig) -> float:
@@ -221,6 +239,14 @@ def tile_costs(spec, arch, fig) -> dict:
         resources["warpgroup chain"] = wgmma_warpgroup_chain(c, fig, tensor, mufu, issue - o_issue, chain, groups,
                                                              overlap)
     stages = int(c.get("stages", 2))
+    if loop == "wgmma":
+        # K/V ring (kv_ring_cycles): the stage a tile's P V reads is released one K/V tile
+        # after its S, by the last warpgroup; refilled through the producer, the TMA and the
+        # SM's L2 share (K, the first half of the stage, is what the next S waits for)
+        held = wgmma_warpgroup_chain(c, fig, tensor, mufu, issue - o_issue, chain, groups, overlap, release=True)
+        refill = (2 * fig["mbarrier_cycles"] + fig.ns_to_cycles(fig["tma_latency_ns"])
+                  + kv / 2 / fig.l2_bytes_per_clk_per_sm)
+        resources["k/v ring"] = kv_ring_cycles(stages, held, refill)
     inflight = min(max(1, stages - 1) * kv, fig["tma_inflight_kib"] * 1024)
     resources["tma window"] = kv * fig.ns_to_cycles(fig["tma_latency_ns"]) / inflight
     per_q_tile = (fig.ns_to_cycles(fig["tma_latency_ns"]) + 2 * rows * d * 2 / fig["smem_bytes_per_clk_per_sm"]
