@@ -253,3 +253,46 @@ def test_shared_memory_size_registers():
     # 256 static + 100 dynamic bytes, in 128-byte allocation units: 384; plus the 1 KB reserved
     assert (got[0] == 384).all() and (got[1] == 384 + 1024).all() and (got[2] == 100).all()
     assert (got[3] == 0).all() and (got[4] == 32).all()
+
+
+# ---- device assert: call of __assertfail -------------------------------------------------------
+
+def _cstr(name: str, text: str) -> str:
+    data = ", ".join(str(b) for b in text.encode() + b"\0")
+    return f".global .align 1 .b8 {name}[{len(text) + 1}] = {{{data}}};\n"
+
+
+ASSERT_PRE = (".extern .func __assertfail\n(\n.param .b64 p0,\n.param .b64 p1,\n.param .b32 p2,\n.param .b64 p3,\n"
+              ".param .b64 p4\n)\n;\n" + _cstr("$msg", "t < 40") + _cstr("$file", "kernel.cu") + _cstr("$fn", "k"))
+ASSERT = """
+setp.lt.u32 %p1, %r0, LIMIT;
+@%p1 bra OK;
+mov.u64 %rd6, $msg;
+cvta.global.u64 %rd7, %rd6;
+mov.u64 %rd8, $file;
+cvta.global.u64 %rd9, %rd8;
+mov.u64 %rd10, $fn;
+cvta.global.u64 %rd11, %rd10;
+{
+.param .b64 param0;
+st.param.b64 [param0+0], %rd7;
+.param .b64 param1;
+st.param.b64 [param1+0], %rd9;
+.param .b32 param2;
+st.param.b32 [param2+0], 17;
+.param .b64 param3;
+st.param.b64 [param3+0], %rd11;
+.param .b64 param4;
+st.param.b64 [param4+0], 1;
+call.uni __assertfail, (param0, param1, param2, param3, param4);
+}
+OK:
+st.global.u32 [%rd3], %r0;
+"""
+
+
+def test_a_device_assert_that_holds_runs_and_one_that_fails_stops_naming_it():
+    np.testing.assert_array_equal(run(ASSERT.replace("LIMIT", "40"), pre=ASSERT_PRE), T)
+    with pytest.raises(CheckFailed, match=r"lane 20: device assertion failed: `t < 40` at kernel\.cu:17 in k .*"
+                                          r"PTX ISA 9\.7\.19\.4 \"trap\""):
+        run(ASSERT.replace("LIMIT", "20"), pre=ASSERT_PRE)

@@ -188,6 +188,7 @@ RULES: list[tuple[str, str]] = [
     ("named barrier", _BAR),
     ("barrier ", _BAR),
     ("executed trap", _TRAP),
+    ("device assertion failed", _TRAP),
     ("elect.sync", _ELECT),
     ("mapa to CTA rank", _MAPA),
     ("of generic address", _MAPA_GENERIC),

@@ -1,20 +1,57 @@
 """Calls into the CUDA device runtime: ``call`` of ``vprintf`` (what ``printf`` compiles
-to). The simulator runs no PTX functions; ``vprintf`` is executed natively: each
-executing lane's format string (a generic address, read from global memory) is recorded
-in ``sched.printf`` (with the CTA and warp) and the call returns 0. Any other callee is
-``Unsupported``."""
+to) and of ``__assertfail`` (what a failing device ``assert`` calls). The simulator runs no
+PTX functions; both are executed natively. ``vprintf``: each executing lane's format string
+(a generic address, read from global memory) is recorded in ``sched.printf`` (with the CTA
+and warp) and the call returns 0. ``__assertfail(message, file, line, function, char size)``:
+the run stops with the assertion's text, file and line (the device runtime prints them and
+traps, PTX ISA 9.7.19.4 "trap"); a kernel compiled with asserts that never fail runs as
+before. Any other callee is ``Unsupported``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from porter.emu import ptx
+from porter.emu.errors import CheckFailed
+
+
+def _c_string(gmem, addr: int, limit: int = 4096) -> str:
+    text = b""
+    while len(text) < limit:
+        c = bytes(gmem.read(addr + len(text), 1))
+        if c == b"\0":
+            break
+        text += c
+    return text.decode(errors="replace")
+
+
+def _build_assertfail(ins, d):
+    rets, fn, args = ins.operands
+    if len(args.items) != 5:
+        raise d.unsupported("(__assertfail takes (message, file, line, function, char size))")
+    rmsg, rfile, rline = d.src(args.items[0], "u64"), d.src(args.items[1], "u64"), d.src(args.items[2], "u32")
+    rfunc = d.src(args.items[3], "u64")
+    where = d.where(ins)
+
+    def assertfail(w, m):
+        sel = w.live if m is None else m
+        lane = int(np.argmax(sel))
+        gmem = w.cta.launch.gmem
+
+        def at(r):
+            return int(np.broadcast_to(np.asarray(r(w)), (32,))[lane])
+        raise CheckFailed(f"{where}: {w.name} lane {lane}: device assertion failed: `{_c_string(gmem, at(rmsg))}` "
+                          f"at {_c_string(gmem, at(rfile))}:{at(rline)} in {_c_string(gmem, at(rfunc))} (the "
+                          "device runtime aborts the kernel)")
+    return assertfail
 
 
 def build_call(ins, d):
     rets, fn, args = ins.operands
+    if isinstance(fn, ptx.Sym) and fn.name == "__assertfail":
+        return _build_assertfail(ins, d)
     if not isinstance(fn, ptx.Sym) or fn.name != "vprintf":
-        raise d.unsupported(f"(call of {getattr(fn, 'name', fn)!r}: only vprintf is simulated)")
+        raise d.unsupported(f"(call of {getattr(fn, 'name', fn)!r}: only vprintf and __assertfail are simulated)")
     if len(args.items) != 2 or len(rets.items) > 1:
         raise d.unsupported("(vprintf takes (format, arguments) and returns one value)")
     rfmt = d.src(args.items[0], "u64")
@@ -27,13 +64,7 @@ def build_call(ins, d):
         log = w.sched.__dict__.setdefault("printf", [])
         gmem = w.cta.launch.gmem
         for lane in np.nonzero(sel)[0]:
-            addr, text = int(fmts[lane]), b""
-            while len(text) < 4096:
-                c = bytes(gmem.read(addr + len(text), 1))
-                if c == b"\0":
-                    break
-                text += c
-            log.append(f"{where}: {w.name} lane {int(lane)}: {text.decode(errors='replace')}")
+            log.append(f"{where}: {w.name} lane {int(lane)}: {_c_string(gmem, int(fmts[lane]))}")
         if wret is not None:
             wret(w, np.zeros(32, dtype=np.uint32), m)
     return call
