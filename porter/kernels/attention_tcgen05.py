@@ -145,19 +145,15 @@ def stats_bytes(q_tiles: int) -> int:
     return 0 if q_tiles == 1 else 4 * q_tiles * STAT_SLOTS * CTA_ROWS
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_tiles: int = 1,
-              o_store: str = O_STORE) -> dict:
+def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_tiles: int = 1) -> dict:
     """Per-CTA byte sizes and the K/V stages that fit ``budget`` (stages None if fewer than 2).
     In a pair each CTA holds half of every K tile (keys) and half of every V tile (columns).
-    ``q_bytes`` is one Q tile's; the CTA holds ``q_tiles`` of them. With ``o_store`` tma the
-    staging ring (``o_slots`` boxes after the barriers, 1024-aligned) must fit too: the deepest
-    ring that leaves room for one box, then as many boxes as fit, up to a Q tile round's."""
+    ``q_bytes`` is one Q tile's; the CTA holds ``q_tiles`` of them. ``total(stages, slots)``
+    adds an o_store=tma staging ring of ``slots`` boxes (after the barriers, 1024-aligned)."""
     q_bytes = CTA_ROWS * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2 // cta_group      # K + V
-    want_slots = q_tiles * head_dim // O_BOX_COLS if o_store == "tma" else 0
 
-    def total(stages: int, slots: int | None = None) -> int:
-        slots = min(1, want_slots) if slots is None else slots
+    def total(stages: int, slots: int = 0) -> int:
         base = (ALIGN_SLACK + q_tiles * q_bytes + stages * stage_bytes + stats_bytes(q_tiles)
                 + 8 * barrier_count(stages, q_tiles) + 8)   # + TMEM slot
         # the staging ring sits after the barriers, rounded up to the swizzle atom
@@ -167,12 +163,18 @@ def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_ti
     while stages >= MIN_STAGES and total(stages) > budget:
         stages -= 1
     ok = stages >= MIN_STAGES
-    slots = want_slots
-    while ok and slots > 1 and total(stages, slots) > budget:
-        slots -= 1
     return {"q_bytes": q_bytes, "stage_bytes": stage_bytes, "stages": stages if ok else None,
-            "o_slots": slots, "staging_bytes": slots * O_BOX_BYTES,
-            "smem_bytes": total(stages if ok else MIN_STAGES, slots if ok else None), "total": total}
+            "smem_bytes": total(stages if ok else MIN_STAGES), "total": total}
+
+
+def o_slots(plan: dict, stages: int, want: int, budget: int) -> int:
+    """The o_store=tma staging boxes that fit beside ``stages`` K/V stages: up to ``want`` (a Q
+    tile round's boxes), 0 when not even one does (the knob is then refused: the ring never
+    costs the K/V ring a stage, which the timing model's L1 predicts loses ~48% at hd128)."""
+    slots = want
+    while slots and plan["total"](stages, slots) > budget:
+        slots -= 1
+    return slots
 
 
 def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int, q_tiles: int = 1) -> dict:
@@ -358,21 +360,25 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
                            f"S x {S_BUFFERS} + O + P need {tmem['used']} TMEM columns "
                            f"({tmem['allocated']} allocated); the descriptor has {arch.tmem.columns}")
     o_store = knobs.get("o_store", O_STORE)
-    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group, q_tiles, o_store)
-    staging = f" + O staging {O_BOX_BYTES} B (o_store=tma)" if o_store == "tma" else ""
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, cta_group, q_tiles)
     if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
         want = knobs["stages"]
         if want > plan["stages"]:
             raise kr.fail(name, "stages", want, f"does not fit shared memory: Q {q_tiles} x {plan['q_bytes']} B + "
-                          f"{want} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers"
-                          f"{staging} + {ALIGN_SLACK} B alignment > smem_per_block_bytes "
+                          f"{want} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers + "
+                          f"{ALIGN_SLACK} B alignment > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
-        plan = dict(plan, stages=want, smem_bytes=plan["total"](want, plan["o_slots"]))
-    if plan["stages"] is None and o_store == "tma" and "o_store" in knobs:
-        raise kr.fail(name, "o_store", o_store, f"does not fit shared memory: Q {q_tiles} x {plan['q_bytes']} B + "
-                      f"{MIN_STAGES} x {plan['stage_bytes']} B K/V + stats {stats_bytes(q_tiles)} B + barriers"
-                      f"{staging} + {ALIGN_SLACK} B alignment = {plan['smem_bytes']} B > smem_per_block_bytes "
-                      f"{arch.smem_per_block_bytes}")
+        plan = dict(plan, stages=want, smem_bytes=plan["total"](want))
+    if o_store == "tma" and plan["stages"] is not None:
+        slots = o_slots(plan, plan["stages"], q_tiles * head_dim // O_BOX_COLS, arch.smem_per_block_bytes)
+        if not slots:
+            st = plan["stages"]
+            fewer = next((n for n in range(st - 1, MIN_STAGES - 1, -1)
+                          if plan["total"](n, 1) <= arch.smem_per_block_bytes), None)
+            raise kr.fail(name, "o_store", o_store, f"the O staging box ({O_BOX_BYTES} B) does not fit shared memory "
+                          f"beside {st} K/V stages: {plan['total'](st, 1)} B > smem_per_block_bytes "
+                          f"{arch.smem_per_block_bytes}" + (f" (it fits with --set stages={fewer})" if fewer else ""))
+        plan = dict(plan, o_slots=slots, staging_bytes=slots * O_BOX_BYTES, smem_bytes=plan["total"](plan["stages"], slots))
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q x {q_tiles} + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "

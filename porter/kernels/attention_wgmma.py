@@ -78,32 +78,26 @@ O_BOX_BYTES = O_BOX_ROWS * 128
 O_STORE_BARRIER0 = 3            # named barriers 3.. (one per consumer warpgroup; 1, 2: ping-pong turns)
 
 
-def smem_plan(head_dim: int, block_n: int, budget: int, block_m: int = BLOCK_M, o_store: str = O_STORE) -> dict:
+def smem_plan(head_dim: int, block_n: int, budget: int, block_m: int = BLOCK_M) -> dict:
     """Byte sizes and the number of K/V stages that fit ``budget`` (None if fewer than 2).
-    With ``o_store`` tma each consumer warpgroup's staging ring (``o_slots`` boxes, after the
-    barriers, 1024-aligned) must fit too."""
+    ``total(stages, slots)`` adds the o_store=tma staging rings (``slots`` boxes per consumer
+    warpgroup, after the barriers, 1024-aligned)."""
     q_bytes = block_m * head_dim * 2
     stage_bytes = 2 * block_n * head_dim * 2          # K + V
     groups = block_m // 64
-    want_slots = head_dim // O_BOX_COLS if o_store == "tma" else 0
     def barrier_bytes(stages: int) -> int:
         return BARRIER_BYTES * (2 + 3 * stages)       # q_full, q_empty; k_full, v_full, kv_empty per stage
 
-    def total(stages: int, slots: int) -> int:
+    def total(stages: int, slots: int = 0) -> int:
         base = ALIGN_SLACK + q_bytes + stages * stage_bytes + barrier_bytes(stages)
         if not slots:
             return base
         return -(-(base - ALIGN_SLACK) // 1024) * 1024 + ALIGN_SLACK + groups * slots * O_BOX_BYTES
     stages = MAX_STAGES
-    while stages >= 2 and total(stages, min(1, want_slots)) > budget:
+    while stages >= 2 and total(stages) > budget:
         stages -= 1
-    slots = want_slots
-    while stages >= 2 and slots > 1 and total(stages, slots) > budget:
-        slots -= 1
     return {"q_bytes": q_bytes, "stage_bytes": stage_bytes, "stages": stages if stages >= 2 else None,
-            "o_slots": slots, "staging_bytes": groups * slots * O_BOX_BYTES,
-            "smem_bytes": total(max(stages, 2), slots if stages >= 2 else min(1, want_slots)),
-            "total": total}
+            "smem_bytes": total(stages), "total": total}
 
 
 # Knobs (``--set``, porter.kernels.knobs): keys per K/V tile, K/V stages, the ping-pong
@@ -191,19 +185,27 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
             return Unsupported(family.FAMILY, name, variant, ("wgmma",),
                                f"wgmma has no bf16 m64n{n}k16 shape on {arch.name}")
     o_store = knobs.get("o_store", O_STORE)
-    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, block_m, o_store)
-    staging = (f" + O staging {consumers} x {O_BOX_BYTES} B (o_store=tma)" if o_store == "tma" else "")
+    plan = smem_plan(head_dim, block_n, arch.smem_per_block_bytes, block_m)
     if "stages" in knobs and plan["stages"] is not None and knobs["stages"] != plan["stages"]:
         if knobs["stages"] > plan["stages"]:
             raise kr.fail(name, "stages", knobs["stages"],
                           f"does not fit shared memory: Q {plan['q_bytes']} B + {knobs['stages']} x "
-                          f"{plan['stage_bytes']} B K/V + barriers{staging} + {ALIGN_SLACK} B alignment > "
+                          f"{plan['stage_bytes']} B K/V + barriers + {ALIGN_SLACK} B alignment > "
                           f"smem_per_block_bytes {arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
-        plan = dict(plan, stages=knobs["stages"], smem_bytes=plan["total"](knobs["stages"], plan["o_slots"]))
-    if plan["stages"] is None and o_store == "tma" and "o_store" in knobs:
-        raise kr.fail(name, "o_store", o_store, f"does not fit shared memory: Q {plan['q_bytes']} B + 2 x "
-                      f"{plan['stage_bytes']} B K/V + barriers{staging} + {ALIGN_SLACK} B alignment = "
-                      f"{plan['smem_bytes']} B > smem_per_block_bytes {arch.smem_per_block_bytes}")
+        plan = dict(plan, stages=knobs["stages"], smem_bytes=plan["total"](knobs["stages"]))
+    if o_store == "tma" and plan["stages"] is not None:
+        # the rings never cost the K/V ring a stage (the timing model's L1 predicts hd128 at 2 stages
+        # ~48% slower): where one box per warpgroup does not fit beside the stages, refuse
+        st, slots = plan["stages"], head_dim // O_BOX_COLS
+        while slots and plan["total"](st, slots) > arch.smem_per_block_bytes:
+            slots -= 1
+        if not slots:
+            fewer = next((n for n in range(st - 1, 1, -1) if plan["total"](n, 1) <= arch.smem_per_block_bytes), None)
+            raise kr.fail(name, "o_store", o_store, f"the O staging boxes ({consumers} x {O_BOX_BYTES} B) do not fit "
+                          f"shared memory beside {st} K/V stages: {plan['total'](st, 1)} B > smem_per_block_bytes "
+                          f"{arch.smem_per_block_bytes}" + (f" (they fit with --set stages={fewer})" if fewer else ""))
+        plan = dict(plan, o_slots=slots, staging_bytes=consumers * slots * O_BOX_BYTES,
+                    smem_bytes=plan["total"](st, slots))
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q + 2 K/V stages need {plan['q_bytes'] + 2 * plan['stage_bytes']} B of shared "
