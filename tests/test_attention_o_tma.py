@@ -1,0 +1,221 @@
+"""O stored by TMA (knob ``o_store=tma``) in the tcgen05 (one and two Q tiles per CTA, CTA
+pairs) and wgmma attention: the knob's checks and its shared-memory budget, the output tensor
+map the host builds (3-D, so a box stops at seq_q within its head), the generated source and
+SASS, the simulator running the forms (``emulated``), the timing model's epilogue term, and a
+planted bug per new synchronisation step that the simulator must catch for its reason."""
+from __future__ import annotations
+
+import pytest
+
+from porter.descriptor.arch import load_arch
+from porter.errors import PorterError
+from porter.kernels import attention, attention_tcgen05, attention_wgmma
+from porter.kernels import knobs as K
+from porter.kernels.base import KernelSpec
+from porter.runtime.emulated_runs import emulate
+
+TMA = {"o_store": "tma"}
+
+
+@pytest.fixture(scope="module")
+def archs():
+    return {"blackwell": load_arch("blackwell"), "hopper": load_arch("hopper")}
+
+
+def _spec(arch, name, **extra):
+    return K.spec_with_knobs(arch, name, {**TMA, **extra})
+
+
+def test_knob_is_checked_and_off_by_default(archs):
+    for arch_name, name in (("blackwell", "attention.hd128"), ("hopper", "attention.hd64")):
+        arch = archs[arch_name]
+        with pytest.raises(PorterError, match=r"--set o_store=smem: legal values: direct, tma"):
+            K.spec_with_knobs(arch, name, {"o_store": "smem"})
+        default = K.spec_with_knobs(arch, name, {})
+        assert "o_store" not in default.config and K.default_knobs(arch, name)["o_store"] == "direct"
+        src = attention.render(default, arch)
+        assert "tma_o" not in src and "cp.async.bulk.tensor.3d" not in src
+        # o_store=direct given explicitly renders the default source
+        assert attention.render(K.spec_with_knobs(arch, name, {"o_store": "direct"}), arch) == src
+
+
+# Where the ring does not fit beside the form's own K/V stages the knob is refused (next test):
+# it never costs the ring a stage (the one-CTA hd128 forms keep their 3).
+RING_FITS = [(n, q) for n in ("attention.hd64", "attention.hd64.pair", "attention.hd128.causal.pair") for q in (1, 2)]
+RING_FITS.append(("attention.hd128", 2))
+
+
+@pytest.mark.parametrize("name,q_tiles", RING_FITS)
+def test_tcgen05_staging_ring_fits_beside_the_kv_ring(archs, name, q_tiles):
+    arch = archs["blackwell"]
+    spec = _spec(arch, name, q_tiles=q_tiles)
+    cfg, d = spec.config, spec.config["head_dim"]
+    ring = cfg["o_staging"]
+    assert ring["box_bytes"] == 128 * 128 and 1 <= ring["slots"] <= q_tiles * d // 64
+    assert ring["bytes"] == ring["slots"] * ring["box_bytes"] and cfg["smem_budget"]["o_staging"] == ring["bytes"]
+    assert spec.smem_bytes <= arch.smem_per_block_bytes and cfg["stages"] >= 2
+    # the ring fits beside the form's own K/V stages: it never costs one
+    default = K.spec_with_knobs(arch, name, {"q_tiles": q_tiles})
+    assert cfg["stages"] == default.config["stages"] and spec.smem_bytes > default.smem_bytes
+    assert [p[0] for p in cfg["params"]][:4] == ["tma_q", "tma_k", "tma_v", "tma_o"]
+    src = attention.render(spec, arch)
+    for text in ("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group", "fence.proxy.async.shared::cta",
+                 "cp.async.bulk.wait_group.read", "cp.async.bulk.commit_group", "p.tma_o = &tma_o;"):
+        assert text in src, text
+    assert any("op:tma_store" in r.why for r in spec.sass_required)
+
+
+def test_staging_that_does_not_fit_is_refused_in_one_line(archs):
+    """The one-CTA hd128 forms fill shared memory with Q and 3 K/V stages: o_store=tma is refused
+    there (one line, naming the limit and the stage count it would fit with) instead of
+    quietly taking a stage; given stages=2 as well, the combination is legal."""
+    bw, hop = archs["blackwell"], archs["hopper"]
+    for arch, name, what in ((bw, "attention.hd128", r"the O staging box \(16384 B\)"),
+                             (bw, "attention.hd128.causal", r"the O staging box \(16384 B\)"),
+                             (hop, "attention.hd128", r"the O staging boxes \(2 x 8192 B\)")):
+        with pytest.raises(PorterError, match=rf"^{name}: --set o_store=tma: {what} do(es)? not fit shared memory "
+                                              r"beside 3 K/V stages: 247808 B > smem_per_block_bytes 232448 "
+                                              r"\(\w+ fits? with --set stages=2\)$"):
+            _spec(arch, name)
+        two = _spec(arch, name, stages=2)
+        assert two.config["stages"] == 2 and two.smem_bytes <= arch.smem_per_block_bytes
+    with pytest.raises(PorterError, match=r"--set o_store=tma: .* beside 3 K/V stages"):
+        _spec(bw, "attention.hd128", stages=3)
+
+
+def test_wgmma_rings_per_consumer_warpgroup(archs):
+    arch = archs["hopper"]
+    for name, d, extra in (("attention.hd64", 64, {}), ("attention.hd128", 128, {"stages": 2})):
+        spec = _spec(arch, name, **extra)
+        ring = spec.config["o_staging"]
+        assert ring["box_bytes"] == 64 * 128 and ring["slots"] == d // 64 and ring["barrier"] == 3
+        assert ring["bytes"] == 2 * ring["slots"] * ring["box_bytes"] and spec.smem_bytes <= arch.smem_per_block_bytes
+    # one consumer warpgroup: its own ring, barrier 3
+    one = _spec(arch, "attention.hd64", consumers=1, pingpong=False)
+    assert one.config["o_staging"]["bytes"] == one.config["o_staging"]["slots"] * 64 * 128
+
+
+@pytest.mark.parametrize("sq", [64, 300])
+def test_output_map_is_three_dimensional_and_stops_at_seq_q(archs, sq):
+    from porter.runtime.device_runs import attention_plan
+    from porter.runtime.emulated import EmuDevice
+    from porter.validation import device_harness as dh
+
+    arch = archs["blackwell"]
+    spec = _spec(arch, "attention.hd128.pair")
+    q, k, v = dh.attention_inputs(2, 3, 1, sq, 100, 128, seed=1)
+    plan, host, maps = attention_plan(spec, arch, q, k, v)
+    m = maps["tma_o"]
+    assert m.dims == (128, sq, 6) and m.strides == (256, 256 * sq) and m.box == (64, min(128, sq), 1)
+    assert m.swizzle == "128B" and plan["output_maps"] == {"tma_o": "o"} and "tma_o" not in host
+    raw = EmuDevice().encode_tensor_map(m, 1 << 20)
+    assert len(raw) == 128
+
+
+@pytest.mark.parametrize("arch_name,name,extra,shape", [
+    ("blackwell", "attention.hd128", {"stages": 2}, (1, 3, 1, 300, 200)),      # ring reused across tiles, ragged head
+    ("blackwell", "attention.hd64.causal.pair", {"q_tiles": 2}, (1, 2, 1, 700, 530)),
+    ("hopper", "attention.hd128.causal", {"stages": 2}, (1, 3, 1, 300, 200)),
+])
+def test_forms_emulated_at_ragged_shapes(archs, arch_name, name, extra, shape):
+    arch = archs[arch_name]
+    res = emulate(_spec(arch, name, **extra), arch, shapes=[shape], seeds=1)
+    assert res["status"] == "passed", res["reason"]
+    assert all(c["passed"] for c in res["checks"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch_name,q_tiles", [("blackwell", 1), ("blackwell", 2), ("hopper", 1)])
+def test_every_form_emulated_at_the_standard_shapes(archs, arch_name, q_tiles):
+    arch = archs[arch_name]
+    extra = {"q_tiles": q_tiles} if q_tiles > 1 else {}
+    names = [v.name for v in attention.variants(arch) if isinstance(v, KernelSpec)]
+    assert len(names) == (8 if arch_name == "blackwell" else 4)
+    for name in names:
+        # the one-CTA hd128 forms take the ring only with 2 K/V stages (test above)
+        two = {"stages": 2} if q_tiles == 1 and name in ("attention.hd128", "attention.hd128.causal") else {}
+        res = emulate(_spec(arch, name, **extra, **two), arch, seeds=1)
+        assert res["status"] == "passed", (name, res["reason"])
+
+
+def test_timing_model_costs_the_epilogue_store(archs):
+    """L0: the direct store writes each 32-byte sector half (twice O's bytes at the SM's L2
+    share), the TMA store puts O through the shared-memory port and a fence + two named barriers
+    per box; the per-Q-tile term is what differs."""
+    from porter.timing import attention_model
+    from porter.timing.figures import Figures
+
+    for arch_name, name, product in (("blackwell", "attention.hd128.pair", "B200"), ("hopper", "attention.hd64", "H200 SXM")):
+        arch = archs[arch_name].for_product(product)
+        fig = Figures.of(arch)
+        direct = K.spec_with_knobs(arch, name, {})
+        tma = _spec(arch, name)
+        rows, d = 128, direct.config["head_dim"]
+        assert attention_model.epilogue_store_cycles(direct.config, rows, d, fig) == pytest.approx(
+            2 * rows * d * 2 / fig.l2_bytes_per_clk_per_sm)
+        assert attention_model.epilogue_store_cycles(tma.config, rows, d, fig) == pytest.approx(
+            rows * d * 2 / fig["smem_bytes_per_clk_per_sm"] + d // 64 * (fig["fence_cycles"] + 2 * fig["named_barrier_cycles"]))
+        a = attention_model.tile_costs(direct, arch, fig)
+        b = attention_model.tile_costs(tma, arch, fig)
+        assert b["per_q_tile"] < a["per_q_tile"] and b["resources"] == a["resources"]
+
+
+# ---- planted bugs: one per new synchronisation step (attention/o_store_tma.cuh) -----------------
+# (id, [(old, new)] applied to the rendered .cu (each must match exactly once), reasons: substrings
+#  of the failure, any of which names the planted reason)
+REWRITTEN = ("rewritten before the cp.async.bulk.wait_group.read", "shared-memory race in CTA")
+MUTATIONS = [
+    # the staging slot is rewritten while the TMA store of its previous box may still read it
+    ("slot-rewritten-before-wait-group-read",
+     [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n", "")], REWRITTEN),
+    # the writers' generic stores are not fenced before the async proxy (the TMA) reads them
+    ("no-fence-proxy-async-before-the-store",
+     [("        fence_proxy_async_smem();\n        named_barrier_sync(barrier, kThreadsStoring);\n",
+       "        named_barrier_sync(barrier, kThreadsStoring);\n")],
+     ("written by generic stores with no fence.proxy.async",)),
+    # the issuer's wait_group.read is not passed on: the other writers rewrite the slot before it
+    ("wait-group-read-not-passed-to-the-writers",
+     [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n        named_barrier_sync(barrier, kThreadsStoring);\n",
+       "        if (issuer) tma_store_wait_read<kSlots - 1>();\n")], REWRITTEN + ("deadlock",)),
+    # the store is issued before every writer has written (and fenced) its rows
+    ("store-issued-before-the-writers-met",
+     [("        fence_proxy_async_smem();\n        named_barrier_sync(barrier, kThreadsStoring);\n",
+       "        fence_proxy_async_smem();\n")], REWRITTEN + ("outside tolerance", "deadlock", "no fence.proxy.async")),
+]
+# (form id, arch, kernel, knobs, shape): more tiles than the emulated device's 4 SMs, so a slot is reused
+FORMS = [
+    ("tcgen05", "blackwell", "attention.hd128", {"stages": 2}, (1, 3, 1, 300, 200)),
+    ("tcgen05-2q-pair", "blackwell", "attention.hd64.pair", {"q_tiles": 2}, (1, 5, 1, 300, 200)),
+    ("wgmma", "hopper", "attention.hd64", {}, (1, 5, 1, 300, 200)),
+]
+# every mutation once in the default suite (spread over the forms), the whole matrix under slow
+CASES = [pytest.param(m, f, marks=() if i % len(FORMS) == j else pytest.mark.slow, id=f"{m[0]}-{f[0]}")
+         for i, m in enumerate(MUTATIONS) for j, f in enumerate(FORMS)]
+
+
+def _mutated(arch, form, edits):
+    _, _, name, extra, _ = form
+    spec = _spec(arch, name, **extra)
+    source = attention.render(spec, arch)
+    for old, new in edits:
+        assert source.count(old) == 1, f"mutation anchor not found exactly once: {old[:70]!r}"
+        source = source.replace(old, new)
+    return spec, source
+
+
+@pytest.mark.parametrize("mutation,form", CASES)
+def test_planted_bug_is_caught(archs, mutation, form):
+    _, edits, reasons = mutation
+    arch = archs[form[1]]
+    spec, source = _mutated(arch, form, edits)
+    result = emulate(spec, arch, shapes=[form[4]], seeds=1, source=source)
+    assert result["status"] == "failed", result
+    assert any(r in result["reason"] for r in reasons), result["reason"]
+
+
+@pytest.mark.parametrize("form", FORMS, ids=[f[0] for f in FORMS])
+def test_unmutated_forms_pass_at_the_mutation_shapes(archs, form):
+    """Every failure above is the planted bug's: the generated kernel passes there."""
+    _, arch_name, name, extra, shape = form
+    res = emulate(_spec(archs[arch_name], name, **extra), archs[arch_name], shapes=[shape], seeds=1)
+    assert res["status"] == "passed", res["reason"]
