@@ -296,3 +296,55 @@ def test_a_device_assert_that_holds_runs_and_one_that_fails_stops_naming_it():
     with pytest.raises(CheckFailed, match=r"lane 20: device assertion failed: `t < 40` at kernel\.cu:17 in k .*"
                                           r"PTX ISA 9\.7\.19\.4 \"trap\""):
         run(ASSERT.replace("LIMIT", "20"), pre=ASSERT_PRE)
+
+
+# ---- local memory: a thread's __local_depot frame (PTX ISA 5.1.5) -----------------------------
+
+LOCAL = """
+{
+.local .align 16 .b8 __local_depot0[80];
+.reg .b64 %SP;
+.reg .b64 %SPL;
+mov.u64 %SPL, __local_depot0;
+cvta.local.u64 %SP, %SPL;
+mov.u32 %r5, 0;
+FILL:
+mad.lo.u32 %r6, %r0, 100, %r5;
+mul.wide.u32 %rd6, %r5, 4;
+add.s64 %rd7, %SPL, %rd6;
+st.local.u32 [%rd7], %r6;
+add.u32 %r5, %r5, 1;
+setp.lt.u32 %p1, %r5, 16;
+@%p1 bra FILL;
+mul.lo.u32 %r7, %r0, 7;
+and.b32 %r7, %r7, 15;
+mul.wide.u32 %rd8, %r7, 4;
+add.s64 %rd9, %SPL, %rd8;
+ld.local.u32 %r2, [%rd9];
+st.global.u32 [%rd3], %r2;
+st.local.v2.u32 [__local_depot0+64], {%r0, %r7};
+ld.local.v4.u32 {%r10, %r11, %r12, %r13}, [__local_depot0+64];
+add.u32 %r14, %r10, %r11;
+st.global.u32 [%rd3+128], %r14;
+ld.local.u8 %r15, [%SPL+1];
+st.global.u32 [%rd3+256], %r15;
+cvta.to.local.u64 %rd10, %SP;
+sub.s64 %rd11, %rd10, %SPL;
+cvt.u32.u64 %r16, %rd11;
+st.global.u32 [%rd3+384], %r16;
+}
+"""
+
+
+def test_local_arrays_are_each_threads_own():
+    got = run(LOCAL, n=128).reshape(4, 32).astype(np.int64)
+    k = (T * 7) % 16
+    np.testing.assert_array_equal(got[0], T * 100 + k)
+    np.testing.assert_array_equal(got[1], T + k)                 # {tid, k} then two unwritten words
+    np.testing.assert_array_equal(got[2], (T * 100) >> 8 & 0xFF)  # byte 1 of buf[0] = tid*100
+    np.testing.assert_array_equal(got[3], 0)                     # cvta.to.local inverts cvta.local
+
+
+def test_a_local_access_outside_the_threads_frame_names_the_isa():
+    with pytest.raises(CheckFailed, match=r"not inside that thread's own local frame.*PTX ISA 5\.1\.5"):
+        run(LOCAL.replace("ld.local.u8 %r15, [%SPL+1];", "ld.local.u8 %r15, [%SPL+80];"), n=128)

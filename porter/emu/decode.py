@@ -128,6 +128,11 @@ class Decoder:
             return self._imm(op, t)
         if isinstance(op, ptx.Sym) and op.name == "WARP_SZ":     # PTX ISA 4.4 predefined identifier: 32
             return self._imm(ptx.Imm(32), t)
+        if isinstance(op, ptx.Sym) and self.kernel.local:
+            from porter.emu.ops.local import symbol_reader     # (a thread's .local variable: its own address)
+            read = symbol_reader(self.kernel, op.name, t)
+            if read is not None:
+                return read
         if isinstance(op, ptx.Sym):
             space, addr = self.layout.symbol_address(op.name, self)
             val = np.array(addr).astype(dt)
@@ -236,6 +241,12 @@ class Decoder:
         off = op.offset
         if op.base is None:
             return (lambda w: np.full(32, off, dtype=np.int64)), None
+        if isinstance(op.base, ptx.Sym) and self.kernel.local:
+            from porter.emu.ops.local import symbol_reader
+            read = symbol_reader(self.kernel, op.base.name, "s64")
+            if read is not None:
+                o = np.int64(off)
+                return (lambda w: read(w) + o), "local"
         if isinstance(op.base, ptx.Sym):
             space, base = self.layout.symbol_address(op.base.name, self)
             val = np.full(32, base + off, dtype=np.int64)

@@ -192,6 +192,8 @@ RULES: list[tuple[str, str]] = [
     ("elect.sync", _ELECT),
     ("mapa to CTA rank", _MAPA),
     ("of generic address", _MAPA_GENERIC),
+    ("inside that thread's own local frame", 'PTX ISA 5.1.5 "Local State Space" (private to each thread) and 9.7.9 '
+                                             '"ld"/"st" (the address aligned to the access size)'),
     ("src-size", _CP_ASYNC_SIZE),
     ("asynchronous copy is still writing", _CP_ASYNC),
     ("while the copy was in flight", _CP_ASYNC),

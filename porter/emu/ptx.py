@@ -133,6 +133,7 @@ class Kernel:
     code: list[Instr]
     labels: dict[str, int]               # label -> instruction index
     shared: list[Var] = field(default_factory=list)
+    local: list[Var] = field(default_factory=list)      # .local variables: each thread's own copy
     maxntid: tuple | None = None
     reqntid: tuple | None = None
     cluster: tuple | None = None
@@ -454,7 +455,10 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
             k.regs[renamed] = typ
             call_params.add(renamed)
             continue
-        if s in (".local", ".param"):
+        if s == ".local":                 # a thread's stack frame (__local_depot): ops/local.py
+            k.local.append(_parse_var(t))
+            continue
+        if s == ".param":
             raise Unsupported(f"{t.file}:{line}: {s} variables inside a kernel are outside the simulator's subset")
         if s.startswith("call") and kind == "name":
             k.code.append(_parse_call(t, resolve))
