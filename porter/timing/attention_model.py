@@ -28,6 +28,11 @@ Where the MMA and the softmax of different tiles overlap (tcgen05's MMA warp wit
 buffers, ping-pong warpgroups) the period is the largest term; where they do not
 (``pingpong: false``) the softmax is added to the tensor time, halved per extra consumer
 warpgroup that the schedulers interleave with it.
+wgmma (Hopper) kernels add two terms from the kernel's own loop: each consumer warpgroup's
+dependency chain per K/V tile ("warpgroup chain": S wgmma + its completion latency, the
+softmax under its own P V, O rescale + P pack, the barriers; ping-pong hides only what the
+other warpgroups' GEMMs cover) and the K/V ring ("k/v ring": a stage held a tile past its S
+until the last warpgroup's P V is done, then refilled through the TMA and the L2 share).
 """
 
 from __future__ import annotations
