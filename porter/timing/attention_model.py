@@ -96,9 +96,11 @@ def wgmma_warpgroup_chain(c, fig, tensor: float, mufu: float, issue: float, chai
     m64 n=d (the MMA latency base + per-N x N each). With ping-pong (the named-barrier turn)
     a warpgroup's GEMMs start as soon as it is ready and its softmax has the MUFU and issue
     slots to itself (the others are in their GEMM turn): its rows' share of the tile's
-    MUFU / issue time plus the row reduction's depth. Without it every warpgroup issues at
-    once: its S queues behind the others' S, and the softmaxes run together, sharing the
-    MUFU and issue slots (the whole tile's time). Hand-off: O (rows x d fp32 per
+    MUFU / issue time plus the row reduction's depth. Without it the warpgroups issue
+    together and the tensor core takes every S, then every P V: a softmax starts when its
+    S is done but shares the MUFU and issue slots with the others' (the whole tile's time
+    from the first S's completion), and its P V completes after all the S and the P V
+    queued ahead of it (groups + 1 GEMMs after its S started). Hand-off: O (rows x d fp32 per
     warpgroup) rescaled and P (rows x block_n) packed two per instruction, over its 128
     threads. Sync: two mbarrier waits (K, V full), the turn's named barrier (ping-pong
     only) and the wgmma fence.
@@ -119,8 +121,8 @@ def wgmma_warpgroup_chain(c, fig, tensor: float, mufu: float, issue: float, chai
         own = warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync)
         return own + ((groups - 1) * 2 * gemm if release else 0.0)
     softmax = max(mufu, issue) + chain
-    return warpgroup_chain(gemm, base + per_n * bn, base + per_n * d, softmax, handoff, sync,
-                           turn_gemms=(groups - 1) * gemm)
+    ready = max(gemm + base + per_n * bn + softmax, (groups + 1) * gemm + base + per_n * d)
+    return ready + handoff + sync
 
 
 def kv_ring_cycles(stages: int, release: float, refill: float) -> float:
