@@ -348,3 +348,10 @@ def test_local_arrays_are_each_threads_own():
 def test_a_local_access_outside_the_threads_frame_names_the_isa():
     with pytest.raises(CheckFailed, match=r"not inside that thread's own local frame.*PTX ISA 5\.1\.5"):
         run(LOCAL.replace("ld.local.u8 %r15, [%SPL+1];", "ld.local.u8 %r15, [%SPL+80];"), n=128)
+
+
+def test_brkpt_decodes_and_stops_the_warp_that_reaches_it():
+    body = "setp.lt.u32 %p1, %r0, 40;\n@%p1 bra OK;\nbrkpt;\nOK:\nst.global.u32 [%rd3], %r0;\n"
+    np.testing.assert_array_equal(run(body), T)
+    with pytest.raises(CheckFailed, match=r"warp 0 executed brkpt.*PTX ISA 9\.7\.19\.1"):
+        run(body.replace("40", "4"))

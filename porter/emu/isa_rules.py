@@ -188,6 +188,7 @@ RULES: list[tuple[str, str]] = [
     ("named barrier", _BAR),
     ("barrier ", _BAR),
     ("executed trap", _TRAP),
+    ("executed brkpt", 'PTX ISA 9.7.19.1 "brkpt": suspends execution (with no debugger, the kernel stops)'),
     ("device assertion failed", _TRAP),
     ("elect.sync", _ELECT),
     ("mapa to CTA rank", _MAPA),

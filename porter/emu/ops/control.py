@@ -136,6 +136,20 @@ def build_trap(ins, d):
 build_trap.n_dst = 0
 
 
+def build_brkpt(ins, d):
+    """``brkpt`` (PTX ISA 9.7.19.1): a breakpoint. With no debugger attached the launch fails
+    there (CUTLASS/CuTe put one on paths that must never run); the simulator stops the run,
+    as ``trap`` does, when a warp reaches it. Decoding it is harmless."""
+    where = d.where(ins)
+
+    def brkpt(w, m):
+        raise CheckFailed(f"{where}: {w.name} executed brkpt (a breakpoint: with no debugger the kernel stops here)")
+    return brkpt
+
+
+build_brkpt.n_dst = 0
+
+
 def _members(w, m, membermask):
     """Lanes named by the member mask; DEFER unless all of them (live ones) are executing."""
     mm = ((np.asarray(membermask).astype(np.uint64) >> LANES.astype(np.uint64)) & 1).astype(bool)
@@ -366,5 +380,6 @@ def build_activemask(ins, d):
     return activemask
 
 
-BUILDERS = {"redux": build_redux, "bra": build_bra, "brx": build_brx, "ret": build_ret, "exit": build_ret, "trap": build_trap, "shfl": build_shfl,
-            "vote": build_vote, "elect": build_elect, "activemask": build_activemask}
+BUILDERS = {"redux": build_redux, "bra": build_bra, "brx": build_brx, "ret": build_ret, "exit": build_ret,
+            "trap": build_trap, "brkpt": build_brkpt, "shfl": build_shfl, "vote": build_vote, "elect": build_elect,
+            "activemask": build_activemask}
