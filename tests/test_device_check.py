@@ -90,6 +90,7 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     assert status == {"gemm.bf16": "passed", "gemm.fp8": "passed",
                       "gemm.fp8[accumulation=promoted,tile_n=128]": "passed",   # AB_FORMS (issue 17 item 5)
                       "attention.hd64": "FAULT",
+                      "attention.hd64[o_store=tma]": "FAULT",   # AB_FORMS (o_store=tma); the fault is injected by kernel name
                       "attention.hd64.causal": "HANG", "attention.hd128": "passed",
                       "attention.hd128.causal": "FAILED", "megakernel.llama-decode": "passed"}, status
     # pass: validated at every shape (smoke first, the smallest), then benchmarked
@@ -136,10 +137,10 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     rehearsed = lines[lines.index(next(x for x in lines if x.startswith("porter device check:"))):]
     assert len(rehearsed) <= 100
     phases = [x.split()[0] for x in rehearsed if x.startswith("  validate ") or x.startswith("  bench ")]
-    # 7 kernels + the AB_FORMS old form of gemm.fp8 validate; 4 + that form benchmark
-    assert phases == ["validate"] * 8 + ["bench"] * 5, phases
+    # 7 kernels + the AB_FORMS forms of gemm.fp8 and attention.hd64 validate; 4 + fp8's benchmark
+    assert phases == ["validate"] * 9 + ["bench"] * 5, phases
     table = rehearsed[rehearsed.index(next(x for x in rehearsed if x.startswith("==== porter device check"))):]
-    assert table[-1].startswith("5 of 8 kernels passed") and len(table) < 25   # 8: with the A/B form
+    assert table[-1].startswith("5 of 9 kernels passed") and len(table) < 25   # 9: with the A/B forms
     assert any(x.startswith("attention.hd64.causal     HANG") for x in table)
     assert table[-2].startswith(f"* predicted: {PREDICTED_LABEL}")
     log = (tmp_path / "results" / "run.log").read_text()

@@ -472,7 +472,7 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
     required, forbidden = _sass_rules(arch, pair, o_store)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
-        entry=family.entry_name(head_dim, causal, MAINLOOP, suffix),
+        entry=family.entry_name(head_dim, causal, MAINLOOP, suffix) + family.o_store_entry_suffix(o_store),
         config=cfg, features=features,
         sass_required=required, sass_forbidden=forbidden,
         threads=threads, smem_bytes=plan["smem_bytes"], tmem_columns=tmem["allocated"],

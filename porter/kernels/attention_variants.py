@@ -45,6 +45,13 @@ def params_with_o_map() -> list[list[str]]:
     return out
 
 
+def o_store_entry_suffix(o_store: str) -> str:
+    """``_o_tma`` for an o_store=tma form: its signature has tma_o, so it gets its own symbol
+    (a module, a prepared manifest or a rehearsal driver that finds a kernel by its entry name
+    never takes it for the default form, whose arguments differ)."""
+    return "_o_tma" if o_store == "tma" else ""
+
+
 def spec_name(head_dim: int, causal: bool, suffix: str = "") -> str:
     """``attention.hd64``, ``attention.hd128.causal``, plus e.g. ``.pair``."""
     return f"{FAMILY}.hd{head_dim}" + (".causal" if causal else "") + suffix

@@ -244,7 +244,7 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
     kr.record_grid_knobs(cfg, name, knobs, arch)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
-        entry=family.entry_name(head_dim, causal, MAINLOOP),
+        entry=family.entry_name(head_dim, causal, MAINLOOP) + family.o_store_entry_suffix(o_store),
         config=cfg, features=FEATURES,
         sass_required=sass_rules(arch, o_store)[0], sass_forbidden=sass_rules(arch, o_store)[1],
         threads=threads, smem_bytes=plan["smem_bytes"], template=family.TEMPLATE,

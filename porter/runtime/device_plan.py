@@ -62,6 +62,11 @@ AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # not the default (L1 predicts +1% for the 1-CTA form, -11% for the pair): one visit measures both
     *((k, ("q_tiles=2",), "one Q tile per CTA (default) vs FA4's two Q tiles, two softmax and a correction warpgroup")
       for k in ("attention.hd128", "attention.hd128.pair")),
+    # issue 17 items 1 and 6 (wave-attn-tma): O staged in shared memory and stored by TMA is a knob,
+    # not the default (L0 predicts it 0.1-2% faster, L1 2-6% slower): one visit measures it on
+    # the forms whose staging fits beside their K/V stages (Hopper hd64, Blackwell pair hd128)
+    *((k, ("o_store=tma",), "O stored by each row's threads (default) vs staged in shared memory and stored by TMA")
+      for k in ("attention.hd64", "attention.hd128.pair")),
 )
 
 # ---- the cost model (seconds on the GPU machine) -----------------------------------------------
