@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from porter.emu.ops import (alu, b128, bits, call, clc, cluster_async, cluster_generic, control, cp_async, cvt_packed,
                             cvt_round, fence_proxy, int_extra, local, matrix_b8, mbarrier_query, memory, mma_int,
-                            mma_sync, packed_float, sync, tcgen05, tensormap, tma, warp_ops, wgmma)
+                            mma_sync, packed_float, sync, tcgen05, tensormap, tma, tma_modes, warp_ops, wgmma)
 
 FAMILIES = {}
 for _mod in (alu, bits, control, memory, sync, tma, wgmma, mma_sync, cp_async, tcgen05, call, clc,
@@ -25,7 +25,7 @@ for _mod in (alu, bits, control, memory, sync, tma, wgmma, mma_sync, cp_async, t
 # forms that share a head with an older family, by head (checked before the family's builder)
 FORMS: dict[str, list] = {}
 for _mod in (packed_float, cvt_packed, cvt_round, warp_ops, cluster_async, int_extra, tensormap, matrix_b8, b128,
-             fence_proxy, mma_int, cluster_generic, mbarrier_query, local):
+             fence_proxy, mma_int, cluster_generic, mbarrier_query, local, tma_modes):
     for _head, _matches, _build in _mod.FORMS:
         FORMS.setdefault(_head, []).append((_matches, _build))
 
