@@ -157,27 +157,24 @@ def compare(d, t: str, dst, a, b, f):
 
 
 def select(d, t: str, dst, a, b, p):
-    """``selp``: ``dst = p ? a : b``, a and b registers or immediates of type ``t``."""
+    """``selp``: ``dst = p ? a : b``, a and b registers or immediates of type ``t``. A select
+    moves bits, so it runs on the registers' storage itself (no views); an immediate is
+    turned into its storage bits once, at decode."""
     po, oa, ob, pp = plain(d, dst, t), _operand(d, a, t), _operand(d, b, t), plain(d, p, "pred")
     if po is None or oa is None or ob is None or pp is None:
         return None
     (io, view), (ia, ka), (ib, kb), ip = po, oa, ob, pp[0]
     dt, store = _types(t)
+    if view is not None:
+        ka = None if ka is None else np.array(ka, dtype=dt).view(store)[()]
+        kb = None if kb is None else np.array(kb, dtype=dt).view(store)[()]
     slow = d.dst(dst, t)
 
     def selp(w, m):
         r = w.r
-        if view is None:
-            x = ka if ia is None else r[ia]
-            y = kb if ib is None else r[ib]
-        else:
-            x = ka if ia is None else r[ia].view(view)
-            y = kb if ib is None else r[ib].view(view)
-        v = np.where(r[ip], x, y)
-        if w.poisoned or v.dtype is not dt:
-            return slow(w, v, m)
-        if view is not None:
-            v = v.view(store)
+        v = np.where(r[ip], ka if ia is None else r[ia], kb if ib is None else r[ib])
+        if w.poisoned or v.dtype is not store:
+            return slow(w, v if view is None else v.view(dt), m)
         r[io] = v if m is None else np.where(m, v, r[io])
     return selp
 
@@ -198,7 +195,8 @@ def fma32(d, dst, a, b, c, general):
         if w.poisoned:
             return general(w, m)
         r = w.r
-        p = np.multiply(r[ia].view(_F32), kb if ib is None else r[ib].view(_F32), dtype=_F64)
+        p = r[ia].view(_F32).astype(_F64)           # (two plain calls: cheaper than multiply(dtype=))
+        p *= kb if ib is None else r[ib].view(_F32)
         p += kc if ic is None else r[ic].view(_F32)
         v = p.astype(_F32).view(np.uint32)
         r[io] = v if m is None else np.where(m, v, r[io])

@@ -164,9 +164,18 @@ def _register_only_builders() -> frozenset:
     stepper's per-instruction tests."""
     global _REGISTER_ONLY
     if _REGISTER_ONLY is None:
-        from porter.emu.ops import alu, bits
+        from porter.emu.ops import alu, bits, cvt_packed, cvt_round, int_extra, packed_float
 
-        _REGISTER_ONLY = frozenset(alu.BUILDERS.values()) | frozenset(bits.BUILDERS.values())
+        # and the forms of other heads that are register-only too: packed and scalar-f16
+        # float arithmetic, min/max, ex2/tanh and compares (not packed red/atom), the cvt
+        # forms, the carry chain (its flag is the warp's own), the SIMD, saturating and
+        # other extra integer instructions (not ldu, a load)
+        _REGISTER_ONLY = (frozenset(alu.BUILDERS.values()) | frozenset(bits.BUILDERS.values()) | {
+            packed_float._arith, packed_float._sign_op, packed_float._minmax, packed_float._approx,
+            packed_float._setp, packed_float.build_set, cvt_packed.build_cvt_form, cvt_round.build_cvt_round,
+            *(int_extra.BUILDERS[k] for k in ("addc", "subc", "madc", "mul24", "mad24", "sad", "dp4a", "dp2a",
+                                              "bfind", "fns", "bmsk", "szext", "testp", "slct", "cnot")),
+            int_extra.build_prmt_mode, int_extra.build_simd16, int_extra.build_mad_hi, int_extra.build_add_sat})
     return _REGISTER_ONLY
 
 
@@ -719,6 +728,9 @@ class Scheduler:
             runs = ()                        # (and no straight runs: each instruction is hooked)
         n = threads = effects = 0
         pc = w.pc
+        # the lane count of the last mask seen (masks are never changed in place: a new
+        # group or live mask is a new array), so a diverged group counts its lanes once
+        cm, cn = None, WARP
         self.yield_now = False
         try:
             while n < quantum:
@@ -740,7 +752,9 @@ class Scheduler:
                             pc += 1
                         k = len(run)
                         n += k
-                        threads += k * (WARP if m is None else np.count_nonzero(m))
+                        if m is not cm:
+                            cm, cn = m, (WARP if m is None else np.count_nonzero(m))
+                        threads += k * cn
                         w.pc = pc
                         continue
                 else:
@@ -752,12 +766,37 @@ class Scheduler:
                         raise CheckFailed(self._diverged_collective(w))
                     pc, m = g[0], g[1]
                     w.gi = g
+                    run = runs[pc] if pc < len(runs) else None
+                    if run is not None and not w.poisoned:
+                        # the lowest group's straight run, as one by one: stepped alone it
+                        # stays the lowest group with the same lanes until it reaches the pc
+                        # of another group (deferred or not) and merges there, so the run is
+                        # cut at that pc (and at the quantum) and the group moved once
+                        limit = quantum - n
+                        for h in w.groups:
+                            if h[0] > pc and h[0] - pc < limit:
+                                limit = h[0] - pc
+                        if len(run) > limit:
+                            run = run[:limit]
+                        for fn in run:
+                            w.cur = pc
+                            fn(w, m)
+                            pc += 1
+                        k = len(run)
+                        n += k
+                        if m is not cm:
+                            cm, cn = m, np.count_nonzero(m)
+                        threads += k * cn
+                        _move_group(w, g, pc)
+                        continue
                 w.cur = pc
                 if w.poisoned and srcs[pc] & w.poisoned.keys():
                     w.poison_read(srcs[pc])
                 res = ops[pc](w, m)
                 n += 1
-                threads += WARP if m is None else np.count_nonzero(m)
+                if m is not cm:
+                    cm, cn = m, (WARP if m is None else np.count_nonzero(m))
+                threads += cn
                 if writes[pc]:
                     effects += 1
                 if res is None:
