@@ -199,6 +199,7 @@ RULES: list[tuple[str, str]] = [
     ("asynchronous copy is still writing", _CP_ASYNC),
     ("while the copy was in flight", _CP_ASYNC),
     ("cp.reduce", _REDUCE),
+    (".tile::gather4 with a rank-", 'PTX ISA 9.7.9.27.1.2 "cp.async.bulk.tensor" (.tile::gather4 is a 2-D load mode)'),
     ("cp.async.bulk.tensor destination", _BULK_ALIGN),
     ("cp.async.bulk.tensor shared source", _BULK_ALIGN),
     ("cp.async.bulk size", _BULK_ALIGN),
