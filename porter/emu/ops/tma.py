@@ -249,7 +249,8 @@ def build_cp(ins, d):
     if "tensor" in parts:
         # the load mode defaults to .tile when none is named (PTX ISA "Data Movement: cp.async.bulk.tensor": .load_mode defaults to .tile)
         if any(p.startswith("im2col") or p in ("tile::gather4", "tile::scatter4") for p in parts) or \
-                "global" not in parts or not any(p.startswith("shared") for p in parts[4:6]):
+                "global" not in parts or not any(p.startswith("shared") for p in parts[4:]):
+            # (the destination space anywhere after .Nd: CUTLASS writes .cta_group::2 before it, as ptxas accepts)
             raise d.unsupported("(only tile-mode tensor loads from global into shared memory)")
         if parts.index("global") < parts.index(next(p for p in parts if p.startswith("shared"))):
             raise d.unsupported("(tensor stores to global memory)")
