@@ -93,3 +93,15 @@ def test_gather4_without_swizzle_from_a_column_offset():
 def test_gather4_with_the_wrong_coordinate_count_is_one_line():
     with pytest.raises(Unsupported, match=r"gather4 expects \[tensormap, \{col, row0, row1, row2, row3\}\]"):
         _run((32, 1), "NONE", (0, 1, 2, 3))
+
+
+def test_a_tile_load_with_cta_group_before_the_destination_space():
+    # CUTLASS's order (.Nd.cta_group::N.shared::cluster.global...), which ptxas accepts
+    line = ("cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes "
+            "[%r1], [%rd1, {COORDS}], [%r9];")
+    p = TensorMapParams("g", "UINT32", dims=(32, 64), strides=(128,), box=(32, 4), swizzle="NONE")
+    text = KERNEL.replace("BYTES", "512").replace(line, "cp.async.bulk.tensor.2d.cta_group::1.shared::cluster.global"
+                                                       ".mbarrier::complete_tx::bytes [%r1], [%rd1, {0, 8}], [%r9];")
+    out = np.zeros(1 + 128, np.uint32)
+    got = emu.launch(text, "k", grid=1, block=32, args=[emu.tensor_map(p, SRC), out], budget=200_000).outputs[1]
+    np.testing.assert_array_equal(got[1:], SRC[8:12].reshape(-1))
