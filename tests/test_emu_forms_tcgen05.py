@@ -209,3 +209,12 @@ def test_malformed_collector_mask_and_scale_forms_are_one_clear_line(line, what)
     with pytest.raises(Unsupported, match=what) as e:
         _launch(_kernel(line), src)
     assert "\n" not in str(e.value) and "t.ptx:" in str(e.value)
+
+
+@pytest.mark.parametrize("kind,q,want", [("mxf4nvf4", "block16", "4X"), ("mxf4nvf4", "block32", "2X"),
+                                          ("mxf4", "block32", "2X"), ("mxf8f6f4", "block32", "1X"),
+                                          ("mxf4nvf4", "scale_vec::4X", "4X"), ("mxf8f6f4", None, None)])
+def test_block_size_spellings_of_the_scale_vector(kind, q, want):
+    from porter.emu.ops.tcgen05 import scale_vec_of
+    parts = ["tcgen05", "mma", "cta_group::1", f"kind::{kind}", "block_scale"] + ([q] if q else [])
+    assert scale_vec_of(parts, kind) == want

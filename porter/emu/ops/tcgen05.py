@@ -565,6 +565,21 @@ def _disabled_lanes(mv, lane: int, g: int, where: str, who: str):
     return [bits]
 
 
+def scale_vec_of(parts, kind: str | None) -> str | None:
+    """The scale-vector size of a block-scaled tcgen05.mma: ``.scale_vec::{1X,2X,4X}``, or the
+    PTX ISA 8.8 spellings by block size, ``.block16`` (one scale per 16 K elements: 4X of the
+    mxf4nvf4 K of 64) and ``.block32`` (per 32: 1X of mxf8f6f4's K of 32, 2X of the 4-bit kinds'
+    K of 64); None when neither is written (the unit applies the kind's default)."""
+    for p in parts:
+        if p.startswith("scale_vec::"):
+            return p.split("::")[1]
+        if p == "block16":
+            return "4X"
+        if p == "block32":
+            return "1X" if kind == "mxf8f6f4" else "2X"
+    return None
+
+
 def _build_mma(ins, d, g: int):
     parts = ins.parts
     where = d.where(ins)
@@ -575,7 +590,7 @@ def _build_mma(ins, d, g: int):
         raise d.unsupported("(.sp forms)")
     # tcgen05.mma.ws (weight stationary, PTX ISA 9.7.16.10.9): .cta_group::1, M 32/64/128
     ws = "ws" in parts
-    scale_vec = next((p.split("::")[1] for p in parts if p.startswith("scale_vec::")), None)
+    scale_vec = scale_vec_of(parts, kind)
     block_scale = "block_scale" in parts
     if block_scale != (kind in ("mxf8f6f4", "mxf4", "mxf4nvf4")):
         raise d.unsupported("(.block_scale with this kind)")
