@@ -36,6 +36,18 @@ CLOCK_MASK = (1 << AGENT_SHIFT) - 1
 _NEVER = np.iinfo(np.int64).max      # a clock no access exceeds: "ordered" (own agent, no agent)
 
 
+def _any_beyond(e: np.ndarray, limit: np.ndarray) -> bool:
+    """Whether any epoch of ``e`` (a shadow slice) races: ``e > limit[e >> AGENT_SHIFT]``
+    somewhere. The usual slice was last touched by one agent (a TMA box its producer
+    landed, a stage its consumer read): then the largest epoch decides (every epoch has
+    that agent's field, so the largest clock is the one to test), two reductions instead
+    of a gather over the slice; anything else takes the element-wise test."""
+    hi, lo = int(e.max()), int(e.min())
+    if hi >> AGENT_SHIFT == lo >> AGENT_SHIFT:
+        return hi > int(limit[hi >> AGENT_SHIFT])
+    return bool(np.count_nonzero(e > limit[e >> AGENT_SHIFT]))
+
+
 class Shadow:
     """Per byte of one CTA's shared memory: the last write and the last read."""
 
@@ -139,21 +151,30 @@ class RaceDetector:
         aligned to ``width``: the same bytes in the same order as ``access`` of their span,
         checked as rows of the shadow (one gather per lane, not per byte). A race found is
         reported by ``access`` itself, so its message is the same."""
+        self.check_rows(cta, offs, width, w.aid, w.vc, write, line, w.name, what)
+
+    def check_rows(self, cta, offs: np.ndarray, width: int, aid: int, vc: np.ndarray, write: bool, line: int,
+                   who: str, what: str = "", report: np.ndarray | None = None) -> None:
+        """``check`` of the bytes ``offs[i] .. offs[i] + width`` for each i in order, ``offs``
+        aligned to ``width`` (lanes' aligned accesses, cp.async landings, an operand's 16-byte
+        chunks): one shadow row per offset. A race is re-reported by ``check`` on the bytes, so
+        its message is the same; ``report``: the access's own byte offsets, in its order, when
+        the rows only cover the same set of bytes (a wgmma operand's sorted chunks)."""
         s = self.shadows.get(id(cta)) or self.shadow(cta)
-        vc = w.vc
-        aid = w.aid
         if vc.size != self.n:
             vc = self._fit(vc)
-        known = self._known_of(aid, vc)
+        limit = self._limit_of(aid, vc)
         rows = offs // width
         w_epoch, w_line, r_epoch, r_line = s.rows(width)
         e = w_epoch[rows]
-        racy = np.count_nonzero((e & CLOCK_MASK) > known[e >> AGENT_SHIFT])
+        racy = np.count_nonzero(e > limit[e >> AGENT_SHIFT])
         if write and not racy:
             e = r_epoch[rows]
-            racy = np.count_nonzero((e & CLOCK_MASK) > known[e >> AGENT_SHIFT])
+            racy = np.count_nonzero(e > limit[e >> AGENT_SHIFT])
         if racy:
-            self.access(w, cta, (offs[:, None] + np.arange(width)).reshape(-1), write, line, what)
+            if report is None:
+                report = (offs[:, None] + np.arange(width)).reshape(-1)
+            self.check(cta, report, aid, vc, write, line, who, what)
             raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
         epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
         if write:
@@ -164,19 +185,60 @@ class RaceDetector:
             r_epoch[rows] = epoch
             r_line[rows] = line
 
+    def access_span(self, w, cta, lo: int, hi: int, write: bool, line: int, what: str = "") -> None:
+        """``access`` of the bytes lo .. hi - 1 (a bulk store's source)."""
+        self.check_span(cta, lo, hi, w.aid, w.vc, write, line, w.name, what)
+
+    def check_span(self, cta, lo: int, hi: int, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
+                   what: str = "") -> None:
+        """``check`` of ``np.arange(lo, hi)`` (a TMA or bulk copy landing, a bulk store's
+        source): the shadow's slices, no index arrays. A race is re-reported by ``check`` on
+        the same bytes, so its message is the same."""
+        if hi <= lo:
+            return
+        s = self.shadows.get(id(cta)) or self.shadow(cta)
+        if vc.size != self.n:
+            vc = self._fit(vc)
+        limit = self._limit_of(aid, vc)
+        racy = _any_beyond(s.w_epoch[lo:hi], limit) or (write and _any_beyond(s.r_epoch[lo:hi], limit))
+        if racy:
+            self.check(cta, np.arange(lo, hi), aid, vc, write, line, who, what)
+            raise AssertionError("race detector: a race found by span but not by bytes")   # (never)
+        epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
+        if write:
+            s.w_epoch[lo:hi] = epoch
+            s.w_line[lo:hi] = line
+            s.r_epoch[lo:hi] = 0
+        else:
+            s.r_epoch[lo:hi] = epoch
+            s.r_line[lo:hi] = line
+
     def _known_of(self, aid: int, vc: np.ndarray) -> np.ndarray:
         # known[agent + 1]: what this access has acquired from that agent; index 0 (no
         # access yet) and the own agent (program order) can never be exceeded. A clock only
         # changes in place at its own agent's slot (release), which known does not read, so
         # it is rebuilt only when the agent's clock is another array (acquire, grow).
+        return self._tables_of(aid, vc)[0]
+
+    def _limit_of(self, aid: int, vc: np.ndarray) -> np.ndarray:
+        """limit[agent + 1] = ((agent + 1) << AGENT_SHIFT) | known[agent + 1], _NEVER where known
+        is: an epoch e races exactly when ``e > limit[e >> AGENT_SHIFT]`` (the agent field of
+        both sides is equal, so the comparison is the clocks': ``(e & CLOCK_MASK) >
+        known[e >> AGENT_SHIFT]`` in one operation fewer; clocks stay below 2^AGENT_SHIFT)."""
+        return self._tables_of(aid, vc)[1]
+
+    def _tables_of(self, aid: int, vc: np.ndarray) -> tuple:
         cached = self._known.get(aid)
         if cached is not None and cached[0] is vc:
             return cached[1]
         known = np.empty(self.n + 1, dtype=np.int64)
         known[1:] = vc
         known[0] = known[aid + 1] = _NEVER
-        self._known[aid] = (vc, known)
-        return known
+        limit = (np.arange(self.n + 1, dtype=np.int64) << AGENT_SHIFT) | known
+        limit[0] = limit[aid + 1] = _NEVER
+        tables = (known, limit)
+        self._known[aid] = (vc, tables)
+        return tables
 
     def check(self, cta, offs: np.ndarray, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
               what: str = "") -> None:
@@ -185,12 +247,12 @@ class RaceDetector:
         if vc.size != self.n:
             vc = self._fit(vc)
         clock = int(vc[aid])
-        known = self._known_of(aid, vc)
+        limit = self._limit_of(aid, vc)
         for kind, epochs, lines in (("write", s.w_epoch, s.w_line), ("read", s.r_epoch, s.r_line)):
             if kind == "read" and not write:
                 break
             e = epochs[offs]
-            bad = (e & CLOCK_MASK) > known[e >> AGENT_SHIFT]
+            bad = e > limit[e >> AGENT_SHIFT]
             if np.count_nonzero(bad):          # (a quarter of any()'s cost)
                 j = int(np.argmax(bad))
                 prev = self.agents[int(e[j] >> AGENT_SHIFT) - 1]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from porter.emu.errors import CheckFailed
-from porter.emu.race import AGENT_SHIFT, CLOCK_MASK
+from porter.emu.race import AGENT_SHIFT, _any_beyond
 
 LANES, COLUMNS = 128, 512
 _NEVER = np.iinfo(np.int64).max
@@ -124,13 +124,15 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
         return
     s = _shadow(cta)
     vc = race._fit(vc)
-    known = race._known_of(aid, vc)
+    limit = race._limit_of(aid, vc)
     for prior, epochs, lines, kinds in (("write", s.w_epoch, s.w_line, s.w_kind),
                                         ("read", s.r_epoch, s.r_line, s.r_kind)):
         if prior == "read" and not write:
             break
         e = epochs[l0:l1, c0:c1]
-        bad = (e & CLOCK_MASK) > known[e >> AGENT_SHIFT]
+        if not _any_beyond(e, limit):         # (the usual region: one agent's, two reductions)
+            continue
+        bad = e > limit[e >> AGENT_SHIFT]
         if np.count_nonzero(bad):
             i, j = (int(x) for x in np.argwhere(bad)[0])
             lane, col = l0 + i, c0 + j

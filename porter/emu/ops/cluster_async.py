@@ -31,7 +31,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.decode import NP, type_of
 from porter.emu.errors import CheckFailed
-from porter.emu.ops.memory import check_async_read
+from porter.emu.ops.memory import check_async_read_span
 from porter.emu.ops.sync import build_noop
 
 _RED_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
@@ -68,7 +68,7 @@ def _land(w, cta, off: int, bar_obj, nbytes: int, what: str, apply):
             raise CheckFailed(f"{what} lands in the shared memory of {cta.name}, which has already exited")
         if race is not None:
             aid, vc, line, who = issuer
-            race.check(cta, np.arange(off, off + nbytes), aid, vc, True, line, f"the async store issued by {who}")
+            race.check_span(cta, off, off + nbytes, aid, vc, True, line, f"the async store issued by {who}")
         cta.smem.data[off:off + nbytes] = apply(cta.smem.data[off:off + nbytes].copy())
         if race is not None:
             race.release_clock(issuer[1], bar_obj)
@@ -189,11 +189,10 @@ def build_bulk_s2s(ins, d):
                                   "executing CTA's shared memory")
             tma_unit.check_bulk(dst & mem.OFFSET_MASK, src_off, size, where)
             w.cta.smem.check_span(src_off, size, "bulk copy source")
-            check_async_read(w.cta, np.arange(src_off, src_off + size), f"{where}: the bulk copy of {w.name}")
+            check_async_read_span(w.cta, src_off, src_off + size, f"{where}: the bulk copy of {w.name}")
             race = w.sched.race
             if race is not None:
-                race.access(w, w.cta, np.arange(src_off, src_off + size), False, w.prog.line(w.cur),
-                            "bulk copy source")
+                race.access_span(w, w.cta, src_off, src_off + size, False, w.prog.line(w.cur), "bulk copy source")
             data = w.cta.smem.data[src_off:src_off + size].copy()
             (cta, off, bcta, bar_obj), = _destinations(w, dst, int(bars[lane]), None, where)
             cta.smem.check_span(off, size, "bulk copy destination")

@@ -138,6 +138,22 @@ def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
                           "Model: Proxies' and 'membar/fence')")
 
 
+def check_async_read_span(cta, lo: int, hi: int, what: str) -> None:
+    """``check_async_read`` of the bytes lo .. hi - 1 (a slice, no index array)."""
+    if np.count_nonzero(cta.generic_written[lo:hi]):
+        check_async_read(cta, np.arange(lo, hi), what)
+
+
+def check_async_read_rows(cta, addrs: np.ndarray, rows16: np.ndarray | None, what: str) -> None:
+    """``check_async_read`` of ``addrs`` when they are whole 16-byte chunks ``rows16`` (chunk
+    indices, in the order of ``addrs``; None: they are not): one flag row per chunk; a hit is
+    reported by ``check_async_read`` on the bytes, so the message names the same address."""
+    if rows16 is None:
+        check_async_read(cta, addrs, what)
+    elif np.count_nonzero(_written_rows(cta, 16)[rows16]):
+        check_async_read(cta, addrs, what)
+
+
 def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):
     """(buffer, byte offsets) for the lanes' addresses in ``space``; checked (and, for shared
     memory, shown to the race detector)."""

@@ -19,7 +19,7 @@ import numpy as np
 from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.errors import CheckFailed
-from porter.emu.ops.memory import check_async_read
+from porter.emu.ops.memory import check_async_read_span
 from porter.emu.units import tma as tma_unit
 
 
@@ -102,7 +102,7 @@ def _land(w, targets, data: np.ndarray, what: str):
             check_inflight(cta, off, int(data.size), what)
             if race is not None:
                 aid, vc, line, who = issuer
-                race.check(cta, np.arange(off, off + data.size), aid, vc, True, line, f"the TMA issued by {who}")
+                race.check_span(cta, off, off + int(data.size), aid, vc, True, line, f"the TMA issued by {who}")
             cta.smem.data[off:off + data.size] = data
         for cta, off, bcta, bar in targets:
             if race is not None:
@@ -176,10 +176,10 @@ def _issue_store(w, lane: int, src: int, size: int, write, where: str) -> None:
         raise CheckFailed(f"{where}: a bulk store's source must be the executing CTA's shared memory (.shared::cta)")
     cta = w.cta
     cta.smem.check_span(off, size, "bulk store source")
-    check_async_read(cta, np.arange(off, off + size), f"{where}: the bulk store of {w.name}")
+    check_async_read_span(cta, off, off + size, f"{where}: the bulk store of {w.name}")
     race = w.sched.race
     if race is not None:
-        race.access(w, cta, np.arange(off, off + size), False, w.prog.line(w.cur), "bulk store source")
+        race.access_span(w, cta, off, off + size, False, w.prog.line(w.cur), "bulk store source")
     before = cta.smem.data[off:off + size].copy()
     _bulk_groups(w).stores.append(_BulkStore(lane, cta, off, size, before, write, w.prog.line(w.cur)))
     w.sched.counters["tma"] += 1

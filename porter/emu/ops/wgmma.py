@@ -23,7 +23,7 @@ import numpy as np
 from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed
-from porter.emu.ops.memory import check_async_read
+from porter.emu.ops.memory import check_async_read_rows
 from porter.emu.units import wgmma as unit
 
 _SHAPE = re.compile(r"m64n(\d+)k(\d+)")
@@ -34,13 +34,29 @@ _ELEM_BITS = {"bf16": 16, "f16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8}
 def _operand(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, smem_size: int, wq: int):
     """One operand's read, computed once per (descriptor, shape): its shared byte addresses
     (rows 16*wq.. of A for warp wq of the warpgroup; wq < 0: all of B), their [lo, hi) span
-    and the layout's warnings (rules the ISA does not state: see units.wgmma.operand_layout)."""
+    the layout's warnings (rules the ISA does not state: see units.wgmma.operand_layout) and,
+    when the bytes are whole 16-byte chunks (every canonical layout's are: the swizzle
+    permutes chunks), the chunks' indices (``chunk_rows``), for the checkers' row paths."""
     addr, notes = unit.operand_layout(desc, rows, k, elem_bits, mn_major, "", smem_size)
     if wq >= 0:
         addr = addr[16 * wq:16 * (wq + 1)]
     addr = np.ascontiguousarray(addr)
     addr.flags.writeable = False
-    return addr, int(addr.min()), int(addr.max()) + 1, notes
+    return addr, int(addr.min()), int(addr.max()) + 1, notes, chunk_rows(addr)
+
+
+def chunk_rows(addr: np.ndarray) -> np.ndarray | None:
+    """The 16-byte chunks whose bytes are exactly the set of ``addr``'s (sorted chunk indices,
+    read-only), or None when the bytes are not whole chunks. The checkers' decisions and their
+    shadow updates depend only on that set (a finding is re-reported from ``addr`` itself, in
+    its order), so the chunk rows can stand for it: a canonical K-major layout walks whole
+    chunks, an MN-major one touches every byte of the chunks it reads."""
+    flat = np.unique(addr.reshape(-1))
+    rows = np.unique(flat // 16)
+    if flat.size != 16 * rows.size:
+        return None
+    rows.flags.writeable = False
+    return rows
 
 
 def _warn_layout(launch, where: str, which: str, notes) -> None:
@@ -188,27 +204,33 @@ def build_wgmma(ins, d):
         size = smem.size
         launch = cta.launch
         desc_b = _uniform(rb(w), "wgmma B descriptor", where, sel)
-        b_addr, b_lo, b_hi, b_notes = _operand(desc_b, n, k, eb, bool(tnsp_b), size, -1)
+        b_addr, b_lo, b_hi, b_notes, b_rows = _operand(desc_b, n, k, eb, bool(tnsp_b), size, -1)
         b_raw = smem[b_addr]
         if b_notes:
             _warn_layout(launch, where, "B", b_notes)
         if rs:
             a_regs = np.array([w.r[i] for i in a_ids]).T               # (32, 4) uint32 snapshot
-            a_addr = None
+            a_addr = a_rows = None
             a_raw = None
         else:
             desc_a = _uniform(ra(w), "wgmma A descriptor", where, sel)
-            a_addr, a_lo, a_hi, a_notes = _operand(desc_a, 64, k, ea, bool(tnsp_a), size, wq)
+            a_addr, a_lo, a_hi, a_notes, a_rows = _operand(desc_a, 64, k, ea, bool(tnsp_a), size, wq)
             a_raw = smem[a_addr]
             if a_notes:
                 _warn_layout(launch, where, "A", a_notes)
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
         st = _state(w)
-        for addr in (b_addr, a_addr):
+        race = w.sched.race
+        for addr, chunks in ((b_addr, b_rows), (a_addr, a_rows)):
             if addr is not None:
-                check_async_read(cta, addr, f"{where}: the wgmma.mma_async of {w.name}")
-                if w.sched.race is not None:
-                    w.sched.race.access(w, cta, addr, False, line, "a wgmma operand")
+                check_async_read_rows(cta, addr, chunks, f"{where}: the wgmma.mma_async of {w.name}")
+                if race is None:
+                    continue
+                if chunks is not None:           # the same set of bytes, a row per chunk
+                    race.check_rows(cta, chunks * 16, 16, w.aid, w.vc, False, line, w.name, "a wgmma operand",
+                                    report=addr)
+                else:
+                    race.access(w, cta, addr, False, line, "a wgmma operand")
         token = object()
         what = f"the wgmma.mma_async at line {line} ({w.name})"
         keys = [(id(token), 0)]
