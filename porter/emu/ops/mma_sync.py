@@ -27,7 +27,7 @@ from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed, EmuError, Unsupported
 from porter.emu.ops.cp_async import check_not_in_flight
-from porter.emu.ops.memory import _track
+from porter.emu.ops.memory import _rows_of, _shared_offsets as _aligned_offsets, _track
 from porter.emu.units import mma_sync as unit
 
 _SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
@@ -170,15 +170,28 @@ def build_mma(ins, d):
             for j, wr in enumerate(d_w):
                 wr(w, rows[j], None)
 
+    step = None
     if not block_scale:
         unit._plan(shape, atype, btype)               # the form's layouts and tables, checked at decode
+        step = unit.planned_step(shape, atype, btype)
+    abc_ids = None
+    if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in (*av.items, *bv.items, *cv.items)):
+        abc_ids = [d.rid(x) for x in (*av.items, *bv.items, *cv.items)]
 
     def mma(w, m):
-        res = _whole_warp(w, m, where, what)
-        if res is not None:
-            return res
-        if not block_scale:                           # the common form: one planned step
-            write_d(w, unit.mma_registers(a_get(w), b_get(w), c_get(w), shape, atype, btype))
+        if m is not None or not w.full:
+            res = _whole_warp(w, m, where, what)
+            if res is not None:
+                return res
+        if step is not None:                          # the common form: one planned step
+            if abc_ids is not None:                   # A, B and C straight from the register file
+                regs = w.r
+                x = np.concatenate([regs[i] for i in abc_ids])
+                if x.dtype != np.uint32:              # (32-bit registers are stored as uint32)
+                    x = np.concatenate([a_get(w), b_get(w), c_get(w)], axis=None)
+            else:
+                x = np.concatenate([a_get(w), b_get(w), c_get(w)], axis=None)
+            write_d(w, step(x))
             return None
         try:
             a = unit.operand_values(a_get(w), shape, "a", atype, reg_major=True)
@@ -224,6 +237,28 @@ def matrix_rows(w, addrs, n: int, space: str, store: bool, where: str, what: str
     return offs
 
 
+def _fast_matrix_rows(w, addrs, n: int, space: str, store: bool, what: str):
+    """``matrix_rows`` when every row address is 16-byte aligned and inside the executing CTA's
+    shared memory (three reductions, ``ops.memory._shared_offsets``), else None (then
+    ``matrix_rows`` reports what is wrong). The in-flight test reads the cp.async byte
+    counts as 16-byte rows; a hit is reported by ``check_not_in_flight`` itself."""
+    a = addrs[:n]
+    if space == "generic":
+        lo = mem.SHARED_GENERIC
+        if int(a.min()) < lo or int(a.max()) >= lo + mem.WINDOW:
+            return None
+        a = a - lo
+    offs = _aligned_offsets(w, a, 16)
+    if offs is None:
+        return None
+    rows = offs // 16
+    inflight = w.cta.units.get("cp_async_inflight")
+    if inflight is not None and np.count_nonzero(inflight[:inflight.size - inflight.size % 16].reshape(-1, 16)[rows]):
+        check_not_in_flight(w, offs, 16, what)
+    _track(w, w.cta, offs, 16, store, what)
+    return offs, rows
+
+
 def _matrix_op(ins, d, store: bool):
     parts = ins.parts
     where = d.where(ins)
@@ -258,8 +293,15 @@ def _matrix_op(ins, d, store: bool):
         res = _whole_warp(w, m, where, what)
         if res is not None:
             return res
-        offs = matrix_rows(w, addr_fn(w), n_used, space, store, where, what)
         smem = w.cta.smem
+        if not store:
+            fast = _fast_matrix_rows(w, addr_fn(w), n_used, space, False, what)
+            if fast is not None:             # what unit.ldmatrix gathers, as rows of eight b16
+                out = unit.ldmatrix_rows(_rows_of(smem, 2, 8), fast[1], num, trans)      # (num, 32)
+                for j, wr in enumerate(writers):
+                    wr(w, out[j], None)          # a row: contiguous, never written in place
+                return None
+        offs = matrix_rows(w, addr_fn(w), n_used, space, store, where, what)
         if not store:
             try:
                 out = unit.ldmatrix(smem.data, np.concatenate([offs, np.zeros(32 - n_used, np.int64)]),

@@ -160,6 +160,15 @@ def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = ""
     return regs if reg_major else regs.T.copy()
 
 
+def ldmatrix_rows(rows_b16: np.ndarray, rows: np.ndarray, num: int, trans: bool) -> np.ndarray:
+    """``ldmatrix(..., reg_major=True)`` of rows already checked (16-byte aligned, inside shared
+    memory): ``rows_b16`` is shared memory as rows of eight b16 elements (a view), ``rows`` the
+    first 8 * num lanes' row indices into it. uint32 (num, 32)."""
+    mats = rows_b16[rows].reshape(num, 64)
+    lo, hi = _ldmatrix_flat(trans)
+    return mats[:, lo] | (mats[:, hi].astype(np.uint32) << np.uint32(16))
+
+
 @functools.lru_cache(maxsize=2)
 def _ldmatrix_flat(trans: bool):
     rows, cols = ldmatrix_layout(trans)
@@ -301,6 +310,53 @@ def mma_registers(a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray, sh
     out = np.empty(128, dtype=np.float32)
     out[pc] = acc.reshape(-1)
     return out.view(np.uint32).reshape(4, 32)
+
+
+try:                                   # einsum's own kernel, without the Python wrapper's checks
+    from numpy._core.multiarray import c_einsum as _einsum
+except ImportError:                    # (an older or newer numpy: the public entry computes the same)
+    _einsum = np.einsum
+
+
+@functools.lru_cache(maxsize=32)
+def planned_step(shape: str, atype: str, btype: str):
+    """``mma_registers`` as one function of the warp's A, B and C registers concatenated
+    register-major (uint32 (320,): A's 4 x 32, B's 2 x 32, C's 4 x 32), for the simulator's
+    hot path: the same gathers, the same float64 product (einsum) and the same float64 add
+    of each D element and its C element, rounded once to f32, in fewer numpy calls (A's and
+    B's codes in one gather and one table lookup when they share a format; D taken in
+    register order from the product instead of scattered; no errstate, as the scheduler runs
+    every instruction with numpy's warnings off). Returns uint32 (4, 32)."""
+    bits, k, pa, pb, pc, ta, tb = _plan(shape, atype, btype)
+    inv = np.argsort(pc)                 # register-major position -> D's row-major index
+    c_words = slice(192, 320)
+    if bits == 16:
+        table = _table16(atype)
+        if atype == btype:
+            both = np.concatenate([pa, 256 + pb])      # b16 codes: A's 256, then B's from code 256 on
+            na = 16 * k
+
+            def step(x):
+                v = table[x[:192].view("<u2")[both]]
+                return ((_einsum("mk,kn->mn", v[:na].reshape(16, k), v[na:].reshape(k, 8)).reshape(-1)[inv]
+                         + x[c_words].view(np.float32).astype(np.float64)).astype(np.float32)
+                        .view(np.uint32).reshape(4, 32))
+            return step
+        tb16 = _table16(btype)
+
+        def step(x):
+            a = table[x[:128].view("<u2")[pa]].reshape(16, k)
+            b = tb16[x[128:192].view("<u2")[pb]].reshape(k, 8)
+            return ((_einsum("mk,kn->mn", a, b).reshape(-1)[inv] + x[c_words].view(np.float32).astype(np.float64))
+                    .astype(np.float32).view(np.uint32).reshape(4, 32))
+        return step
+
+    def step(x):
+        a = _register_values(x[:128], pa, ta, bits, atype).reshape(16, k)
+        b = _register_values(x[128:192], pb, tb, bits, btype).reshape(k, 8)
+        return ((_einsum("mk,kn->mn", a, b).reshape(-1)[inv] + x[c_words].view(np.float32).astype(np.float64))
+                .astype(np.float32).view(np.uint32).reshape(4, 32))
+    return step
 
 
 def accumulator(regs, reg_major: bool = False) -> np.ndarray:
