@@ -24,12 +24,15 @@ barrier after that wait. Bounds and alignment of source (src-size bytes) and des
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.errors import CheckFailed
 from porter.emu.ops import tma
+from porter.emu.ops.memory import _MAX, _MIN, _OR, _rows_of, _written_rows
 
 
 class _Copy:
@@ -59,6 +62,27 @@ def _count(counts: np.ndarray, starts: np.ndarray, idx: np.ndarray, delta: int) 
         counts[idx] += delta
     else:
         np.add.at(counts, idx, delta)
+
+
+def _count_rows(counts: np.ndarray, starts: np.ndarray, n: int, delta: int) -> None:
+    """``_count`` of copies of ``n`` bytes at the n-aligned offsets ``starts``: the counts as
+    rows of n (a view), one row per copy; np.add.at over the bytes when two copies share one."""
+    if len(set(starts.tolist())) == starts.size:
+        counts[:counts.size - counts.size % n].reshape(-1, n)[starts // n] += delta
+    else:
+        np.add.at(counts, (starts[:, None] + np.arange(n)).reshape(-1), delta)
+
+
+def _heap_rows(gmem, n: int) -> np.ndarray:
+    """Device memory as rows of ``n`` bytes (a view, rebuilt when the heap grows into a new array)."""
+    heap = gmem.heap
+    cache = gmem.__dict__.get("_rows")
+    if cache is None or cache[0] is not heap:
+        cache = gmem._rows = (heap, {})
+    r = cache[1].get(n)
+    if r is None:
+        r = cache[1][n] = heap[:heap.size - heap.size % n].reshape(-1, n)
+    return r
 
 
 def check_not_in_flight(w, offs: np.ndarray, nbytes: int, what: str) -> None:
@@ -95,24 +119,27 @@ def _land(w, c: _Copy, due: np.ndarray, clock=None) -> None:
     race detector the write is the issuing warp's (``w``), at its clock now (the wait that makes
     the bytes visible to it) or at ``clock`` (an mbarrier-tracked completion: its clock at the
     cp.async.mbarrier.arrive). cp.async writes in the generic proxy."""
-    data = w.cta.smem.data
     n = c.data.shape[1]
     lanes = np.nonzero(due)[0]
-    idx = c.dst[lanes][:, None] + np.arange(n)
+    dst = c.dst[lanes]
+    rows = dst // n                 # each copy is n bytes at an n-aligned offset: one row of n bytes
     race = w.sched.race
     if race is not None:
-        race.check(w.cta, idx.reshape(-1), w.aid, w.vc if clock is None else clock, True, c.line,
-                   f"the cp.async of {w.name}", "cp.async landing")
-    w.cta.generic_written[idx.reshape(-1)] = True
-    same = (data[idx] == c.before[lanes]).all(axis=1)
-    if not same.all():
+        race.check_rows(w.cta, dst, n, w.aid, w.vc if clock is None else clock, True, c.line,
+                        f"the cp.async of {w.name}", "cp.async landing")
+    _written_rows(w.cta, n)[rows] = True
+    data = _rows_of(w.cta.smem, 1, n)
+    now = data[rows]
+    before = c.before[lanes]
+    if not np.array_equal(now, before):
+        same = (now == before).all(axis=1)
         lane = int(lanes[np.argmin(same)])
         off = int(c.dst[lane])
         raise CheckFailed(f"the shared bytes 0x{off:x}..0x{off + n:x} that the cp.async at {w.prog.file}:{c.line} "
                           f"(lane {lane}) copies into were written by something else while the copy was in flight "
                           "(a race: an overlapping cp.async or store before the wait that covers it)")
-    data[idx] = c.data[lanes]
-    _count(inflight(w.cta), c.dst[lanes], idx.reshape(-1), -1)
+    data[rows] = c.data[lanes]
+    _count_rows(inflight(w.cta), dst, n, -1)
     c.pending = c.pending & ~due
 
 
@@ -145,6 +172,44 @@ def _at_exit(w) -> None:
     st = w.units.get("cp_async")
     if st is not None and st.copies and not w.cta.done:
         st.land(w, lambda c: np.ones(32, dtype=bool))
+
+
+def issue_rows(w, m, dst_fn, src_fn, size: int, line: int) -> bool:
+    """A cp.async without src-size or ignore-src, issued in one step when every executing lane's
+    copy is aligned, inside the CTA's shared memory and inside one global allocation
+    (reductions instead of the per-lane tests, rows of ``size`` bytes instead of bytes): what
+    the checking path records; False sends the copy down that path, which reports what is wrong."""
+    every = m is None and w.full
+    sel = w.live if m is None else m
+    dst, src = dst_fn(w), src_fn(w)
+    if not every:
+        dst, src = dst[sel], src[sel]
+    if not dst.size or (_OR(dst) | _OR(src)) & (size - 1):
+        return False
+    sm = w.cta.smem
+    a = dst - sm.base                           # (a new array: the copy keeps it)
+    if int(_MIN(a)) < mem.SHARED_RESERVED or int(_MAX(a)) + size > sm.size:
+        return False
+    gmem = w.cta.launch.gmem
+    lo, hi = int(_MIN(src)), int(_MAX(src)) + size
+    i = bisect.bisect_right(gmem.starts, lo) - 1
+    if i < 0 or hi > gmem.ends[i]:
+        return False
+    got = _heap_rows(gmem, size)[(src - mem.GLOBAL_BASE) // size]
+    rows = a // size
+    now = _rows_of(sm, 1, size)[rows]
+    if every:
+        data, before, full_dst = got, now, a
+    else:
+        data = np.zeros((32, size), dtype=np.uint8)
+        before = np.zeros((32, size), dtype=np.uint8)
+        full_dst = np.zeros(32, dtype=np.int64)
+        data[sel], before[sel], full_dst[sel] = got, now, a
+    st = _state(w)
+    _count_rows(inflight(w.cta), a, size, 1)
+    st.copies.append(_Copy(sel.copy(), st.committed.copy(), full_dst, data, before, line, w))
+    w.sched.counters["cp_async"] = w.sched.counters.get("cp_async", 0) + 1
+    return True
 
 
 def _copy(ins, d):
@@ -186,7 +251,11 @@ def _copy(ins, d):
     cols = np.arange(size, dtype=np.int64)
     line = ins.line
 
+    plain = src_size_fn is None and ignore_fn is None
+
     def cp_async(w, m):
+        if plain and issue_rows(w, m, dst_fn, src_fn, size, line):
+            return
         sel = w.live if m is None else m
         lanes = np.nonzero(sel)[0]
         dst = np.asarray(dst_fn(w)).astype(np.int64)[sel]
