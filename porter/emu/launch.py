@@ -181,6 +181,8 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
                 raw = tma_unit.encode(a.params, buf.ptr)
             except (AttributeError, TypeError, ValueError) as exc:
                 raise EmuError(f"launch: argument {i} for {p.name}: tensor-map parameters unusable ({exc})") from None
+            if p.size == 8:             # a `const CUtensorMap*` parameter: the host copied the map to device memory
+                raw = struct.pack("<Q", memory.upload(np.frombuffer(raw, np.uint8), f"argument {i} map").ptr)
         elif isinstance(a, (bytes, bytearray)):
             raw = bytes(a)
         elif isinstance(a, (np.ndarray, Buffer)):

@@ -61,11 +61,19 @@ class Harness:
         self.float8_e4m3fn = ml_dtypes.float8_e4m3fn
 
     @staticmethod
-    def tensor_map(array: np.ndarray, box, swizzle: str = "NONE", name: str = "", oob_fill: str = "NONE"):
+    def tensor_map(array: np.ndarray, box, swizzle: str = "NONE", name: str = "", oob_fill: str = "NONE",
+                   dims=None, strides=None, element_strides=None):
         """A tiled TMA tensor map over ``array`` (C order, any rank up to 5), as
         ``cuTensorMapEncodeTiled`` would make it: dims and ``box`` innermost first (``box``
         in elements, e.g. ``(64, 64)`` for 64 rows of 64 elements), ``swizzle`` one of NONE,
-        32B, 64B, 128B. The kernel gets the 128-byte map; the array is its global tensor."""
+        32B, 64B, 128B. The kernel gets the 128-byte map (a ``const CUtensorMap*``
+        parameter gets a copy of it in global memory); the array is its global tensor.
+
+        ``dims`` and ``strides`` (bytes, one per dim but the innermost) describe the tensor
+        as a host code's own ``cuTensorMapEncodeTiled`` call does, over the array's bytes
+        from its start (e.g. a 2-D matrix seen as 3-D ``{8, rows, cols / 8}`` with strides
+        ``{row bytes, 16}``); then only the driver's rules apply (strides multiples of 16,
+        a box up to 256 per dim, which may exceed the dim: the rest is out of bounds)."""
         if not isinstance(array, np.ndarray):
             raise PorterError(f"h.tensor_map: give a numpy array, got {type(array).__name__}")
         dtype = _MAP_TYPES.get(array.dtype.name)
@@ -73,13 +81,39 @@ class Harness:
             raise PorterError(f"h.tensor_map: no tensor-map data type for {array.dtype.name} "
                               f"(use one of {', '.join(sorted(_MAP_TYPES))})")
         array = np.ascontiguousarray(array)
-        dims = tuple(int(d) for d in reversed(array.shape))
-        strides = tuple(int(s) for s in reversed(array.strides[:-1]))
         box = tuple(int(b) for b in box)
-        params = TensorMapParams(name or f"{'x'.join(map(str, array.shape))} {array.dtype.name}", dtype, dims,
-                                 strides, box, swizzle, oob_fill=oob_fill)
-        params.check()
+        label = name or f"{'x'.join(map(str, array.shape))} {array.dtype.name}"
+        if dims is None and strides is None:
+            dims = tuple(int(d) for d in reversed(array.shape))
+            strides = tuple(int(s) for s in reversed(array.strides[:-1]))
+            params = TensorMapParams(label, dtype, dims, strides, box, swizzle, oob_fill=oob_fill,
+                                     element_strides=tuple(element_strides or ()))
+            params.check()
+            return tensor_map(params, array)
+        if dims is None or strides is None:
+            raise PorterError(f"h.tensor_map {label}: give both dims and strides (bytes), or neither")
+        dims, strides = tuple(int(d) for d in dims), tuple(int(s) for s in strides)
+        params = TensorMapParams(label, dtype, dims, strides, box, swizzle, oob_fill=oob_fill,
+                                 element_strides=tuple(element_strides or ()))
+        _check_explicit_map(params, array)
         return tensor_map(params, array)
+
+
+def _check_explicit_map(params: TensorMapParams, array: np.ndarray) -> None:
+    """A map given by dims and strides: the driver's encoding rules (the simulator's own
+    encoder states them), and every element it can reach lies inside the array."""
+    from porter.emu.errors import EmuError
+    from porter.emu.units import tma as tma_unit
+
+    try:
+        tma_unit.encode(params, 0)
+    except EmuError as exc:
+        raise PorterError(f"h.tensor_map {params.name}: {exc}") from None
+    last = params.element_bytes * (params.dims[0] - 1) + \
+        sum(s * (d - 1) for s, d in zip(params.strides, params.dims[1:]))
+    if last + params.element_bytes > array.nbytes:
+        raise PorterError(f"h.tensor_map {params.name}: dims {params.dims} with strides {params.strides} B reach "
+                          f"byte {last + params.element_bytes - 1}, beyond the array's {array.nbytes} B")
 
 
 class HarnessSpec:

@@ -834,7 +834,7 @@ def _shape_num(parts, d):
 
 
 def _ld_region(w, addr: int, shape: str, num: int):
-    lane0, col = addr >> 16, addr & 0xFFFF
+    lane0, col = (addr >> 16) % 128, addr & 0xFFFF     # the lane field modulo 128, as units.tmem reads it
     nl = 32 if shape == "32x32b" else 16
     regs = tmem_unit._REGS_X1.get(shape, 1) * num
     ncols = {"32x32b": num, "16x64b": 2 * num, "16x128b": 4 * num, "16x256b": 8 * num}.get(shape, regs)

@@ -139,8 +139,8 @@ def _validate(m: TensorMap, where: str) -> TensorMap:
         if not 0 < d <= 1 << 32:
             raise EmuError(f"{w}tensor map dim {i} = {d} must be in 1..2^32")
     for i, s in enumerate(m.strides):
-        if s % 16 or not 0 < s < 1 << 40:
-            raise EmuError(f"{w}tensor map stride of dim {i + 1} = {s} B must be a positive multiple of 16 below 2^40")
+        if s % 16 or not 0 <= s < 1 << 40:     # the driver's rule; 0 is legal (a size-1 dim's stride: fast.cu's rank-5 maps)
+            raise EmuError(f"{w}tensor map stride of dim {i + 1} = {s} B must be a multiple of 16 below 2^40")
     for i, b in enumerate(m.box):
         if not 0 < b <= MAX_BOX:
             raise EmuError(f"{w}tensor map box size {b} in dim {i} must be in 1..{MAX_BOX}")
