@@ -170,16 +170,16 @@ MUTATIONS = [
      [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n", "")], REWRITTEN),
     # the writers' generic stores are not fenced before the async proxy (the TMA) reads them
     ("no-fence-proxy-async-before-the-store",
-     [("        fence_proxy_async_smem();\n        named_barrier_sync(barrier, kThreadsStoring);\n",
-       "        named_barrier_sync(barrier, kThreadsStoring);\n")],
+     [("        fence_proxy_async_smem();\n        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
+       "        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n")],
      ("written by generic stores with no fence.proxy.async",)),
     # the issuer's wait_group.read is not passed on: the other writers rewrite the slot before it
     ("wait-group-read-not-passed-to-the-writers",
-     [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n        named_barrier_sync(barrier, kThreadsStoring);\n",
+     [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
        "        if (issuer) tma_store_wait_read<kSlots - 1>();\n")], REWRITTEN + ("deadlock",)),
     # the store is issued before every writer has written (and fenced) its rows
     ("store-issued-before-the-writers-met",
-     [("        fence_proxy_async_smem();\n        named_barrier_sync(barrier, kThreadsStoring);\n",
+     [("        fence_proxy_async_smem();\n        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
        "        fence_proxy_async_smem();\n")], REWRITTEN + ("outside tolerance", "deadlock", "no fence.proxy.async")),
 ]
 # (form id, arch, kernel, knobs, shape): more tiles than the emulated device's 4 SMs, so a slot is reused
@@ -219,3 +219,22 @@ def test_unmutated_forms_pass_at_the_mutation_shapes(archs, form):
     _, arch_name, name, extra, shape = form
     res = emulate(_spec(archs[arch_name], name, **extra), archs[arch_name], shapes=[shape], seeds=1)
     assert res["status"] == "passed", res["reason"]
+
+
+def test_every_form_compiles_and_passes_its_sass_checks_without_spills(archs):
+    """NVRTC + SASS checks (no local memory, UTMASTG present) for every o_store=tma form: the
+    two-Q-tile form's setmaxnreg split for o_store=tma (REGS_2Q_O_TMA) is what ptxas needed."""
+    from porter.kernels.build import build_kernel
+
+    for arch_name, q_tiles in (("blackwell", 1), ("blackwell", 2), ("hopper", 1)):
+        arch = archs[arch_name]
+        for v in attention.variants(arch):
+            if not isinstance(v, KernelSpec):
+                continue
+            extra = {"q_tiles": q_tiles} if q_tiles > 1 else {}
+            if q_tiles == 1 and v.name in ("attention.hd128", "attention.hd128.causal"):
+                extra["stages"] = 2
+            build = build_kernel(_spec(arch, v.name, **extra), arch)
+            failed = [f"{c.name}: {c.detail}" for c in build.checks if not c.passed]
+            assert build.ok and not failed, (arch_name, v.name, q_tiles, failed or build.compile_error)
+            assert build.resources["spill_store_bytes"] == 0 and build.resources["local_bytes"] == 0

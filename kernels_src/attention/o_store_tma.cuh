@@ -45,18 +45,20 @@ PORTER_DEVICE void st_shared_b32(uint32_t addr, uint32_t v) {
 }
 
 // One storing group's ring of staging boxes (kBoxBytes each, 1024-aligned), its named
-// barrier (id, kThreads participants) and its issuing thread.
-template <int kSlots, uint32_t kBoxBytes, int kThreadsStoring>
+// barrier (id kBarrier0 + group, kThreadsStoring participants) and its issuing thread. The
+// barrier id and the sizes are immediates: the storing warps may run with few registers
+// (the two-Q-tile form's correction warpgroup: 88 after setmaxnreg).
+template <int kSlots, uint32_t kBoxBytes, int kThreadsStoring, uint32_t kBarrier0>
 struct OStager {
-    uint32_t staging;    // shared address of slot 0
-    uint32_t barrier;    // named barrier id among the storing threads
+    uint32_t group;      // which storing group: named barrier kBarrier0 + group
     bool issuer;         // the one thread that issues, commits and waits
     uint32_t seq;        // boxes staged so far (the same count in every storing thread)
 
-    // The next box's slot, once the store that last read it has finished reading.
-    __device__ __forceinline__ uint32_t begin() {
+    // The next box's slot in the ring at `staging` (passed in, not kept: the caller recomputes
+    // it from its shared-memory carve-up), once the store that last read it finished reading.
+    __device__ __forceinline__ uint32_t begin(uint32_t staging) {
         if (issuer) tma_store_wait_read<kSlots - 1>();
-        named_barrier_sync(barrier, kThreadsStoring);
+        named_barrier_sync(kBarrier0 + group, kThreadsStoring);
         return staging + (seq % kSlots) * kBoxBytes;
     }
 
@@ -64,7 +66,7 @@ struct OStager {
     // of it is live; the group is committed either way).
     __device__ __forceinline__ void end(const TmaDescriptor* map, uint32_t slot, int c0, int c1, int c2, bool live) {
         fence_proxy_async_smem();
-        named_barrier_sync(barrier, kThreadsStoring);
+        named_barrier_sync(kBarrier0 + group, kThreadsStoring);
         if (issuer) {
             if (live) tma_store_3d(map, slot, c0, c1, c2);
             tma_store_commit();

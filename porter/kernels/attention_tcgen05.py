@@ -119,6 +119,12 @@ O_STORES = ("direct", "tma")
 O_BOX_COLS = 64                 # bf16 columns of one staging box: one 128-byte swizzle row
 O_BOX_BYTES = CTA_ROWS * 128
 O_STORE_BARRIER = 1             # named barrier among the storing warpgroup (0 is __syncthreads)
+# With o_store=tma the two-Q-tile form's register split is ptxas's answer, per CTA group: with
+# 56 / 184 / 88 ptxas kept a value live across the setmaxnreg role split in local memory (4-8 B
+# of STL / LDL at the dispatch); one CTA takes 64 for the load/MMA warpgroup and 80 for the
+# correction, a pair 176 for each softmax warpgroup (its S row needs block_n + 40 = 168) and 104
+# for the correction; every form then compiles without local memory (tests/test_attention_o_tma.py).
+REGS_2Q_O_TMA = {1: {"other": 64, "correction": 80}, 2: {"softmax": 176, "correction": 104}}
 SOFTMAX_ROW_OVERHEAD = 40   # registers beside the S row: addresses, m, l, the partials, a P chunk's share
 STAT_SLOTS = 2              # softmax -> correction ring of per-row floats (alpha, then 1 / l)
 
@@ -338,7 +344,7 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         # setmaxnreg budgets: the launch pool of __launch_bounds__(threads, 1), the softmax's
         # whole S row (block_n fp32) with its overhead, every warpgroup within the pool
         launch = min(arch.max_regs_per_thread, arch.regs_per_sm // threads // 8 * 8)
-        regs = dict(REGS_2Q, launch=launch)
+        regs = dict(REGS_2Q, **(REGS_2Q_O_TMA[cta_group] if knobs.get("o_store") == "tma" else {}), launch=launch)
         pool = 128 * (regs["other"] + q_tiles * regs["softmax"] + regs["correction"])
         need = block_n + SOFTMAX_ROW_OVERHEAD
         why = None
@@ -370,7 +376,10 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
                           f"{arch.smem_per_block_bytes} (at most {plan['stages']} stages)")
         plan = dict(plan, stages=want, smem_bytes=plan["total"](want))
     if o_store == "tma" and plan["stages"] is not None:
-        slots = o_slots(plan, plan["stages"], q_tiles * head_dim // O_BOX_COLS, arch.smem_per_block_bytes)
+        # one Q tile: a ring of a tile's boxes; two: one box (the correction warpgroup stores at 88
+        # registers after setmaxnreg: a ring index beside the rest spilled there)
+        want = head_dim // O_BOX_COLS if q_tiles == 1 else 1
+        slots = o_slots(plan, plan["stages"], want, arch.smem_per_block_bytes)
         if not slots:
             st = plan["stages"]
             fewer = next((n for n in range(st - 1, MIN_STAGES - 1, -1)
