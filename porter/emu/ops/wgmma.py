@@ -2,8 +2,13 @@
 wait_group (PTX ISA 9.7.15), on the decoders of ``porter.emu.units.wgmma``.
 
 Each warp of the warpgroup computes its own 16 rows of D (the ISA's fragment layout
-gives warp w rows 16w..16w+15, which depend only on A's same rows and all of B), so the
-warps need no rendezvous; ``.sync.aligned`` still requires each warp to be converged.
+gives warp w rows 16w..16w+15, which depend only on A's same rows and all of B), but the
+operation is the warpgroup's (PTX ISA 9.7.15: "executed by all the 128 threads of the
+warpgroup collectively"; commit_group "creates a new wgmma-group per warpgroup"): a warp's
+n-th mma_async starts once every warp of its warpgroup issued its n-th (the race detector
+joins their clocks there), and the first wait_group that completes it completes its reads
+for the whole warpgroup, so a thread that waited may refill the operands its sibling warps
+read (fast.cu's kernels 2-3 reload A and B from thread 0 right after its own wait).
 
 Asynchrony is modelled as the ISA allows: ``mma_async`` records its operands and joins
 the warp's open group; ``commit_group`` closes the group; ``wait_group N`` completes all
@@ -42,19 +47,30 @@ def _operand(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, smem_
         addr = addr[16 * wq:16 * (wq + 1)]
     addr = np.ascontiguousarray(addr)
     addr.flags.writeable = False
-    return addr, int(addr.min()), int(addr.max()) + 1, notes, chunk_rows(addr)
+    distinct = not any(kind == "alias" for kind, _ in notes)
+    return addr, int(addr.min()), int(addr.max()) + 1, notes, chunk_rows(addr, distinct)
 
 
-def chunk_rows(addr: np.ndarray) -> np.ndarray | None:
+def chunk_rows(addr: np.ndarray, distinct: bool = False) -> np.ndarray | None:
     """The 16-byte chunks whose bytes are exactly the set of ``addr``'s (sorted chunk indices,
     read-only), or None when the bytes are not whole chunks. The checkers' decisions and their
     shadow updates depend only on that set (a finding is re-reported from ``addr`` itself, in
     its order), so the chunk rows can stand for it: a canonical K-major layout walks whole
-    chunks, an MN-major one touches every byte of the chunks it reads."""
-    flat = np.unique(addr.reshape(-1))
-    rows = np.unique(flat // 16)
-    if flat.size != 16 * rows.size:
-        return None
+    chunks, an MN-major one touches every byte of the chunks it reads. ``distinct``: no two
+    elements of ``addr`` name one byte (then a count of bytes per chunk decides)."""
+    flat = addr.reshape(-1)
+    if distinct and flat.size:
+        c0 = int(flat.min()) >> 4
+        counts = np.bincount((flat >> 4) - c0)
+        rows = np.flatnonzero(counts)
+        if np.count_nonzero(counts[rows] != 16):
+            return None
+        rows += c0
+    else:
+        flat = np.unique(flat)
+        rows = np.unique(flat // 16)
+        if flat.size != 16 * rows.size:
+            return None
     rows.flags.writeable = False
     return rows
 
@@ -117,7 +133,13 @@ def _exit_check(w) -> None:
                           "(missing wgmma.commit_group / wgmma.wait_group)")
 
 
-def _uniform(v, what: str, where: str, sel) -> int:
+def _uniform(v, what: str, where: str, sel, full: bool = False) -> int:
+    """The one value ``v`` holds across the lanes ``sel`` (an error if they differ). ``full``:
+    every lane executes, so the 32 lanes' bytes are compared at once."""
+    if full and type(v) is np.ndarray and v.shape == (32,):
+        raw = v.tobytes()
+        if raw == raw[:v.itemsize] * 32:
+            return int(v[0])
     a = np.broadcast_to(np.asarray(v), (32,))[sel]
     if (a != a[0]).any():
         raise CheckFailed(f"{where}: {what} differs across the warp's lanes")
@@ -203,7 +225,8 @@ def build_wgmma(ins, d):
         smem = cta.smem.data
         size = smem.size
         launch = cta.launch
-        desc_b = _uniform(rb(w), "wgmma B descriptor", where, sel)
+        full = w.full
+        desc_b = _uniform(rb(w), "wgmma B descriptor", where, sel, full)
         b_addr, b_lo, b_hi, b_notes, b_rows = _operand(desc_b, n, k, eb, bool(tnsp_b), size, -1)
         b_raw = smem[b_addr]
         if b_notes:
@@ -213,12 +236,12 @@ def build_wgmma(ins, d):
             a_addr = a_rows = None
             a_raw = None
         else:
-            desc_a = _uniform(ra(w), "wgmma A descriptor", where, sel)
+            desc_a = _uniform(ra(w), "wgmma A descriptor", where, sel, full)
             a_addr, a_lo, a_hi, a_notes, a_rows = _operand(desc_a, 64, k, ea, bool(tnsp_a), size, wq)
             a_raw = smem[a_addr]
             if a_notes:
                 _warn_layout(launch, where, "A", a_notes)
-        scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel)
+        scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel, full)
         st = _state(w)
         race = w.sched.race
         for addr, chunks in ((b_addr, b_rows), (a_addr, a_rows)):
@@ -231,6 +254,7 @@ def build_wgmma(ins, d):
                                     report=addr)
                 else:
                     race.access(w, cta, addr, False, line, "a wgmma operand")
+        seq = st.issued                  # this warp's n-th mma_async: the warpgroup's n-th operation
         token = object()
         what = f"the wgmma.mma_async at line {line} ({w.name})"
         keys = [(id(token), 0)]
@@ -245,13 +269,22 @@ def build_wgmma(ins, d):
         w.sched.counters["wgmma"] += 1
         st.issued += 1
 
-        def complete(w):
+        def reads_done(who):
+            """The operation's reads end: its operands must still hold what it read at issue."""
             for key in keys:
                 cta.inflight_reads.pop(key, None)
             if not np.array_equal(smem[b_addr], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
-                raise CheckFailed(f"{where}: {w.name}: the shared memory this wgmma.mma_async reads changed before the "
+                raise CheckFailed(f"{where}: {who}: the shared memory this wgmma.mma_async reads changed before the "
                                   "wgmma.wait_group that covers it (its stage was released before the wait that covers it, "
                                   "or overwritten)")
+
+        group = _collective(cta, w.index // 4, seq)
+        group["reads"].append(reads_done)
+
+        def complete(w):
+            for done in group["reads"]:      # the first wait of the warpgroup ends every warp's reads
+                done(w.name)
+            group["reads"].clear()
             bvals = unit.decode_values(b_raw.reshape(n, -1), btype)
             if rs:
                 rows, cols = _a_lanes(k, ea, wq)
@@ -285,8 +318,54 @@ def build_wgmma(ins, d):
                     del refs[i]
                     poisoned.pop(i, None)
         st.open.append(complete)
+        return _rendezvous(w, group, where)
     mma_async.n_dst = 0
     return mma_async
+
+
+def _collective(cta, wg: int, seq: int) -> dict:
+    """The warpgroup ``wg``'s ``seq``-th wgmma.mma_async: its warps' arrivals and pending reads."""
+    table = cta.__dict__.setdefault("wgmma_collective", {})
+    group = table.get((wg, seq))
+    if group is None:
+        group = table[(wg, seq)] = {"arrived": 0, "reads": []}
+        table.pop((wg, seq - 2), None)      # two behind: every warp has passed that rendezvous
+    return group
+
+
+def _rendezvous(w, group: dict, where: str):
+    """Issue done; the warp waits until every warp of its warpgroup issued the same operation
+    (the race detector joins their clocks, as at a barrier)."""
+    from porter.emu.control import Park
+
+    cta = w.cta
+    first = w.index - w.index % 4
+    need = sum(1 for x in cta.warps[first:first + 4] if not x.done)
+    race = w.sched.race
+    group["arrived"] += 1
+    if race is not None:
+        race.release(w, group.setdefault("clock", _Holder()))
+    if group["arrived"] >= need:
+        if race is not None:
+            race.publish(group["clock"], 0)
+        group["passed"] = True
+    acquired = []
+
+    def ready() -> bool:
+        if not group.get("passed"):
+            return False
+        if race is not None and not acquired:
+            race.acquire(w, group["clock"], 0)
+            acquired.append(True)
+        return True
+    if ready():
+        return None
+    return Park(ready, lambda: f"{where}: wgmma.mma_async waits for the other warps of warpgroup {w.index // 4} "
+                               f"({group['arrived']} of {need} issued it)", advance=True)
+
+
+class _Holder:
+    """What the race detector's release / publish / acquire keep their clocks on."""
 
 
 build_wgmma.n_dst = 99          # accumulators are read and written by the wgmma itself
