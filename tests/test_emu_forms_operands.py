@@ -355,3 +355,12 @@ def test_brkpt_decodes_and_stops_the_warp_that_reaches_it():
     np.testing.assert_array_equal(run(body), T)
     with pytest.raises(CheckFailed, match=r"warp 0 executed brkpt.*PTX ISA 9\.7\.19\.1"):
         run(body.replace("40", "4"))
+
+
+def test_generic_loads_and_stores_through_a_cvta_local_pointer():
+    # %SP (generic) + 4*k: a store and a load through the generic window reach the same frame
+    body = LOCAL.replace("ld.local.u8 %r15, [%SPL+1];", "add.s64 %rd12, %SP, 72;\nst.u32 [%rd12], %r7;\n"
+                         "ld.local.u32 %r15, [%SPL+72];\nld.u32 %r17, [%SP+4];\nadd.u32 %r15, %r15, %r17;")
+    got = run(body, n=128).reshape(4, 32).astype(np.int64)
+    k = (T * 7) % 16
+    np.testing.assert_array_equal(got[2], k + T * 100 + 1)          # buf[1] = tid*100 + 1

@@ -9,8 +9,11 @@ thread of a CTA its own frame in one buffer of the CTA: a thread's local address
 local addresses and one gather serves them all; the ISA leaves local addresses to the
 implementation. A thread's access outside its own frame is an error (the variables of other
 threads are not in its local space). The generic window for local memory starts at
-``LOCAL_GENERIC`` (``cvta.local`` adds it; ``cvta.to.local`` checks and removes it). Local
-memory is private to its thread, so no race checking applies.
+``LOCAL_GENERIC`` (``cvta.local`` adds it; ``cvta.to.local`` checks and removes it), and a
+generic load or store whose address lies there reaches the frames (``local_lanes``, from
+ops/memory.py's generic resolution, which does not know the lanes: it checks each address
+inside one frame of the executing warp). Local memory is private to its thread, so no race
+checking applies.
 """
 
 from __future__ import annotations
@@ -56,6 +59,27 @@ def _buffer(w, frame: int) -> np.ndarray:
         nthreads = -(-w.cta.nthreads // 32) * 32
         buf = w.cta.units["local"] = np.zeros(nthreads * frame + 16, dtype=np.uint8)
     return buf
+
+
+_LO, _HI = np.uint64(LOCAL_GENERIC), np.uint64(LOCAL_GENERIC + (1 << 32))
+
+
+def generic_local(a: np.ndarray) -> bool:
+    """Every generic address of ``a`` (uint64) lies in the local window."""
+    return not np.count_nonzero((a < _LO) | (a >= _HI))
+
+
+def local_lanes(w, a: np.ndarray, nbytes: int, what: str):
+    """(buffer, byte offsets) of generic local addresses, each inside one frame of the warp."""
+    _, frame = frame_layout(w.prog.kernel)
+    off = (a - _LO).astype(np.int64)
+    lo = w.index * 32 * frame
+    bad = (off < lo) | (off + nbytes > lo + 32 * frame) | (off // max(frame, 1) != (off + nbytes - 1) // max(frame, 1))
+    if np.count_nonzero(bad):
+        k = int(np.argmax(bad))
+        raise CheckFailed(f"generic {what} of {nbytes} B at local address 0x{int(off[k]):x} is not inside that "
+                          f"thread's own local frame (the frames of {w.name}: 0x{lo:x}..0x{lo + 32 * frame:x})")
+    return _buffer(w, frame), off
 
 
 def _offsets(w, addrs, sel, nbytes: int, frame: int, what: str) -> np.ndarray:

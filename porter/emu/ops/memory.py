@@ -18,6 +18,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.decode import NP, UINT, bits, type_of
 from porter.emu.errors import CheckFailed, Unsupported
+from porter.emu.ops.local import generic_local, local_lanes
 
 _SPACES = ("param", "const", "global", "shared", "local")
 
@@ -168,6 +169,8 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
                 space = "shared_cluster"
         elif not np.count_nonzero((a < mem.PARAM_GENERIC) | (a >= mem.PARAM_GENERIC + mem.WINDOW)):
             space, addrs = "param", (a - np.uint64(mem.PARAM_GENERIC)).astype(np.int64)
+        elif w.prog.kernel.local and generic_local(a):          # a thread's own frame (ops/local.py)
+            return local_lanes(w, a, nbytes, what)
         else:
             lane = int(np.argmax(a < mem.GLOBAL_BASE))
             raise CheckFailed(f"generic {what} at 0x{int(a[lane]):x} (lane {lane}) is in no memory window "
