@@ -353,6 +353,7 @@ class CTA:
         self.warps: list[Warp] = []
         self.done = False
         self.remote_seen: dict[int, tuple] = {}     # peer rank -> (cluster barrier generation, where)
+        self.remote_clock: dict[int, dict] = {}     # peer rank -> {its warp's race-detector agent: last epoch}
         # bytes of shared memory generic stores wrote since the last fence.proxy.async
         self.generic_written = np.zeros(self.smem.data.size, dtype=bool)
         self.inflight_reads: dict = {}              # async reads of this shared memory: key -> (lo, hi, what)
@@ -412,6 +413,10 @@ class CTA:
                               "already exited (missing cluster barrier before exit?)")
         if peer is not self:
             peer.remote_seen[self.rank] = (self.cluster.barrier_generation, who)
+            w = getattr(self.launch, "current_warp", None)      # the accessing warp's epoch (race detector on)
+            if getattr(w, "vc", None) is not None:
+                seen = peer.remote_clock.setdefault(self.rank, {})
+                seen[w.aid] = max(seen.get(w.aid, 0), int(w.vc[w.aid]))
         return peer
 
     def check_warpgroups(self) -> None:
@@ -435,10 +440,26 @@ class CTA:
         gen = self.cluster.barrier_generation
         for rank, (seen, who) in self.remote_seen.items():
             peer = self.cluster.ctas[rank]
-            if not peer.done and seen >= gen:
+            if not peer.done and seen >= gen and not self._peer_accesses_ordered(rank):
                 raise CheckFailed(f"{self.name} exits while {peer.name}, which accessed its shared memory "
                                   f"({who}) with no cluster barrier since, is still running: a missing "
                                   "cluster barrier before exit")
+
+
+    def _peer_accesses_ordered(self, rank: int) -> bool:
+        """Every access the peer made to this CTA's shared memory happened before this CTA's
+        warps ended (their race-detector clocks cover it: e.g. a remote mbarrier arrive or a
+        tcgen05.commit multicast that this CTA waited on), so none is still in flight at the
+        exit (CUDA C++ Programming Guide, Distributed Shared Memory: such operations must
+        complete before the block exits). Without the race detector: not known, False."""
+        clocks = self.remote_clock.get(rank)
+        vcs = [w.vc for w in self.warps if getattr(w, "vc", None) is not None]
+        if not clocks or not vcs:
+            return False
+        for aid, epoch in clocks.items():
+            if not any(aid < vc.size and vc[aid] >= epoch for vc in vcs):
+                return False
+        return True
 
 
 class Cluster:
@@ -722,6 +743,7 @@ class Scheduler:
         hook wraps the decoded functions (``self.timing.ops_for``), chosen once per call, so
         that it costs nothing per instruction when off."""
         prog = w.prog
+        self.launch.current_warp = w         # (CTA.peer records the accessing warp's clock)
         ops, srcs, writes, runs = prog.ops, prog.srcs, prog.writes, prog.runs
         if self.timing is not None:          # timed mode: the same functions, each behind its hook
             ops = self.timing.ops_for(prog)
