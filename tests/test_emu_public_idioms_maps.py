@@ -165,3 +165,75 @@ def test_a_map_for_a_pointer_parameter_is_still_checked():
     h = Harness(0)
     with pytest.raises(Exception, match="box size 300"):
         h.tensor_map(np.zeros((8, 64), h.bfloat16), box=(300, 8), dims=(64, 8), strides=(128,))
+
+
+# A by-value struct parameter as ThunderKittens / CUTLASS pass them: {map at 0, out pointer at
+# 128, row0 at 136, kb at 140}; the kernel reads each field from the param space.
+_STRUCT_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry ks(.param .align 128 .b8 g[192])
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<8>;
+  .shared .align 1024 .b8 tile[1024];
+  .shared .align 8 .b64 bar;
+  mov.b64 %rd5, g;
+  cvta.param.u64 %rd1, %rd5;
+  ld.param.u64 %rd2, [g+128];
+  ld.param.u32 %r5, [g+136];
+  ld.param.u32 %r6, [g+140];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, tile;
+  mov.u32 %r3, bar;
+  mov.u32 %r7, 0;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra WAIT;
+  mbarrier.init.shared::cta.b64 [%r3], 1;
+  fence.mbarrier_init.release.cluster;
+  mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r3], 1024;
+  cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%r2], [%rd1, {%r6, %r5}], [%r3];
+WAIT:
+  bar.sync 0;
+LOOP:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r3], 0;
+  @!%p2 bra LOOP;
+  shl.b32 %r8, %r1, 2;
+  add.u32 %r9, %r2, %r8;
+  ld.shared.u32 %r10, [%r9];
+  cvt.u64.u32 %rd3, %r8;
+  add.u64 %rd4, %rd2, %rd3;
+  st.global.u32 [%rd4], %r10;
+  ret;
+}
+"""
+
+
+def test_a_struct_parameter_of_a_map_a_pointer_and_scalars(capsys, tmp_path):
+    ptx = tmp_path / "ks.ptx"
+    ptx.write_text(_STRUCT_PTX)
+    harness = tmp_path / "hs.py"
+    harness.write_text(
+        "import numpy as np\n"
+        "def arguments(h):\n"
+        "    a = h.rng.standard_normal((32, 128)).astype(h.bfloat16)\n"
+        "    out = np.zeros((8, 64), h.bfloat16)\n"
+        "    return [h.struct(192, {0: h.tensor_map(a, box=(64, 8)), 128: out, 136: np.int32(16), 140: np.int32(64)})]\n"
+        "def reference(args):\n"
+        "    return {(0, 128): args[0][0][16:24, 64:128].astype(np.float64)}\n")
+    code = main(["emu", "run", str(ptx), "--harness", str(harness), "--block", "256"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "argument 0+128 (8x64 bfloat16): passed" in out
+
+
+def test_struct_fields_that_overlap_or_misalign_are_one_line():
+    h = Harness(0)
+    a = np.zeros((8, 64), h.bfloat16)
+    bad = h.struct(192, {0: h.tensor_map(a, box=(64, 8)), 120: np.int64(1)})
+    with pytest.raises(Exception, match="struct fields at offsets 0 and 120 overlap"):
+        launch(_STRUCT_PTX, "ks", 1, 32, [bad])
+    with pytest.raises(Exception, match="must be 8-byte aligned"):
+        launch(_STRUCT_PTX, "ks", 1, 32, [h.struct(192, {132: np.zeros(4, np.uint32)})])

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from porter.emu import launch_args
+from porter.emu import launch_args, launch_struct
+from porter.emu.launch_struct import StructArg
 from porter.emu import memory as mem
 from porter.emu import ptx, srcloc
 from porter.emu.errors import EmuError
@@ -183,6 +184,9 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
                 raise EmuError(f"launch: argument {i} for {p.name}: tensor-map parameters unusable ({exc})") from None
             if p.size == 8:             # a `const CUtensorMap*` parameter: the host copied the map to device memory
                 raw = struct.pack("<Q", memory.upload(np.frombuffer(raw, np.uint8), f"argument {i} map").ptr)
+        elif isinstance(a, StructArg):          # a by-value struct of pointers, maps and scalars
+            raw = launch_struct.pack(a, f"launch: argument {i} for {p.name}", device_copy,
+                                     lambda m, buf: tma_unit.encode(m.params, buf.ptr))
         elif isinstance(a, (bytes, bytearray)):
             raw = bytes(a)
         elif isinstance(a, (np.ndarray, Buffer)):
@@ -206,4 +210,6 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
             outputs[i] = buffers[id(a)].to_host(a.shape, a.dtype)
         elif isinstance(a, TensorMapArg) and isinstance(a.source, np.ndarray):
             outputs[i] = buffers[id(a.source)].to_host(a.source.shape, a.source.dtype)
+        elif isinstance(a, StructArg):
+            outputs[i] = {off: buffers[id(x)].to_host(x.shape, x.dtype) for off, x in a.arrays()}
     return LaunchResult(outputs, summary)

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from porter.emu.launch import TensorMapArg, tensor_map
+from porter.emu.launch_struct import StructArg
 from porter.errors import PorterError
 from porter.runtime.tensormap import TensorMapParams
 
@@ -98,6 +99,17 @@ class Harness:
         _check_explicit_map(params, array)
         return tensor_map(params, array)
 
+    @staticmethod
+    def struct(size: int, fields: dict):
+        """A by-value struct parameter (``.param .align A .b8 p[size]``) as a library's host
+        code fills it: ``fields`` maps a byte offset to a numpy array (the field holds its
+        device address), ``h.tensor_map(...)`` (the 128-byte map, 64-byte aligned), a numpy
+        scalar such as ``np.int32(256)`` (its bytes) or bytes. ``reference`` sees the argument
+        as ``{offset: array}`` and checks a field with the key ``(argument, offset)``."""
+        if not isinstance(size, (int, np.integer)) or size <= 0 or not isinstance(fields, dict):
+            raise PorterError("h.struct: give the struct's size in bytes and {offset: field}")
+        return StructArg(int(size), dict(fields))
+
 
 def _check_explicit_map(params: TensorMapParams, array: np.ndarray) -> None:
     """A map given by dims and strides: the driver's encoding rules (the simulator's own
@@ -114,6 +126,12 @@ def _check_explicit_map(params: TensorMapParams, array: np.ndarray) -> None:
     if last + params.element_bytes > array.nbytes:
         raise PorterError(f"h.tensor_map {params.name}: dims {params.dims} with strides {params.strides} B reach "
                           f"byte {last + params.element_bytes - 1}, beyond the array's {array.nbytes} B")
+
+
+def _struct_view(arg):
+    """What reference() sees of a struct argument: {offset: array} (tensor maps as their
+    arrays), copies taken before the run."""
+    return {off: x.copy() for off, x in arg.arrays()}
 
 
 class HarnessSpec:
@@ -199,14 +217,15 @@ def _evaluate(path: str, seed: int) -> dict:
                           "arguments in parameter order")
     args = list(args)
     for i, a in enumerate(args):
-        ok = isinstance(a, (np.ndarray, TensorMapArg, bytes, bytearray)) or \
+        ok = isinstance(a, (np.ndarray, TensorMapArg, StructArg, bytes, bytearray)) or \
             (isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, bool))
         if not ok:
             raise PorterError(f"{name}: arguments()[{i}] is a {type(a).__name__}; give a numpy array, a number or "
                               "h.tensor_map(array, box, swizzle)")
         if isinstance(a, np.ndarray) and a.dtype.hasobject:
             raise PorterError(f"{name}: arguments()[{i}] is an array of Python objects; give a numeric dtype")
-    inputs = [a.source if isinstance(a, TensorMapArg) else a for a in args]
+    inputs = [a.source if isinstance(a, TensorMapArg) else _struct_view(a) if isinstance(a, StructArg) else a
+              for a in args]
     inputs = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs]
     expected: dict = {}
     ref = getattr(module, "reference", None)
@@ -218,9 +237,19 @@ def _evaluate(path: str, seed: int) -> dict:
             raise PorterError(f"{name}: reference() returned a {type(got).__name__}; return {{argument index: "
                               "expected array}}")
         for k, v in got.items():
-            if not isinstance(k, (int, np.integer)) or not 0 <= int(k) < len(args):
-                raise PorterError(f"{name}: reference() key {k!r} is not an argument index 0..{len(args) - 1}")
-            out = inputs[int(k)]
+            if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], (int, np.integer)) and \
+                    0 <= int(k[0]) < len(args) and isinstance(inputs[int(k[0])], dict):
+                out = inputs[int(k[0])].get(k[1])       # (struct argument, field offset)
+                if out is None:
+                    raise PorterError(f"{name}: reference() key {k!r}: argument {k[0]} has no array field at "
+                                      f"offset {k[1]!r} (fields: {sorted(inputs[int(k[0])])})")
+                k = (int(k[0]), int(k[1]))
+            elif not isinstance(k, (int, np.integer)) or not 0 <= int(k) < len(args):
+                raise PorterError(f"{name}: reference() key {k!r} is not an argument index 0..{len(args) - 1} "
+                                  "(or (argument, offset) of a struct's array field)")
+            else:
+                out = inputs[int(k)]
+                k = int(k)
             if not isinstance(out, np.ndarray):
                 raise PorterError(f"{name}: reference() checks argument {k}, which is not an array")
             try:
@@ -229,7 +258,7 @@ def _evaluate(path: str, seed: int) -> dict:
                 raise PorterError(f"{name}: reference()[{k}] is a {type(v).__name__}, not numbers") from None
             if want.shape != out.shape:
                 raise PorterError(f"{name}: reference()[{k}] has shape {want.shape}; argument {k} is {out.shape}")
-            expected[int(k)] = want
+            expected[k] = want
     tol = dict(DEFAULT_TOLERANCE)
     user_tol = getattr(module, "TOLERANCE", None)
     if user_tol is not None:
@@ -255,14 +284,17 @@ def judge(spec: HarnessSpec, outputs: list) -> list[dict]:
     from porter.validation.device_harness import describe_mismatch, first_mismatch
 
     checks = []
-    for i, want in sorted(spec.expected.items()):
-        got = np.asarray(outputs[i]).astype(np.float64)
+    for i, want in sorted(spec.expected.items(), key=lambda kv: kv[0] if isinstance(kv[0], tuple) else (kv[0], -1)):
+        out = outputs[i[0]][i[1]] if isinstance(i, tuple) else outputs[i]     # a struct's field, or an argument
+        got = np.asarray(out).astype(np.float64)
         bound = spec.tolerance["atol"] + spec.tolerance["rtol"] * np.abs(want)
         axes = spec.axes.get(i) or (("row", "col") if got.ndim == 2 else tuple(f"i{d}" for d in range(got.ndim)))
-        bad = first_mismatch(got, want, bound, axes, f"argument {i}")
+        label = f"argument {i[0]} (struct field at offset {i[1]})" if isinstance(i, tuple) else f"argument {i}"
+        bad = first_mismatch(got, want, bound, axes, label)
         with np.errstate(invalid="ignore"):
             err = float(np.nanmax(np.abs(got - want))) if got.size else 0.0
-        checks.append({"argument": i, "shape": list(got.shape), "dtype": str(np.asarray(outputs[i]).dtype),
+        checks.append({"argument": i if not isinstance(i, tuple) else f"{i[0]}+{i[1]}", "shape": list(got.shape),
+                       "dtype": str(np.asarray(out).dtype),
                        "max_abs_err": err, "passed": bad is None, "mismatch": bad,
                        "message": describe_mismatch(bad) if bad else ""})
     return checks
