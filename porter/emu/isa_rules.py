@@ -353,6 +353,10 @@ WARNINGS: list[tuple[str, str]] = [
      "the PTX ISA states no rule that a warp wait for its wgmma before exit; its results are lost"),
     ("tcgen05 operation(s)",
      "the PTX ISA states no rule that a tcgen05 operation be committed before exit; nothing tracks its end"),
+    ("not covered by a cp.async.bulk.wait_group",
+     "the PTX ISA (\"cp.async.bulk.wait_group\") lets the source be reused only after the wait that covers the "
+     "store but states no rule for a thread that exits first; the CTA's shared memory is released at exit and may "
+     "be reused before the store reads it, so kernels wait_group.read 0 before exit"),
     ("with no collector buffer filled",
      "the PTX ISA (9.7.16.10.9 \"tcgen05.mma\") states what ::use / ::lastuse read (the collector buffer) but no "
      "rule for a buffer no ::fill filled; the simulator reads the operand's memory"),

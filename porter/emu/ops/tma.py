@@ -164,7 +164,13 @@ def _bulk_groups(w) -> BulkGroups:
 
         def at_exit(w, g=g):
             # a thread that exits with stores outstanding: they still complete (nothing can
-            # wait for them), with the same check on their sources
+            # wait for them), with the same check on their sources. The CTA's shared memory
+            # is released when it exits, so a store not yet waited for may read memory the
+            # next CTA already owns: a warning (the ISA states no rule for it)
+            if g.stores:
+                st = g.stores[0]
+                w.cta.launch.warn(f"{w.name} exits with {len(g.stores)} bulk store(s) (the first at "
+                                  f"{w.prog.file}:{st.line}) not covered by a cp.async.bulk.wait_group(.read)")
             g.complete(w, lambda st: True)
         w.units.setdefault("exit_checks", []).append(at_exit)
     return g
