@@ -42,11 +42,12 @@ def _general_paths(monkeypatch):
         monkeypatch.setattr(mod, "check_async_read_span", read_span)
     monkeypatch.setattr(wgmma, "check_async_read_rows", lambda cta, addrs, rows, what:
                         memory.check_async_read(cta, addrs, what))
-    monkeypatch.setattr(wgmma, "chunk_rows", lambda addr: None)
+    monkeypatch.setattr(wgmma, "chunk_rows", lambda addr, distinct=False: None)
     wgmma._operand.cache_clear()
     monkeypatch.setattr(cp_async, "issue_rows", lambda *a: False)
     monkeypatch.setattr(mma_sync, "_fast_matrix_rows", lambda *a: None)
     monkeypatch.setattr(mma_unit, "planned_step", lambda *a: None)
+    monkeypatch.setattr(mma_unit, "planned_scaled_step", lambda *a: None)
 
 
 def _run(case):

@@ -138,11 +138,34 @@ def test_wgmma_operand_chunks_are_its_bytes(swizzle, mn_major):
     start, lbo, sbo = 0x1400, 256, 1024
     desc = ((start >> 4) & 0x3FFF) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (swizzle << 62)
     addr, _ = wgmma_unit.operand_layout(desc, 64, 16, 16, mn_major, "", 1 << 16)
-    rows = chunk_rows(addr)
-    assert rows is not None
-    assert np.array_equal((rows[:, None] * 16 + np.arange(16)).reshape(-1), np.unique(addr))
-    assert chunk_rows(np.arange(1, 17)) is None                  # not on a chunk: the byte path
-    assert chunk_rows(np.arange(0, 8)) is None
+    for distinct in (False, True):
+        rows = chunk_rows(addr, distinct)
+        assert rows is not None
+        assert np.array_equal((rows[:, None] * 16 + np.arange(16)).reshape(-1), np.unique(addr))
+        assert chunk_rows(np.arange(1, 17), distinct) is None      # not on a chunk: the byte path
+        assert chunk_rows(np.arange(0, 8), distinct) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chunk_count_matches_unique(seed):
+    """chunk_rows by a count per chunk (distinct bytes) gives what the np.unique form gives, on
+    random sets of whole and partial chunks in random order; and operand_layout's alias test
+    (a count per byte) flags exactly the layouts whose addresses repeat."""
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        chunks = rng.choice(512, int(rng.integers(1, 40)), replace=False)
+        flat = (chunks[:, None] * 16 + np.arange(16)).reshape(-1)
+        if rng.integers(2):
+            flat = np.delete(flat, int(rng.integers(flat.size)))          # one byte short
+        flat = rng.permutation(flat)
+        a, b = chunk_rows(flat, True), chunk_rows(flat, False)
+        assert (a is None) == (b is None) and (a is None or np.array_equal(a, b))
+    for _ in range(30):
+        lbo, sbo = (int(x) * 16 for x in rng.integers(0, 20, 2))
+        desc = ((0x400 >> 4) & 0x3FFF) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32)
+        addr, notes = wgmma_unit.operand_layout(desc, 64, 16, 16, False, "", 1 << 16)
+        repeats = np.unique(addr).size != addr.size
+        assert repeats == any(kind == "alias" for kind, _ in notes)
 
 
 def _operand(rng, size):

@@ -74,7 +74,8 @@ class RaceDetector:
         self.sched = sched
         self.agents: list = []          # agent id -> warp
         self.shadows: dict[int, Shadow] = {}
-        self._known: dict[int, tuple] = {}   # agent -> (its clock array, known[] built from it)
+        self._known: dict[int, tuple] = {}   # agent -> (its clock array, limit[] built from it)
+        self._fields = np.zeros(0, dtype=np.int64)   # (agent + 1) << AGENT_SHIFT, by agent + 1
         self.n = 0
 
     # ---- agents and clocks --------------------------------------------------------------------
@@ -214,31 +215,31 @@ class RaceDetector:
             s.r_line[lo:hi] = line
 
     def _known_of(self, aid: int, vc: np.ndarray) -> np.ndarray:
-        # known[agent + 1]: what this access has acquired from that agent; index 0 (no
-        # access yet) and the own agent (program order) can never be exceeded. A clock only
-        # changes in place at its own agent's slot (release), which known does not read, so
-        # it is rebuilt only when the agent's clock is another array (acquire, grow).
-        return self._tables_of(aid, vc)[0]
+        """known[agent + 1]: what an access of ``aid`` has acquired from that agent; index 0 (no
+        access yet) and the own agent (program order) can never be exceeded."""
+        known = np.empty(self.n + 1, dtype=np.int64)
+        known[1:] = vc
+        known[0] = known[aid + 1] = _NEVER
+        return known
 
     def _limit_of(self, aid: int, vc: np.ndarray) -> np.ndarray:
         """limit[agent + 1] = ((agent + 1) << AGENT_SHIFT) | known[agent + 1], _NEVER where known
         is: an epoch e races exactly when ``e > limit[e >> AGENT_SHIFT]`` (the agent field of
         both sides is equal, so the comparison is the clocks': ``(e & CLOCK_MASK) >
-        known[e >> AGENT_SHIFT]`` in one operation fewer; clocks stay below 2^AGENT_SHIFT)."""
-        return self._tables_of(aid, vc)[1]
-
-    def _tables_of(self, aid: int, vc: np.ndarray) -> tuple:
+        known[e >> AGENT_SHIFT]`` in one operation fewer; clocks stay below 2^AGENT_SHIFT).
+        A clock only changes in place at its own agent's slot (release), which limit does not
+        read, so it is rebuilt only when the agent's clock is another array (acquire, grow)."""
         cached = self._known.get(aid)
         if cached is not None and cached[0] is vc:
             return cached[1]
-        known = np.empty(self.n + 1, dtype=np.int64)
-        known[1:] = vc
-        known[0] = known[aid + 1] = _NEVER
-        limit = (np.arange(self.n + 1, dtype=np.int64) << AGENT_SHIFT) | known
+        field = self._fields
+        if field.size != self.n + 1:
+            field = self._fields = np.arange(self.n + 1, dtype=np.int64) << AGENT_SHIFT
+        limit = np.empty(self.n + 1, dtype=np.int64)
+        np.bitwise_or(field[1:], vc, out=limit[1:])
         limit[0] = limit[aid + 1] = _NEVER
-        tables = (known, limit)
-        self._known[aid] = (vc, tables)
-        return tables
+        self._known[aid] = (vc, limit)
+        return limit
 
     def check(self, cta, offs: np.ndarray, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
               what: str = "") -> None:

@@ -39,11 +39,12 @@ class _Copy:
     """One cp.async instruction: per lane a destination offset, the bytes to land and the
     destination's bytes at issue (they must not change while the copy is in flight)."""
 
-    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp")
+    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp", "distinct")
 
-    def __init__(self, pending, group, dst, data, before, line, warp):
+    def __init__(self, pending, group, dst, data, before, line, warp, distinct=False):
         self.pending, self.group, self.dst, self.data = pending, group, dst, data
         self.before, self.line, self.warp = before, line, warp
+        self.distinct = distinct        # the lanes' destinations are known to be distinct
 
 
 def inflight(cta) -> np.ndarray:
@@ -64,13 +65,16 @@ def _count(counts: np.ndarray, starts: np.ndarray, idx: np.ndarray, delta: int) 
         np.add.at(counts, idx, delta)
 
 
-def _count_rows(counts: np.ndarray, starts: np.ndarray, n: int, delta: int) -> None:
+def _count_rows(counts: np.ndarray, starts: np.ndarray, n: int, delta: int, distinct: bool = False) -> bool:
     """``_count`` of copies of ``n`` bytes at the n-aligned offsets ``starts``: the counts as
-    rows of n (a view), one row per copy; np.add.at over the bytes when two copies share one."""
-    if len(set(starts.tolist())) == starts.size:
+    rows of n (a view), one row per copy; np.add.at over the bytes when two copies share one.
+    ``distinct``: the starts are known to differ (a subset of starts found distinct before).
+    Returns whether they are distinct."""
+    if distinct or len(set(starts.tolist())) == starts.size:
         counts[:counts.size - counts.size % n].reshape(-1, n)[starts // n] += delta
-    else:
-        np.add.at(counts, (starts[:, None] + np.arange(n)).reshape(-1), delta)
+        return True
+    np.add.at(counts, (starts[:, None] + np.arange(n)).reshape(-1), delta)
+    return False
 
 
 def _heap_rows(gmem, n: int) -> np.ndarray:
@@ -139,7 +143,7 @@ def _land(w, c: _Copy, due: np.ndarray, clock=None) -> None:
                           f"(lane {lane}) copies into were written by something else while the copy was in flight "
                           "(a race: an overlapping cp.async or store before the wait that covers it)")
     data[rows] = c.data[lanes]
-    _count_rows(inflight(w.cta), dst, n, -1)
+    _count_rows(inflight(w.cta), dst, n, -1, c.distinct)
     c.pending = c.pending & ~due
 
 
@@ -206,8 +210,8 @@ def issue_rows(w, m, dst_fn, src_fn, size: int, line: int) -> bool:
         full_dst = np.zeros(32, dtype=np.int64)
         data[sel], before[sel], full_dst[sel] = got, now, a
     st = _state(w)
-    _count_rows(inflight(w.cta), a, size, 1)
-    st.copies.append(_Copy(sel.copy(), st.committed.copy(), full_dst, data, before, line, w))
+    distinct = _count_rows(inflight(w.cta), a, size, 1)
+    st.copies.append(_Copy(sel.copy(), st.committed.copy(), full_dst, data, before, line, w, distinct))
     w.sched.counters["cp_async"] = w.sched.counters.get("cp_async", 0) + 1
     return True
 

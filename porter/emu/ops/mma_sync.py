@@ -170,13 +170,27 @@ def build_mma(ins, d):
             for j, wr in enumerate(d_w):
                 wr(w, rows[j], None)
 
-    step = None
+    step = scaled_step = None
+    unit._plan(shape, atype, btype)                   # the form's layouts and tables, checked at decode
     if not block_scale:
-        unit._plan(shape, atype, btype)               # the form's layouts and tables, checked at decode
         step = unit.planned_step(shape, atype, btype)
+    else:
+        scaled_step = unit.planned_scaled_step(shape, atype, btype, scale_vec, stype)
     abc_ids = None
     if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in (*av.items, *bv.items, *cv.items)):
         abc_ids = [d.rid(x) for x in (*av.items, *bv.items, *cv.items)]
+
+    def abc(w):
+        """A, B and C's registers concatenated register-major, uint32 (320,)."""
+        if abc_ids is not None:                       # straight from the register file
+            regs = w.r
+            x = np.concatenate([regs[i] for i in abc_ids])
+            if x.dtype == np.uint32:                  # (32-bit registers are stored as uint32)
+                return x
+        return np.concatenate([a_get(w), b_get(w), c_get(w)], axis=None)
+
+    def scale_data(r, w):
+        return np.asarray(np.broadcast_to(np.asarray(r(w)), (32,)), dtype=np.uint32)
 
     def mma(w, m):
         if m is not None or not w.full:
@@ -184,14 +198,16 @@ def build_mma(ins, d):
             if res is not None:
                 return res
         if step is not None:                          # the common form: one planned step
-            if abc_ids is not None:                   # A, B and C straight from the register file
-                regs = w.r
-                x = np.concatenate([regs[i] for i in abc_ids])
-                if x.dtype != np.uint32:              # (32-bit registers are stored as uint32)
-                    x = np.concatenate([a_get(w), b_get(w), c_get(w)], axis=None)
-            else:
-                x = np.concatenate([a_get(w), b_get(w), c_get(w)], axis=None)
-            write_d(w, step(x))
+            write_d(w, step(abc(w)))
+            return None
+        if scaled_step is not None:                   # block-scaled: one planned step too
+            try:
+                x = abc(w)
+                byte_a, thread_a, byte_b, thread_b = selectors(w, m)
+                rows = scaled_step(x, scale_data(sa_r, w), scale_data(sb_r, w), byte_a, thread_a, byte_b, thread_b)
+            except EmuError as exc:
+                raise CheckFailed(f"{exc}") from None
+            write_d(w, rows)
             return None
         try:
             a = unit.operand_values(a_get(w), shape, "a", atype, reg_major=True)

@@ -359,6 +359,43 @@ def planned_step(shape: str, atype: str, btype: str):
     return step
 
 
+@functools.lru_cache(maxsize=32)
+def planned_scaled_step(shape: str, atype: str, btype: str, scale_vec: str, stype: str):
+    """The block-scaled ``mma.sync`` in one function, as ``planned_step`` for the unscaled one:
+    ``step(x, scale_a_data, scale_b_data, byte_a, thread_a, byte_b, thread_b)`` with ``x`` the
+    concatenated A, B, C registers and the scale operands' 32 lanes (uint32), selectors already
+    checked. The same values as ``accumulator_regs(mma(operand_values(a), operand_values(b),
+    accumulator(c), scale_values(...a), scale_values(...b)), reg_major)``: the same operand
+    lookups, the scale codes decoded by the same function (and so refused alike), each
+    element times its K block's scale in the same float64 multiply on arrays of the same
+    layout, the same einsum and add, D taken in register order. Returns uint32 (4, 32)."""
+    if scale_vec not in SCALE_VEC or stype not in SCALE_FORMATS:
+        raise EmuError(f"mma.sync block scale: scale_vec {scale_vec!r} / format {stype!r} not simulated")
+    bits, k, pa, pb, pc, ta, tb = _plan(shape, atype, btype)
+    inv = np.argsort(pc)
+    v = SCALE_VEC[scale_vec]
+    if k % v:
+        raise EmuError(f"mma.sync: scales must be (16, V) and (8, V) with V | K, got V = {v}, K = {k}")
+    kidx = np.arange(k) // (k // v)              # the K block of each k (np.repeat's index)
+    lanes = {("a", t): scale_lanes("a", t) for t in range(2)}
+    lanes.update({("b", t): scale_lanes("b", t) for t in range(4)})
+    spans = np.arange(v, dtype=np.uint32)
+
+    def scales(data, operand, byte_id, thread_id):
+        word = data[lanes[(operand, thread_id)]]
+        codes = (word[:, None] >> (np.uint32(8) * (np.uint32(byte_id) + spans))[None, :]) & np.uint32(0xFF)
+        return _decode(codes, stype)
+
+    def step(x, da, db, byte_a, thread_a, byte_b, thread_b):
+        a = _register_values(x[:128], pa, ta, bits, atype).reshape(16, k)
+        b = _register_values(x[128:192], pb, tb, bits, btype).reshape(k, 8)
+        a = a * scales(da, "a", byte_a, thread_a)[:, kidx]
+        b = b * scales(db, "b", byte_b, thread_b)[:, kidx].T
+        return ((_einsum("mk,kn->mn", a, b).reshape(-1)[inv] + x[192:320].view(np.float32).astype(np.float64))
+                .astype(np.float32).view(np.uint32).reshape(4, 32))
+    return step
+
+
 def accumulator(regs, reg_major: bool = False) -> np.ndarray:
     """C (16 x 8) from uint32 (32, 4) registers, or (4, 32) with ``reg_major``."""
     regs = np.ascontiguousarray(np.asarray(regs, dtype=np.uint32))

@@ -179,7 +179,7 @@ def operand_layout(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool,
         raise CheckFailed(f"{_at(where)}matrix descriptor {desc:#x} reads shared bytes {lo:#x}..{hi:#x}, outside "
                        f"the CTA's {smem_size} B of shared memory")
     flat = addr.reshape(-1)
-    if np.unique(flat).size != flat.size:
+    if np.count_nonzero(np.bincount(flat - lo) > 1):       # (a count per byte: cheaper than np.unique)
         # 9.7.15.5.1.2 defines the layout by LBO and SBO alone and states no rule that they
         # keep the elements apart: the hardware reads what the offsets name (wrong numbers)
         notes.append(("alias", f"matrix descriptor {desc:#x} (LBO {md.leading_byte_offset} B, SBO "
