@@ -1,7 +1,7 @@
 """Simulator throughput: porter's emulation cases and public-style kernels in porter's PTX simulator.
 
     python benchmarks/bench_emu.py [ARCH ...] [--kernel PATTERN] [--seeds N] [--quick]
-                                   [--porter-only | --public-only]
+                                   [--porter-only | --public-only] [--ab TREE [--repeat R]]
 
 Per kernel: the warp-instructions executed, the seconds the simulator spent (launch to
 finish; host-side input generation and references excluded), the CPU seconds of this
@@ -21,6 +21,14 @@ at a quarter of their size, for iterating (about a fifth of the full run). The k
 built first (NVRTC, cached), so the figures are the simulator's alone. Wall time follows the
 machine's load; the CPU-time rate is the steadier figure on a shared machine, but it too
 moves with load (caches, frequency): compare runs made back to back.
+
+``--ab TREE``: this checkout's simulator against another checkout's (a git worktree of an
+older commit), case by case: two long-lived worker processes, one importing each tree's
+``porter``, run every case alternately (the order flipped each repetition), ``--repeat``
+times; per case the least CPU time of each, then per-family CPU-time rates and ratios. On a
+loaded machine two whole runs back to back differ by 10-20 % from drift in the load alone;
+alternating case by case puts both trees under the same load. The warp-instruction counts
+of the two must agree case by case (else it stops: not the same cases).
 """
 
 from __future__ import annotations
@@ -128,6 +136,116 @@ def bench_public(archs, pattern: str, seeds: int, quick: bool, totals: Totals) -
             sys.stdout.flush()
 
 
+# ---- --ab: case by case against another tree ------------------------------------------------
+
+def _cases(archs, pattern: str, porter_only: bool, public_only: bool) -> list[tuple[str, str]]:
+    """(arch, case name) for every porter kernel and public-style kernel bench_emu runs."""
+    out = []
+    if not public_only:
+        from porter.descriptor.arch import load_arch
+        from porter.kernels import FAMILIES, family_module
+        from porter.kernels.base import KernelSpec
+
+        for name in archs:
+            arch = load_arch(name)
+            out += [(name, spec.name) for fam in FAMILIES for spec in family_module(fam).variants(arch)
+                    if isinstance(spec, KernelSpec) and fnmatch.fnmatch(spec.name, pattern)]
+    if not porter_only:
+        import cases
+
+        out += [(arch, case.name) for arch in archs for case in cases.CASES
+                if fnmatch.fnmatch(case.name, PUBLIC_FOR.get(arch, "-")) and fnmatch.fnmatch(case.name, pattern)]
+    return out
+
+
+def worker(seeds: int, quick: bool) -> int:
+    """Read "arch<TAB>case" lines, run each case, answer [warp-instructions, CPU seconds]."""
+    import json
+
+    import cases
+    from porter.descriptor.arch import load_arch
+    from porter.kernels import FAMILIES, family_module
+
+    emulate = _emulate()
+    public = {c.name: c for c in cases.CASES}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        arch_name, name = line.rstrip("\n").split("\t")
+        if name in public:
+            wi = cpu = 0.0
+            for seed in range(seeds):
+                s = cases.run_case(public[name], seed=seed, quick=quick)
+                wi, cpu = wi + s.warp_instructions, cpu + getattr(s, "cpu_seconds", 0.0)
+        else:
+            arch = load_arch(arch_name)
+            spec = next(sp for fam in FAMILIES for sp in family_module(fam).variants(arch)
+                        if getattr(sp, "name", None) == name)
+            r = emulate(spec, arch, seeds=seeds, smallest=quick)
+            wi = sum(x["warp_instructions"] for x in r["runs"])
+            cpu = sum(x.get("cpu_seconds", 0.0) for x in r["runs"])
+        print(json.dumps([wi, cpu]), flush=True)
+    return 0
+
+
+def bench_ab(args) -> int:
+    import json
+    import os
+    import subprocess
+
+    other = Path(args.ab).resolve()
+    if not (other / "porter" / "__init__.py").is_file():
+        print(f"bench_emu: --ab {args.ab}: not a porter checkout (no porter/__init__.py)", file=sys.stderr)
+        return 2
+    here = Path(__file__).resolve().parents[1]
+    trees = {"this": here, "other": other}
+    seeds = 1 if args.quick else args.seeds
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--seeds", str(seeds)] + (["--quick"] if args.quick else [])
+    procs = {k: subprocess.Popen(cmd, cwd=t, env={**os.environ, "PYTHONPATH": str(t)}, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True) for k, t in trees.items()}
+    try:
+        for k, p in procs.items():
+            if p.stdout.readline().strip() != "ready":
+                print(f"bench_emu: --ab: the worker for {trees[k]} did not start", file=sys.stderr)
+                return 2
+        jobs = _cases(args.archs, args.kernel, args.porter_only, args.public_only)
+        best: dict = {"this": {}, "other": {}}
+        counts: dict = {}
+        for rep in range(args.repeat):
+            for job in jobs:
+                for k in (("other", "this") if rep % 2 == 0 else ("this", "other")):
+                    procs[k].stdin.write(f"{job[0]}\t{job[1]}\n")
+                    procs[k].stdin.flush()
+                    answer = procs[k].stdout.readline()
+                    if not answer:
+                        print(f"bench_emu: --ab: the worker for {trees[k]} stopped at {job[0]} {job[1]}", file=sys.stderr)
+                        return 2
+                    wi, cpu = json.loads(answer)
+                    if counts.setdefault(job, wi) != wi:
+                        print(f"bench_emu: --ab: {job[0]} {job[1]}: {counts[job]:,.0f} warp-instructions here, "
+                              f"{wi:,.0f} in {trees[k]}: not the same cases", file=sys.stderr)
+                        return 1
+                    best[k][job] = min(cpu, best[k].get(job, float("inf")))
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
+    print(f"{'arch':<14} {'case':<34} {'warp-instr':>11} {'cpu s other':>11} {'cpu s this':>10} {'ratio':>6}")
+    fams: dict = {}
+    for job in jobs:
+        public = job[1].split(".")[0] in ("hopper", "blackwell", "ampere")
+        fam = ("public " if public else "porter ") + job[1].split(".")[0]
+        o, t = best["other"][job], best["this"][job]
+        print(f"{job[0]:<14} {job[1] + (' (public)' if public else ''):<34} {counts[job]:>11,.0f} {o:>11.3f} {t:>10.3f} "
+              f"{o / t if t else 0:>6.2f}")
+        for f in (fam, "all"):
+            row = fams.setdefault(f, [0.0, 0.0, 0.0])
+            row[0], row[1], row[2] = row[0] + counts[job], row[1] + o, row[2] + t
+    for f, (wi, o, t) in sorted(fams.items(), key=lambda kv: kv[0] == "all"):
+        print(f"total {f}: {wi:,.0f} warp-instructions, CPU {o:.2f} s ({args.ab}) -> {t:.2f} s (this tree): "
+              f"{wi / o:,.0f} -> {wi / t:,.0f} per CPU-second, x{o / t:.3f}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("archs", nargs="*", default=["hopper"])
@@ -137,7 +255,14 @@ def main(argv=None) -> int:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--porter-only", action="store_true", help="porter's kernels only")
     which.add_argument("--public-only", action="store_true", help="the public-style kernels only")
+    p.add_argument("--ab", metavar="TREE", help="this tree's simulator against TREE's, case by case (CPU time)")
+    p.add_argument("--repeat", type=int, default=2, help="with --ab: repetitions per case (least CPU time kept)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:
+        return worker(max(args.seeds, 1), args.quick)
+    if args.ab:
+        return bench_ab(args)
 
     totals = Totals()
     print(f"{'arch':<14} {'kernel':<28} {'status':<13} {'cases':>5} {'warp-instr':>11} {'sim s':>7} {'cpu s':>7} "
