@@ -278,7 +278,8 @@ def _table16(fmt: str) -> np.ndarray:
     """float64 value of each of the 65536 bf16 / f16 codes (the conversion operand_values makes)."""
     codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     vals = (codes.astype(np.uint32) << np.uint32(16)).view(np.float32) if fmt == "bf16" else codes.view(np.float16)
-    out = vals.astype(np.float64)
+    with np.errstate(invalid="ignore"):            # NaN codes are values too (built at decode, outside a run)
+        out = vals.astype(np.float64)
     out.flags.writeable = False
     return out
 
