@@ -99,7 +99,8 @@ def run(args) -> int:
     if args.harness_timeout <= 0:
         raise PorterError(f"--harness-timeout {args.harness_timeout:g}: give a positive number of seconds")
 
-    spec = run_harness(args.harness, args.seed, args.harness_timeout) if args.harness else \
+    # the harness's inputs are seeded by --seed even when a negative seed asks for plain warp order
+    spec = run_harness(args.harness, max(args.seed, 0), args.harness_timeout) if args.harness else \
         HarnessSpec([], {}, {}, {}, {}, False)
     opt = {k: getattr(args, k) for k in ("entry", "grid", "block", "cluster", "smem", "arch")}
     for key, value in spec.launch.items():          # the harness's LAUNCH defaults; flags win

@@ -344,6 +344,9 @@ NOT_ISA: list[tuple[str, str]] = [
     ("not simulated", "the simulator's subset (an Unsupported in all but name)"),
     ("the simulator's tensor maps", "the simulator's subset of tensor maps (an Unsupported in all but name)"),
     ("the 128 bytes tensormap.replace edits are not a map", "porter's emulated host encoding of tensor maps"),
+    ("struct field", "the launch API's struct arguments (porter.emu.launch_struct: fields inside the struct, apart)"),
+    ("at struct offset", "the launch API's struct arguments (porter.emu.launch_struct: pointers 8-, maps 64-byte "
+                         "aligned, as the CUDA driver API requires of a CUtensorMap)"),
 ]
 
 
@@ -366,6 +369,9 @@ WARNINGS: list[tuple[str, str]] = [
     ("crosses its",
      "the PTX ISA (9.7.15.5.1.2 canonical layouts) states no rule that a K slice lie inside one swizzle row; it is "
      "read where the layout's addresses continue"),
+    ("shfl.sync lane",
+     "the PTX ISA (9.7.8.6 \"shfl.sync\") leaves the value undefined when a thread sources a register from an "
+     "inactive thread or one not in membermask, and states no error; the kernel's result then depends on it"),
     ("starts inside its",
      "the PTX ISA (9.7.15.5.1.2 canonical layouts) states no rule that an MN-major swizzled operand start at a "
      "swizzle row; it is read where the layout's addresses continue"),

@@ -172,10 +172,11 @@ def build_shfl(ins, d):
     ra, rb, rc, rmask = d.src(a, "b32"), d.src(b, "b32"), d.src(c, "b32"), d.src(mask, "b32")
     wd = d.dst(dst, "b32")
     wp = d.dst(pdst, "pred") if pdst is not None and pdst is not ptx.SINK else None
+    where = d.where(ins)
     if all(isinstance(x, ptx.Imm) for x in (b, c, mask)):
-        return _shfl_fixed(mode, ra, int(rb(None)), int(rc(None)), int(rmask(None)), wd, wp)
+        return _shfl_fixed(mode, ra, int(rb(None)), int(rc(None)), int(rmask(None)), wd, wp, where)
     if isinstance(c, ptx.Imm) and isinstance(mask, ptx.Imm):
-        return _shfl_fixed_clamp(mode, ra, rb, int(rc(None)), int(rmask(None)), wd, wp)
+        return _shfl_fixed_clamp(mode, ra, rb, int(rc(None)), int(rmask(None)), wd, wp, where)
 
     # Source lanes and in-range flags are a pure function of the b and c operands' lanes;
     # compilers keep c and the member mask in registers, so they are looked up by value.
@@ -200,6 +201,8 @@ def build_shfl(ins, d):
                 lanes_for.clear()
             hit = lanes_for[key] = _shfl_lanes(mode, bw, cw)
         src_lane, ok = hit
+        if m is not None or not w.live.all():
+            _check_sources(w, m, src_lane, where)
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
         wd(w, src[src_lane], m)
@@ -233,7 +236,19 @@ def _shfl_lanes(mode, bw, cw):
     return np.clip(j, 0, 31), np.ascontiguousarray(np.broadcast_to(ok, (32,)))
 
 
-def _shfl_fixed(mode, ra, b, c, membermask, wd, wp):
+def _check_sources(w, m, src_lane, where: str) -> None:
+    """A lane that reads a lane not executing this shfl.sync (exited, or on another path)
+    gets an undefined value: a warning naming the lanes (only on a diverged or partly exited
+    warp, so a full warp's shuffle costs nothing)."""
+    sel = w.live if m is None else m
+    bad = sel & ~sel[src_lane]
+    if bad.any():
+        i = int(np.argmax(bad))
+        w.cta.launch.warn(f"{where}: {w.name}: shfl.sync lane {i} reads lane {int(src_lane[i])}, which does not "
+                          "execute it (exited, or on another path): the value it gets is undefined")
+
+
+def _shfl_fixed(mode, ra, b, c, membermask, wd, wp, where=""):
     """shfl.sync with immediate lane, clamp and member mask (the usual butterfly and
     broadcast): source lanes, in-range flags and members are computed once, at decode, by
     the same rules as the general form."""
@@ -249,6 +264,8 @@ def _shfl_fixed(mode, ra, b, c, membermask, wd, wp):
     def shfl(w, m):
         if m is not None and (members & w.live & ~m).tobytes() != _NO_LANE:
             return DEFER                 # a member lane is not here yet (diverged warp)
+        if m is not None or not w.live.all():
+            _check_sources(w, m, src_lane, where)
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
         wd(w, src[src_lane], m)
@@ -257,7 +274,7 @@ def _shfl_fixed(mode, ra, b, c, membermask, wd, wp):
     return shfl
 
 
-def _shfl_fixed_clamp(mode, ra, rb, c, membermask, wd, wp):
+def _shfl_fixed_clamp(mode, ra, rb, c, membermask, wd, wp, where=""):
     """shfl.sync with the lane (or offset) in a register and an immediate clamp and member
     mask (a reduction loop): the lane-dependent bounds and the members come from decode."""
     lane = LANES.astype(np.int64)
@@ -280,6 +297,8 @@ def _shfl_fixed_clamp(mode, ra, rb, c, membermask, wd, wp):
             j = lane ^ bval
         ok = (j >= max_lane) if mode == "up" else (j <= max_lane)
         j = np.where(ok, j, lane)       # in 0..31 in every mode: no clip needed
+        if m is not None or not w.live.all():
+            _check_sources(w, m, j, where)
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
         wd(w, src[j], m)
