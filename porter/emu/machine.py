@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from porter.emu import link
 from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, HANDLED, Park
@@ -132,7 +133,7 @@ def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) 
 
     if kernel_name not in module.kernels:
         raise Unsupported(f"{module.file}: no .entry {kernel_name!r} (entries: {', '.join(module.kernels) or 'none'})")
-    kernel = module.kernels[kernel_name]
+    kernel = link.link(module, module.kernels[kernel_name])    # .func callees appended (link.py)
     layout = KernelLayout(module, kernel, gmem)
     d = Decoder(kernel, layout, module.file)
     ops, srcs, pure = [], [], []

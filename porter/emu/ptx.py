@@ -146,12 +146,24 @@ class Kernel:
 
 
 @dataclass
+class Func(Kernel):
+    """A ``.func`` definition (PTX ISA 11.1 / 9.7.12.5 "call"): its formal parameters
+    (``params``) and return parameters (``rets``) are registers of its own namespace
+    (``ld.param``/``st.param`` on them are moves); ``porter.emu.link`` links it into the
+    kernels that call it."""
+    rets: list[Param] = field(default_factory=list)
+    line: int = 0
+
+
+@dataclass
 class Module:
     target: str
     version: str
     kernels: dict[str, Kernel]
     globals: list[Var]
     file: str = "<ptx>"
+    funcs: dict[str, Func] = field(default_factory=dict)       # .func definitions by name
+    declared: set[str] = field(default_factory=set)            # .func names declared without a body here
 
 
 class _Tokens:
@@ -222,6 +234,8 @@ def parse(text: str, file: str = "<ptx>") -> Module:
     target, version = "", ""
     kernels: dict[str, Kernel] = {}
     globals_: list[Var] = []
+    funcs: dict[str, Func] = {}
+    declared: set[str] = set()
     while t.peek()[0] != "eof":
         kind, s, line = t.peek()
         if s in (".version", ".target", ".address_size", ".file"):
@@ -245,16 +259,22 @@ def parse(text: str, file: str = "<ptx>") -> Module:
             if s == ".entry":
                 k = _parse_entry(t)
                 kernels[k.name] = k
-            elif s == ".func" and ".extern" in mods:     # a prototype (printf's vprintf): nothing to run
-                while t.next()[1] != ";":
-                    pass
-            elif s == ".func":
-                raise Unsupported(f"{file}:{line}: PTX device functions (.func) are outside the simulator's subset")
+            elif s == ".func":                 # a definition, or a prototype (printf's vprintf, a forward one)
+                f = _parse_func(t, declared)
+                if f is None:
+                    continue
+                if f.name in funcs:
+                    raise Unsupported(f"{file}:{f.line}: .func {f.name} is defined twice (first at "
+                                      f"{file}:{funcs[f.name].line})")
+                funcs[f.name] = f
             else:
                 globals_.append(_parse_var(t, extern=".extern" in mods))
         else:
             raise Unsupported(f"{file}:{line}: unexpected PTX directive {s!r} at module level")
-    return Module(target, version, kernels, globals_, file)
+    for name in list(declared):
+        if name in funcs:
+            declared.discard(name)
+    return Module(target, version, kernels, globals_, file, funcs, declared)
 
 
 def _skip_block(t: _Tokens) -> None:
@@ -330,6 +350,70 @@ def _pack_init(vals, typ: str, file: str) -> bytes:
     return bytes(out)
 
 
+def _parse_formals(t: _Tokens, fname: str, refusals: list) -> list[Param]:
+    """``( .param .b32 a, .reg .u64 b, ... )`` of a .func: scalar parameters (registers of the
+    function). A by-value aggregate (``.param .align 8 .b8 s[16]``) is recorded in
+    ``refusals`` (refused when a kernel calls the function, not when it is only defined)."""
+    out: list[Param] = []
+    t.expect("(")
+    while not t.accept(")"):
+        line = t.peek()[2]
+        space = t.next()[1]
+        if space not in (".param", ".reg"):
+            raise Unsupported(f"{t.file}:{line}: .func {fname}: parameter starting {space!r} is outside the "
+                              "simulator's subset")
+        typ = None
+        while t.peek()[1].startswith("."):
+            d = t.next()[1]
+            if d == ".align":
+                t.next()
+            elif d[1:] in TYPE_BITS:
+                typ = d[1:]
+            elif d == ".ptr" or d in (".global", ".shared", ".const", ".local"):
+                pass
+        pname = t.next()[1]
+        if typ is None or typ == "b128":
+            refusals.append(f"{t.file}:{line}: .func {fname}: parameter {pname} of type {typ or '?'}")
+            typ = typ or "b32"
+        if t.accept("["):
+            t.next()
+            t.expect("]")
+            refusals.append(f"{t.file}:{line}: .func {fname}: by-value aggregate parameter {pname}[] "
+                            "(a .b8 array .param)")
+        out.append(Param(pname, typ, max(TYPE_BITS[typ] // 8, 1), 1))
+        t.accept(",")
+    return out
+
+
+def _parse_func(t: _Tokens, declared: set) -> Func | None:
+    """``.func [(rets)] name [(params)] [directives] { body }``, or a prototype ending in
+    ``;`` (recorded in ``declared``; returns None)."""
+    line = t.peek()[2]
+    t.expect(".func")
+    refusals: list[str] = []
+    rets = _parse_formals(t, "?", refusals) if t.peek()[1] == "(" else []
+    name = t.next()[1]
+    refusals = [r.replace(".func ?:", f".func {name}:") for r in refusals]
+    params = _parse_formals(t, name, refusals) if t.peek()[1] == "(" else []
+    while t.peek()[1] not in ("{", ";"):
+        d = t.next()[1]
+        if d in (".maxnreg", ".maxntid", ".reqntid"):
+            t.next()
+            while t.accept(","):
+                t.next()
+        elif d not in (".noreturn", ".abi_preserve", ".abi_preserve_control"):
+            raise Unsupported(f"{t.file}:{t.peek()[2]}: .func {name}: directive {d!r} is outside the "
+                              "simulator's subset")
+    if t.accept(";"):
+        declared.add(name)
+        return None
+    f = Func(name, params, {}, [], {}, rets=rets, line=line)
+    f.refusals = refusals
+    formals = {p.name: p.type for p in params + rets}
+    _parse_body(t, f, formals)
+    return f
+
+
 def _parse_entry(t: _Tokens) -> Kernel:
     t.expect(".entry")
     name = t.next()[1]
@@ -382,7 +466,9 @@ def _parse_entry(t: _Tokens) -> Kernel:
     return k
 
 
-def _parse_body(t: _Tokens, k: Kernel) -> None:
+def _parse_body(t: _Tokens, k: Kernel, formals: dict | None = None) -> None:
+    """A kernel's or function's ``{ }`` body; ``formals`` (a .func's parameters and return
+    values, name -> type) become registers of its outer scope that ld.param/st.param move."""
     t.expect("{")
     scopes: list[dict[str, str]] = [{}]       # name -> renamed, innermost last
     block_id = 0
@@ -391,6 +477,10 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
     tables: dict[tuple[int, str], tuple] = {}     # (block id, .branchtargets name) -> (labels, chain, line)
     chains: list[tuple[int, ...]] = []        # per instruction: its open blocks, innermost first
     call_params: set[str] = set()
+    for name, typ in (formals or {}).items():
+        scopes[0][name] = name
+        k.regs[name] = typ
+        call_params.add(name)
 
     def resolve(name: str) -> str | None:
         """The (renamed) register a name means here, or None if it is no register."""
@@ -460,13 +550,19 @@ def _parse_body(t: _Tokens, k: Kernel) -> None:
             continue
         if s == ".param":
             raise Unsupported(f"{t.file}:{line}: {s} variables inside a kernel are outside the simulator's subset")
-        if s.startswith("call") and kind == "name":
+        if (s.startswith("call") and kind == "name") or (s == "@" and _is_call(t.peek(2)[1] if t.peek(1)[1] != "!"
+                                                                              else t.peek(3)[1])):
             k.code.append(_parse_call(t, resolve))
             chains.append(tuple(reversed(blocks)))
             continue
         if kind == "name" and t.peek(1)[1] == ":" and not s.startswith("%"):
             t.next()
             t.next()
+            if t.peek()[1] in (".callprototype", ".calltargets"):    # an indirect call's signature / list
+                t.next()
+                body = [x[1] for x in t.until(";")]
+                k.__dict__.setdefault("call_decls", {})[s] = body
+                continue
             if t.peek()[1] == ".branchtargets":       # ts: .branchtargets L1, L2, ...; (brx.idx's list)
                 t.next()
                 names = [t.next()[1]]
@@ -539,9 +635,22 @@ def _call_param_moves(ins: Instr, call_params: set) -> Instr:
     return ins
 
 
+def _is_call(s: str) -> bool:
+    return s == "call" or s.startswith("call.")
+
+
 def _parse_call(t: _Tokens, resolve) -> Instr:
-    """``call{.uni} (ret), fn, (args);`` as Instr(opcode, (Vec(rets), Sym(fn), Vec(args)))."""
+    """``[@p] call{.uni} (ret), fn, (args)[, proto];`` as Instr(opcode, (Vec(rets), fn, Vec(args)[,
+    Sym(proto)])): fn a Sym (a direct call) or a Reg (an indirect call through a function address,
+    PTX ISA 9.7.12.5 "call", with a ``.callprototype`` or a ``.calltargets`` list after the args)."""
     line = t.peek()[2]
+    guard, neg = None, False
+    if t.accept("@"):
+        neg = t.accept("!")
+        gname = t.next()[1]
+        guard = resolve(gname)
+        if guard is None:
+            raise Unsupported(f"{t.file}:{line}: guard {gname!r} is not a declared predicate register")
     opcode = t.next()[1]
 
     def group():
@@ -555,12 +664,19 @@ def _parse_call(t: _Tokens, resolve) -> Instr:
     t.accept(",")
     kind, fn, _ = t.next()
     if kind != "name":
-        raise Unsupported(f"{t.file}:{line}: indirect calls are outside the simulator's subset")
+        raise Unsupported(f"{t.file}:{line}: cannot read the call target {fn!r}")
+    target = Reg(resolve(fn)) if resolve(fn) is not None else Sym(fn)
     args = Vec(())
+    extra = ()
     if t.accept(","):
-        args = group()
+        if t.peek()[1] == "(":
+            args = group()
+            if t.accept(","):
+                extra = (Sym(t.next()[1]),)
+        else:
+            extra = (Sym(t.next()[1]),)
     t.expect(";")
-    return Instr(opcode, (rets, Sym(fn), args), None, False, line)
+    return Instr(opcode, (rets, target, args) + extra, guard, neg, line)
 
 
 def _skip_line(t: _Tokens, line: int) -> None:

@@ -25,7 +25,7 @@ for _mod in (alu, bits, control, memory, sync, tma, wgmma, mma_sync, cp_async, t
 # forms that share a head with an older family, by head (checked before the family's builder)
 FORMS: dict[str, list] = {}
 for _mod in (packed_float, cvt_packed, cvt_round, warp_ops, cluster_async, int_extra, tensormap, matrix_b8, b128,
-             fence_proxy, mma_int, cluster_generic, mbarrier_query, local, tma_modes):
+             fence_proxy, mma_int, cluster_generic, mbarrier_query, local, tma_modes, call):
     for _head, _matches, _build in _mod.FORMS:
         FORMS.setdefault(_head, []).append((_matches, _build))
 

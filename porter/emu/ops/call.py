@@ -1,6 +1,7 @@
-"""Calls into the CUDA device runtime: ``call`` of ``vprintf`` (what ``printf`` compiles
-to) and of ``__assertfail`` (what a failing device ``assert`` calls). The simulator runs no
-PTX functions; both are executed natively. ``vprintf``: each executing lane's format string
+"""``call``: of a ``.func`` defined in the module (linked by ``porter.emu.link``; run by
+``porter.emu.ops.func_call``), and of the CUDA device runtime: ``vprintf`` (what ``printf``
+compiles to) and ``__assertfail`` (what a failing device ``assert`` calls), both executed
+natively. ``vprintf``: each executing lane's format string
 (a generic address, read from global memory) is recorded in ``sched.printf`` (with the CTA
 and warp) and the call returns 0. ``__assertfail(message, file, line, function, char size)``:
 the run stops with the assertion's text, file and line (the device runtime prints them and
@@ -47,7 +48,14 @@ def _build_assertfail(ins, d):
 
 
 def build_call(ins, d):
-    rets, fn, args = ins.operands
+    rets, fn, args = ins.operands[:3]
+    linked = getattr(d.kernel, "link", None)
+    if linked is not None and isinstance(fn, ptx.Sym) and fn.name in linked.funcs:
+        from porter.emu.ops.func_call import build_func_call
+        return build_func_call(ins, d)
+    if isinstance(fn, ptx.Reg):
+        raise d.unsupported(f"(an indirect call through {fn.name}: only direct calls of a named function are "
+                            "simulated)")
     if isinstance(fn, ptx.Sym) and fn.name == "__assertfail":
         return _build_assertfail(ins, d)
     if not isinstance(fn, ptx.Sym) or fn.name != "vprintf":
@@ -72,4 +80,23 @@ def build_call(ins, d):
 
 build_call.n_dst = 0
 
-BUILDERS = {"call": build_call}
+def _in_func(ins) -> bool:
+    return getattr(ins, "func", None) is not None
+
+
+def _build_func_ret(ins, d):
+    from porter.emu.ops.func_call import build_func_ret
+    return build_func_ret(ins, d)
+
+
+def _build_end(ins, d):
+    from porter.emu.ops.func_call import build_end
+    return build_end(ins, d)
+
+
+_build_func_ret.n_dst = 0
+_build_end.n_dst = 0
+
+BUILDERS = {"call": build_call, "end#": _build_end}
+# ``ret`` inside a linked .func returns to its caller (not an exit of the lanes)
+FORMS = [("ret", _in_func, _build_func_ret)]

@@ -1,0 +1,188 @@
+"""Linking ``.func`` device functions into the kernel that calls them (PTX ISA 9.7.12.5 "call",
+9.7.12.6 "ret"; 11.1 "Function declarations and definitions").
+
+A kernel's program is its own code followed by the code of every ``.func`` it can reach through
+direct calls, each function once. PTX gives every function its own register namespace, so the
+linker renames a function's registers (``%r1`` of ``f`` becomes ``%r1@f``: ``@`` cannot occur in
+a PTX name), and its labels, ``.local`` and ``.shared`` variables the same way; a callee never
+clobbers its caller. A function's formal and return parameters are registers of its namespace
+(the parser turns ``ld.param``/``st.param`` on them into moves).
+
+At run time (``porter.emu.ops.call``) a call copies the actual arguments into the callee's
+parameter registers, pushes the call site's return pc on a per-lane call stack of the warp and
+jumps to the callee's entry; ``ret`` in a function pops each lane's return pc, copies the return
+values into the registers the call site names, and sends the lanes back (lanes of one group that
+came from different call sites split there). A function that can reach itself (recursion) saves
+its registers per lane and call depth on entry and restores them on return, as each activation
+of a PTX function has its own registers.
+
+After the kernel and after each function the linker places an end marker, so a body that falls
+off its end stops with one line instead of running into the next function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from porter.emu import ptx
+from porter.emu.errors import Unsupported
+
+# Nested calls a lane may have open at once: the device's stack (cudaLimitStackSize, 1 KiB per
+# thread by default) holds far fewer frames of any real function; past this it is runaway recursion.
+CALL_DEPTH_LIMIT = 1024
+END = "end#"          # the end marker's opcode (no PTX opcode contains '#')
+RUNTIME = {"vprintf", "__assertfail"}     # device-runtime functions ops/call.py runs natively
+
+
+@dataclass
+class FuncInfo:
+    name: str
+    entry: int                                 # pc of its first instruction in the linked code
+    params: list[tuple[str, str]]              # (register, type) of each formal parameter
+    rets: list[tuple[str, str]]                # (register, type) of each return parameter
+    regs: list[str]                            # every register of its namespace (renamed)
+    recursive: bool = False
+    line: int = 0
+
+
+@dataclass
+class Site:
+    """A call instruction: its return pc (the pc after it), callee and the caller's return operands."""
+    ret_pc: int
+    callee: str
+    rets: tuple
+    line: int
+
+
+@dataclass
+class Linked:
+    funcs: dict[str, FuncInfo] = field(default_factory=dict)
+    sites: dict[int, Site] = field(default_factory=dict)
+    limit: int = CALL_DEPTH_LIMIT
+
+
+def _callee(ins: ptx.Instr) -> str | None:
+    if ins.opcode.split(".", 1)[0] != "call":
+        return None
+    fn = ins.operands[1]
+    return fn.name if isinstance(fn, ptx.Sym) else None
+
+
+def _reachable(module: ptx.Module, kernel: ptx.Kernel) -> list[str]:
+    """The module's functions the kernel can call, directly or through others, in first-call order."""
+    order, seen, todo = [], set(), [kernel]
+    while todo:
+        k = todo.pop(0)
+        for ins in k.code:
+            name = _callee(ins)
+            if name in module.funcs and name not in seen:
+                seen.add(name)
+                order.append(name)
+                todo.append(module.funcs[name])
+    return order
+
+
+def _recursive(module: ptx.Module, names: list[str]) -> set[str]:
+    """The functions that can reach themselves through calls."""
+    calls = {n: {c for c in map(_callee, module.funcs[n].code) if c in module.funcs} for n in names}
+    out = set()
+    for n in names:
+        seen, todo = set(), list(calls[n])
+        while todo:
+            c = todo.pop()
+            if c == n:
+                out.add(n)
+                break
+            if c not in seen:
+                seen.add(c)
+                todo.extend(calls.get(c, ()))
+    return out
+
+
+def _renamer(f: ptx.Func):
+    suffix = "@" + f.name
+    regs = set(f.regs)
+    syms = set(f.labels) | set(f.branch_tables) | {v.name for v in f.local} | {v.name for v in f.shared}
+
+    def ren(op):
+        if isinstance(op, ptx.Reg):
+            return ptx.Reg(op.name + suffix) if op.name in regs else op
+        if isinstance(op, ptx.Sym):
+            return ptx.Sym(op.name + suffix) if op.name in syms else op
+        if isinstance(op, ptx.Not):
+            return ptx.Not(ren(op.reg))
+        if isinstance(op, ptx.Addr):
+            return ptx.Addr(ren(op.base) if op.base is not None else None, op.offset)
+        if isinstance(op, ptx.Vec):
+            return ptx.Vec(tuple(ren(x) for x in op.items))
+        if isinstance(op, ptx.TmaAddr):
+            return ptx.TmaAddr(ren(op.map), tuple(ren(x) for x in op.coords))
+        if isinstance(op, ptx.Pair):
+            return ptx.Pair(ren(op.first), ren(op.second))
+        return op
+    return ren, suffix
+
+
+def _end_marker(what: str, line: int) -> ptx.Instr:
+    ins = ptx.Instr(END, (), None, False, line)
+    ins.end_of = what
+    return ins
+
+
+def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
+    """The kernel with every function it can call linked in (``kernel.link``: a ``Linked``), or
+    the kernel itself when it calls none. A call of a function the module neither defines nor
+    (for the runtime's vprintf/__assertfail) declares is one line naming the call."""
+    for k in [kernel] + [module.funcs[n] for n in _reachable(module, kernel)]:
+        for ins in k.code:
+            name = _callee(ins)
+            if name is None or name in module.funcs or name in RUNTIME:
+                continue
+            how = ("is declared here but not defined (an external function: the simulator runs only functions "
+                   "defined in the module)" if name in module.declared else
+                   "is neither defined nor declared in the module (ptxas refuses it as an undefined function)")
+            raise Unsupported(f"{module.file}:{ins.line}: call of {name}: the function {how}")
+    names = _reachable(module, kernel)
+    if not names:
+        return kernel
+    recursive = _recursive(module, names)
+    code = list(kernel.code) + [_end_marker(f"kernel {kernel.name}", kernel.code[-1].line if kernel.code else 0)]
+    regs = dict(kernel.regs)
+    labels = dict(kernel.labels)
+    tables = dict(kernel.branch_tables)
+    local, shared = list(kernel.local), list(kernel.shared)
+    info = Linked()
+    for name in names:
+        f = module.funcs[name]
+        refusals = getattr(f, "refusals", [])
+        if refusals:
+            raise Unsupported(f"{refusals[0]} is outside the simulator's subset (called from kernel {kernel.name})")
+        if name in recursive and f.local:
+            raise Unsupported(f"{module.file}:{f.line}: .func {name} is recursive and has .local variables (a "
+                              "stack frame per activation): outside the simulator's subset")
+        ren, suffix = _renamer(f)
+        base = len(code)
+        for r, typ in f.regs.items():
+            regs[r + suffix] = typ
+        for lab, idx in f.labels.items():
+            labels[lab + suffix] = idx + base
+        for tab, idxs in f.branch_tables.items():
+            tables[tab + suffix] = tuple(i + base for i in idxs)
+        local += [replace(v, name=v.name + suffix) for v in f.local]
+        shared += [replace(v, name=v.name + suffix) for v in f.shared]
+        for ins in f.code:
+            new = ptx.Instr(ins.opcode, tuple(ren(op) for op in ins.operands),
+                            ins.guard + suffix if ins.guard is not None else None, ins.guard_neg, ins.line)
+            new.func = name
+            code.append(new)
+        code.append(_end_marker(f".func {name}", f.code[-1].line if f.code else f.line))
+        info.funcs[name] = FuncInfo(name, base, [(p.name + suffix, p.type) for p in f.params],
+                                    [(p.name + suffix, p.type) for p in f.rets], [r + suffix for r in f.regs],
+                                    name in recursive, f.line)
+    for pc, ins in enumerate(code):
+        name = _callee(ins)
+        if name in info.funcs:
+            info.sites[pc + 1] = Site(pc + 1, name, ins.operands[0].items, ins.line)
+    linked = replace(kernel, regs=regs, code=code, labels=labels, branch_tables=tables, local=local, shared=shared)
+    linked.link = info
+    return linked

@@ -1,0 +1,186 @@
+"""Running calls of linked ``.func`` functions (``porter.emu.link`` lays out the code; PTX ISA
+9.7.12.5 "call", 9.7.12.6 "ret").
+
+Each warp that calls keeps a call stack per lane (``CallStack`` in ``warp.units``): the lane's
+depth and, per depth, the pc to return to. Lanes of a warp may be at different depths and in
+different functions (a divergent call: each lane group carries its own pc); a ``ret`` sends each
+lane to its own return pc, splitting the group when they differ, and the warp reconverges where
+the pcs meet again. A recursive function's registers are saved per lane at each call and restored
+at its return (references to the immutable register arrays: cheap). A call that would open more
+than ``link.CALL_DEPTH_LIMIT`` nested calls stops the run with one line (runaway recursion).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from porter.emu import ptx
+from porter.emu.control import HANDLED
+from porter.emu.errors import Deadlock, Unsupported
+
+LANES = np.arange(32)
+_NO_LANE = bytes(32)
+
+
+class CallStack:
+    """Per lane: the call depth and each open call's return pc (rows grow on demand)."""
+
+    def __init__(self):
+        self.depth = np.zeros(32, dtype=np.int64)
+        self.ret = np.zeros((8, 32), dtype=np.int64)
+        self.saves: dict[int, dict[int, np.ndarray]] = {}    # depth -> register id -> saved lane values
+
+    def push(self, sel: np.ndarray, ret_pc: int) -> None:
+        top = int(self.depth[sel].max())
+        if top >= self.ret.shape[0]:
+            self.ret = np.concatenate([self.ret, np.zeros_like(self.ret)])
+        self.ret[self.depth[sel], LANES[sel]] = ret_pc
+        self.depth[sel] += 1
+
+    def save(self, w, sel: np.ndarray, ids: list[int]) -> None:
+        for k in np.unique(self.depth[sel]):
+            lk = sel & (self.depth == k)
+            frame = self.saves.setdefault(int(k), {})
+            for i in ids:
+                prev = frame.get(i)
+                frame[i] = w.r[i] if prev is None else np.where(lk, w.r[i], prev)
+
+    def restore(self, w, sel: np.ndarray, ids: list[int]) -> None:
+        """After the pop: each selected lane's registers as saved at its (now current) depth."""
+        for k in np.unique(self.depth[sel]):
+            lk = sel & (self.depth == k)
+            frame = self.saves.get(int(k), {})
+            for i in ids:
+                if i in frame:
+                    w.r[i] = np.where(lk, frame[i], w.r[i])
+
+
+def _stack(w) -> CallStack:
+    st = w.units.get("calls")
+    if st is None:
+        st = w.units["calls"] = CallStack()
+    return st
+
+
+def _guard(ins, d):
+    if ins.guard is None:
+        return None, False
+    return d.rid(ptx.Reg(ins.guard)), ins.guard_neg
+
+
+def _replace_group(w, m, new: list) -> None:
+    """The executing lane group (all live lanes of a converged warp) becomes groups ``new``."""
+    if w.converged:
+        w.groups = new
+        w.converged = False
+    else:
+        i = next(k for k, g in enumerate(w.groups) if g is w.gi)
+        w.groups[i:i + 1] = new
+    w.merge()
+
+
+def build_func_call(ins, d):
+    rets, fn, args = ins.operands[:3]
+    linked = d.kernel.link
+    info = linked.funcs[fn.name]
+    if len(args.items) != len(info.params) or len(rets.items) != len(info.rets):
+        raise Unsupported(f"{d.where(ins)}: call of {fn.name} with {len(rets.items)} return value(s) and "
+                          f"{len(args.items)} argument(s), but .func {fn.name} ({d.file}:{info.line}) has "
+                          f"{len(info.rets)} and {len(info.params)} (ptxas refuses the mismatch)")
+    readers = [d.src(a, t) for a, (_, t) in zip(args.items, info.params)]
+    writers = [d.dst(ptx.Reg(r), t) for r, t in info.params]
+    save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
+    entry, limit, name = info.entry, linked.limit, fn.name
+    g, neg = _guard(ins, d)
+    where = d.where(ins)
+
+    def call(w, m):
+        group = w.live if m is None else m
+        sel = group
+        if g is not None:
+            p = ~w.r[g] if neg else w.r[g]
+            sel = group & p
+            if sel.tobytes() == _NO_LANE:
+                return None
+        st = _stack(w)
+        if int(st.depth[sel].max()) >= limit:
+            lane = int(np.argmax(sel & (st.depth >= limit)))
+            raise Deadlock(f"{where}: {w.name} lane {lane}: call of {name} would open more than {limit} nested "
+                           "calls (runaway recursion? the simulator's call depth limit; the device's stack is "
+                           "smaller still)")
+        vals = [r(w) for r in readers]          # (read before a recursive call overwrites them)
+        if save_ids:
+            st.save(w, sel, save_ids)
+        whole = sel is group
+        for wr, v in zip(writers, vals):
+            wr(w, v, m if whole else sel)
+        st.push(sel, w.cur + 1)
+        if whole or sel.tobytes() == group.tobytes():
+            return entry
+        w.set_pcs(m, entry, w.cur, sel)
+        return HANDLED
+    call.handles_guard = True
+    return call
+
+
+build_func_call.n_dst = 0
+
+
+def build_func_ret(ins, d):
+    """``ret`` in a linked function: each lane back to its call site, with the return values."""
+    linked = d.kernel.link
+    info = linked.funcs[ins.func]
+    ret_readers = [d.src(ptx.Reg(r), t) for r, t in info.rets]
+    site_writers = {}
+    for pc, site in linked.sites.items():
+        if site.callee == info.name:
+            site_writers[pc] = [d.dst(op, t) for op, (_, t) in zip(site.rets, info.rets)]
+    save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
+    g, neg = _guard(ins, d)
+    where = d.where(ins)
+
+    def fret(w, m):
+        group = w.live if m is None else m
+        sel = group
+        if g is not None:
+            p = ~w.r[g] if neg else w.r[g]
+            sel = group & p
+            if sel.tobytes() == _NO_LANE:
+                return None
+        st = w.units.get("calls")
+        if st is None or np.count_nonzero(st.depth[sel] <= 0):
+            raise Unsupported(f"{where}: {w.name}: ret of .func {info.name} reached by lanes with no open call")
+        vals = [r(w) for r in ret_readers]
+        st.depth[sel] -= 1
+        rp = st.ret[np.maximum(st.depth, 0), LANES]
+        if save_ids:
+            st.restore(w, sel, save_ids)
+        targets = np.unique(rp[sel])
+        whole = sel.tobytes() == group.tobytes()
+        if len(targets) == 1 and whole:
+            t = int(targets[0])
+            for wr, v in zip(site_writers[t], vals):
+                wr(w, v, m)
+            return t
+        new = []
+        for t in targets:
+            lm = sel & (rp == t)
+            for wr, v in zip(site_writers[int(t)], vals):
+                wr(w, v, lm)
+            new.append([int(t), lm, False])
+        if not whole:
+            new.append([w.cur + 1, group & ~sel, False])
+        _replace_group(w, m, new)
+        return HANDLED
+    fret.handles_guard = True
+    return fret
+
+
+def build_end(ins, d):
+    """The end marker after a linked body: reached only by code that falls off its end."""
+    what = ins.end_of
+    file = d.file
+
+    def end(w, m):
+        raise Unsupported(f"{file}: {w.name} ran past the end of {what} (no ret/exit: the simulator needs one)")
+    return end

@@ -1,0 +1,209 @@
+""".func device functions and calls to them (PTX ISA 9.7.12.5 "call", 9.7.12.6 "ret"): what
+``__noinline__`` functions, recursion and low-optimisation builds compile to. Each a small
+kernel written here, in the call-sequence shape NVCC emits (a ``{ }`` block declaring the
+``.param`` slots, ``st.param`` / ``call`` / ``ld.param``), checked against numpy; and the
+errors (runaway recursion, an undefined callee, a body without ret) as one line naming the PTX
+line."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from porter import emu
+from porter.emu.errors import Deadlock, Unsupported
+
+HEAD = ".version 8.7\n.target sm_90a\n.address_size 64\n"
+T = np.arange(32, dtype=np.int64)
+
+
+def entry(body: str, funcs: str = "", pre: str = "") -> str:
+    """Entry ``k(out)``: %rd3 = &out[tid] (u32), %r1 = tid."""
+    return (HEAD + pre + funcs + ".visible .entry k(.param .u64 out)\n{\n.reg .pred %p<8>;\n.reg .b32 %r<24>;\n"
+            ".reg .b64 %rd<8>;\nld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\nmov.u32 %r1, %tid.x;\n"
+            "mul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\n" + body + "\nret;\n}\n")
+
+
+def callseq(fn: str, args: list[tuple[str, str]], ret: tuple[str, str] | None, uni: bool = False) -> str:
+    """NVCC's call sequence: a block with one .param slot per argument and the return slot."""
+    lines = ["{"]
+    for i, (typ, val) in enumerate(args):
+        lines += [f".param .{typ} param{i};", f"st.param.{typ} [param{i}], {val};"]
+    if ret is not None:
+        lines.append(f".param .{ret[0]} retval0;")
+    names = ", ".join(f"param{i}" for i in range(len(args)))
+    call = "call.uni" if uni else "call"
+    lines.append(f"{call} {'(retval0), ' if ret else ''}{fn}, ({names});")
+    if ret is not None:
+        lines.append(f"ld.param.{ret[0]} {ret[1]}, [retval0];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def run(src: str, n: int = 32, block: int = 32, **kw) -> np.ndarray:
+    out = np.zeros(n, np.uint32)
+    return emu.launch(src, "k", grid=1, block=block, args=[out], budget=2_000_000, **kw).outputs[0]
+
+
+# mad3(a, b, c) = a * b + c, calling sq() for nothing but to clobber names the caller uses too
+MAD3 = """.func (.param .b32 func_retval0) mad3(.param .b32 mad3_param_0, .param .b32 mad3_param_1,
+    .param .b32 mad3_param_2);
+.func (.param .b32 func_retval0) sq(.param .b32 sq_param_0)
+{
+.reg .b32 %r<4>;
+ld.param.u32 %r1, [sq_param_0];
+mul.lo.u32 %r2, %r1, %r1;
+mov.u32 %r3, 0;
+st.param.b32 [func_retval0+0], %r2;
+ret;
+}
+.func (.param .b32 func_retval0) mad3(.param .b32 mad3_param_0, .param .b32 mad3_param_1,
+    .param .b32 mad3_param_2)
+{
+.reg .b32 %r<8>;
+ld.param.u32 %r1, [mad3_param_0];
+ld.param.u32 %r2, [mad3_param_1];
+ld.param.u32 %r3, [mad3_param_2];
+mad.lo.u32 %r4, %r1, %r2, %r3;
+""" + callseq("sq", [("b32", "%r1")], ("b32", "%r5")) + """add.u32 %r4, %r4, %r5;
+st.param.b32 [func_retval0+0], %r4;
+ret;
+}
+"""
+
+
+def test_a_call_passes_arguments_returns_a_value_and_keeps_the_callers_registers():
+    # the callees name %r1..%r5 too: each function has its own registers (PTX namespaces)
+    body = ("mov.u32 %r2, 7;\nmov.u32 %r3, 100;\n" + callseq("mad3", [("b32", "%r1"), ("b32", "%r2"), ("b32", "%r3")],
+                                                            ("b32", "%r4"), uni=True)
+            + "add.u32 %r5, %r4, %r2;\nadd.u32 %r5, %r5, %r1;\nst.global.u32 [%rd3], %r5;\n")
+    got = run(entry(body, MAD3)).astype(np.int64)
+    np.testing.assert_array_equal(got, T * 7 + 100 + T * T + 7 + T)
+
+
+STORE = """.func store2(.param .b64 store2_param_0, .param .b32 store2_param_1)
+{
+.reg .b32 %r<4>;
+.reg .b64 %rd<4>;
+ld.param.u64 %rd1, [store2_param_0];
+ld.param.u32 %r1, [store2_param_1];
+st.global.u32 [%rd1], %r1;
+shl.b32 %r2, %r1, 1;
+st.global.u32 [%rd1+128], %r2;
+ret;
+}
+"""
+
+
+def test_a_void_function_takes_a_pointer_and_stores_through_it():
+    body = "add.u32 %r2, %r1, 3;\n" + callseq("store2", [("b64", "%rd3"), ("b32", "%r2")], None)
+    got = run(entry(body, STORE), n=64).astype(np.int64)
+    np.testing.assert_array_equal(got[:32], T + 3)
+    np.testing.assert_array_equal(got[32:], 2 * (T + 3))
+
+
+def test_divergent_calls_of_one_function_from_two_sites_return_each_lane_to_its_own():
+    # lanes < 12 call mad3 at site A, the others at site B with other arguments; both groups
+    # meet inside mad3 (one pc) and its ret splits them back to their call sites
+    body = ("mov.u32 %r2, 2;\nmov.u32 %r3, 5;\nsetp.lt.u32 %p1, %r1, 12;\n@%p1 bra A;\n"
+            + callseq("mad3", [("b32", "%r1"), ("b32", "%r3"), ("b32", "%r2")], ("b32", "%r6"))
+            + "add.u32 %r6, %r6, 1000;\nbra J;\nA:\n"
+            + callseq("mad3", [("b32", "%r1"), ("b32", "%r2"), ("b32", "%r3")], ("b32", "%r6"))
+            + "J:\nst.global.u32 [%rd3], %r6;\n")
+    got = run(entry(body, MAD3)).astype(np.int64)
+    want = np.where(T < 12, T * 2 + 5 + T * T, T * 5 + 2 + T * T + 1000)
+    np.testing.assert_array_equal(got, want)
+
+
+FIB = """.func (.param .b32 func_retval0) fib(.param .b32 fib_param_0)
+{
+.reg .pred %p<2>;
+.reg .b32 %r<8>;
+ld.param.u32 %r1, [fib_param_0];
+setp.lt.u32 %p1, %r1, 2;
+mov.u32 %r5, %r1;
+@%p1 bra DONE;
+sub.u32 %r2, %r1, 1;
+""" + callseq("fib", [("b32", "%r2")], ("b32", "%r3"), uni=False) + """sub.u32 %r2, %r1, 2;
+""" + callseq("fib", [("b32", "%r2")], ("b32", "%r4")) + """add.u32 %r5, %r3, %r4;
+DONE:
+st.param.b32 [func_retval0+0], %r5;
+ret;
+}
+"""
+
+
+def test_recursion_keeps_each_activations_registers():
+    # fib(n) = fib(n-1) + fib(n-2): %r1 and %r3 live across the second recursive call, and each
+    # lane recurses to its own depth (n = tid % 13)
+    body = "rem.u32 %r2, %r1, 13;\n" + callseq("fib", [("b32", "%r2")], ("b32", "%r3")) + "st.global.u32 [%rd3], %r3;\n"
+    got = run(entry(body, FIB)).astype(np.int64)
+
+    def fib(n):
+        a, b = 0, 1
+        for _ in range(n):
+            a, b = b, a + b
+        return a
+    np.testing.assert_array_equal(got, [fib(int(t) % 13) for t in T])
+
+
+def test_a_guarded_call_runs_only_the_lanes_whose_guard_holds():
+    body = ("mov.u32 %r6, 9;\nsetp.ge.u32 %p2, %r1, 20;\n{\n.param .b32 param0;\nst.param.b32 [param0], %r1;\n"
+            ".param .b32 retval0;\nmov.u32 %r7, 9;\n@%p2 call (retval0), sq, (param0);\n"
+            "@%p2 ld.param.b32 %r6, [retval0];\n}\nst.global.u32 [%rd3], %r6;\n")
+    got = run(entry(body, MAD3)).astype(np.int64)
+    np.testing.assert_array_equal(got, np.where(T >= 20, T * T, 9))
+
+
+def test_nested_calls_in_a_loop():
+    # sum over i < 5 of mad3(tid, i, 1) (which itself calls sq)
+    body = ("mov.u32 %r10, 0;\nmov.u32 %r11, 0;\nmov.u32 %r12, 1;\nL:\n"
+            + callseq("mad3", [("b32", "%r1"), ("b32", "%r11"), ("b32", "%r12")], ("b32", "%r13"))
+            + "add.u32 %r10, %r10, %r13;\nadd.u32 %r11, %r11, 1;\nsetp.lt.u32 %p3, %r11, 5;\n@%p3 bra L;\n"
+            "st.global.u32 [%rd3], %r10;\n")
+    got = run(entry(body, MAD3)).astype(np.int64)
+    np.testing.assert_array_equal(got, sum(T * i + 1 + T * T for i in range(5)))
+
+
+def _one_line(e) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def test_runaway_recursion_stops_at_the_depth_limit_in_one_line():
+    funcs = (".func down(.param .b32 down_param_0)\n{\n.reg .b32 %r<3>;\nld.param.u32 %r1, [down_param_0];\n"
+             "add.u32 %r2, %r1, 1;\n" + callseq("down", [("b32", "%r2")], None) + "ret;\n}\n")
+    src = entry(callseq("down", [("b32", "%r1")], None), funcs)
+    with pytest.raises(Deadlock) as e:
+        run(src)
+    msg = _one_line(e)
+    line = next(i + 1 for i, s in enumerate(src.splitlines()) if s.startswith("call down"))
+    assert f"<ptx>:{line}" in msg and "runaway recursion" in msg and "1024 nested calls" in msg
+
+
+def test_a_call_of_an_undefined_function_is_one_line_naming_the_call():
+    src = entry(callseq("nowhere", [("b32", "%r1")], ("b32", "%r2")))
+    with pytest.raises(Unsupported) as e:
+        run(src)
+    msg = _one_line(e)
+    line = next(i + 1 for i, s in enumerate(src.splitlines()) if s.startswith("call "))
+    assert f"<ptx>:{line}: call of nowhere" in msg and "neither defined nor declared" in msg
+    # declared (a prototype) but defined nowhere in the module: an external function
+    src = entry(callseq("ext", [("b32", "%r1")], None), pre=".extern .func ext(.param .b32 a);\n")
+    with pytest.raises(Unsupported) as e:
+        run(src)
+    assert "declared here but not defined" in _one_line(e)
+
+
+def test_a_function_without_ret_and_a_mismatched_call_are_one_line():
+    funcs = ".func nor(.param .b32 a)\n{\n.reg .b32 %r<3>;\nld.param.u32 %r1, [a];\n}\n"
+    with pytest.raises(Unsupported) as e:
+        run(entry(callseq("nor", [("b32", "%r1")], None), funcs))
+    assert "ran past the end of .func nor" in _one_line(e)
+    with pytest.raises(Unsupported) as e:
+        run(entry(callseq("sq", [("b32", "%r1"), ("b32", "%r1")], ("b32", "%r2")), MAD3))
+    msg = _one_line(e)
+    assert "call of sq with 1 return value(s) and 2 argument(s)" in msg and "has 1 and 1" in msg
