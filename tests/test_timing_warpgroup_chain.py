@@ -11,9 +11,6 @@ from porter.kernels.knobs import spec_with_knobs
 from porter.timing import attention_model as am
 from porter.timing.figures import Figures
 
-SHAPE = "2x16x16x8192x8192"
-
-
 def _costs(knobs: dict, fig_changes: dict | None = None) -> dict:
     arch = load_arch("hopper").for_product("H100 SXM")
     fig = Figures.of(arch)
@@ -54,11 +51,14 @@ def test_fa3_like_default_hides_the_chain_and_removing_ping_pong_exposes_it():
 
 def test_the_chain_moves_with_the_sourced_and_uncertain_figures_it_is_built_from():
     base = _costs({})["warpgroup chain"]
+    fig = Figures.of(load_arch("hopper").for_product("H100 SXM"))
+    # each figure moved by +10 cycles from the descriptor's own value (not a copy of it here)
+    plus = {k: fig[k] + 10 for k in ("mbarrier_cycles", "named_barrier_cycles", "mma_latency_base_cycles")}
     # two mbarrier waits per K/V tile on the chain, one named barrier (the turn), one fence
-    assert _costs({}, {"mbarrier_cycles": 50})["warpgroup chain"] - base == 2 * (50 - 40)
-    assert _costs({}, {"named_barrier_cycles": 30})["warpgroup chain"] - base == 30 - 20
+    assert _costs({}, {"mbarrier_cycles": plus["mbarrier_cycles"]})["warpgroup chain"] - base == 2 * 10
+    assert _costs({}, {"named_barrier_cycles": plus["named_barrier_cycles"]})["warpgroup chain"] - base == 10
     # the S wgmma's completion latency (n = block_n) sits before the softmax
-    assert _costs({}, {"mma_latency_base_cycles": 26})["warpgroup chain"] - base == 10
+    assert _costs({}, {"mma_latency_base_cycles": plus["mma_latency_base_cycles"]})["warpgroup chain"] - base == 10
 
 
 def test_the_chain_follows_the_kernels_own_consumer_loop():
@@ -88,8 +88,8 @@ def test_fa3_like_kv_ring_is_hidden_at_three_stages_binds_at_two_and_follows_the
     # the added cycles over the (stages - 1) periods that hide it
     arch = load_arch("hopper").for_product("H100 SXM")
     fig = Figures.of(arch)
-    slow = _costs({}, {"tma_latency_ns": 900})
-    assert abs((slow["k/v ring"] - on["k/v ring"]) - fig.ns_to_cycles(900 - 600) / 2) < 1e-6
+    slow = _costs({}, {"tma_latency_ns": fig["tma_latency_ns"] + 300})
+    assert abs((slow["k/v ring"] - on["k/v ring"]) - fig.ns_to_cycles(300) / 2) < 1e-6
     # the release is the last warpgroup's: its turn starts 2 x (one warpgroup's GEMM) x 1 later
     gemm = on["tensor"] / 2 / 2
     assert abs(2 * on["k/v ring"] - (2 * gemm + _release_own(on, gemm) + _refill(fig))) < 1e-6
