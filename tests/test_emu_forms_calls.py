@@ -207,3 +207,80 @@ def test_a_function_without_ret_and_a_mismatched_call_are_one_line():
         run(entry(callseq("sq", [("b32", "%r1"), ("b32", "%r1")], ("b32", "%r2")), MAD3))
     msg = _one_line(e)
     assert "call of sq with 1 return value(s) and 2 argument(s)" in msg and "has 1 and 1" in msg
+
+
+# swap(p: {f32 x; u32 n}) -> {u32 n + 1; f32 x * 2}: a by-value struct in and out (8-byte .param
+# arrays, read and written at byte offsets, the call site writing it as one .v2 store)
+SWAP = """.func (.param .align 8 .b8 func_retval0[8]) swap(.param .align 8 .b8 swap_param_0[8])
+{
+.reg .f32 %f<4>;
+.reg .b32 %r<4>;
+ld.param.u32 %r1, [swap_param_0+4];
+ld.param.f32 %f1, [swap_param_0];
+add.u32 %r2, %r1, 1;
+add.f32 %f2, %f1, %f1;
+st.param.b32 [func_retval0+0], %r2;
+st.param.f32 [func_retval0+4], %f2;
+ret;
+}
+"""
+
+
+def test_a_struct_passed_and_returned_by_value():
+    body = (".reg .f32 %f<4>;\ncvt.rn.f32.u32 %f1, %r1;\nmul.lo.u32 %r2, %r1, 3;\n{\n.param .align 8 .b8 param0[8];\n"
+            "st.param.v2.b32 [param0+0], {%f1, %r2};\n.param .align 8 .b8 retval0[8];\n"
+            "call.uni (retval0), swap, (param0);\nld.param.v2.b32 {%r3, %r4}, [retval0+0];\n}\n"
+            "st.global.u32 [%rd3], %r3;\nst.global.u32 [%rd3+128], %r4;\n")
+    got = run(entry(body, SWAP), n=64)
+    np.testing.assert_array_equal(got[:32].astype(np.int64), 3 * T + 1)
+    np.testing.assert_array_equal(got[32:].view(np.float32), 2 * T.astype(np.float32))
+    # a .param access outside the array is one line naming it
+    bad = body.replace("ld.param.v2.b32 {%r3, %r4}, [retval0+0]", "ld.param.v2.b32 {%r3, %r4}, [retval0+4]")
+    with pytest.raises(Unsupported) as e:
+        run(entry(bad, SWAP), n=64)
+    assert "outside the 8-byte .param retval0" in _one_line(e)
+
+
+CUDA = r"""
+struct Pair { float s; int n; };
+__device__ __noinline__ float horner(float x, int k) {
+  float s = 0.f;
+  for (int i = 0; i < k; ++i) s = s * x + (float)(i + 1);
+  return s;
+}
+__device__ __noinline__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+__device__ __noinline__ Pair bump(Pair p, float x) { p.s += x; p.n += 1; return p; }
+__device__ __noinline__ void put(float* o, int i, float v) { o[i] = v; }
+extern "C" __global__ void calls(float* out, int* iout) {
+  int t = threadIdx.x;
+  float v = (t & 1) ? horner(0.5f * t, 4) : horner(1.0f + t, 3);
+  Pair p = {0.f, 0};
+  for (int i = 0; i <= (t & 3); ++i) p = bump(p, v);
+  put(out, t, v);
+  put(out + 32, t, p.s);
+  iout[t] = fib(t % 11) + 100 * p.n;
+}
+"""
+
+
+@pytest.mark.parametrize("options", [(), ("-G",)], ids=["O3", "device-debug"])
+def test_nvrtc_noinline_functions_recursion_and_structs(options):
+    # what NVRTC makes of __noinline__ helpers (a loop, recursion, a struct by value, a void
+    # store), optimised and at -G (every function kept, unoptimised)
+    from porter.compile.toolchain import compile_cuda
+    ptx = compile_cuda(CUDA, "sm_90a", "calls.cu", options=options).ptx
+    assert ".func" in ptx and "call" in ptx
+    out, iout = np.zeros(64, np.float32), np.zeros(32, np.int32)
+    res = emu.launch(ptx, "calls", grid=1, block=32, args=[out, iout], budget=2_000_000)
+
+    def horner(x, k):
+        s = np.float32(0)
+        for i in range(k):
+            s = np.float32(s * np.float32(x) + np.float32(i + 1))
+        return s
+    v = np.array([horner(np.float32(0.5) * np.float32(t), 4) if t & 1 else horner(np.float32(1 + t), 3) for t in T])
+    n = (T & 3) + 1
+    np.testing.assert_allclose(res.outputs[0][:32], v, rtol=1e-6)
+    np.testing.assert_allclose(res.outputs[0][32:], v * n, rtol=1e-5)
+    fibs = [0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55]
+    np.testing.assert_array_equal(res.outputs[1], [fibs[t % 11] + 100 * n[t] for t in T])

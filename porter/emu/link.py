@@ -38,8 +38,10 @@ RUNTIME = {"vprintf", "__assertfail"}     # device-runtime functions ops/call.py
 class FuncInfo:
     name: str
     entry: int                                 # pc of its first instruction in the linked code
-    params: list[tuple[str, str]]              # (register, type) of each formal parameter
-    rets: list[tuple[str, str]]                # (register, type) of each return parameter
+    # (register, type, bytes) of each formal / return parameter; bytes is None for a scalar, the
+    # size of a byte-array aggregate (held in b8 registers ``ptx.byte_regs(register, bytes)``)
+    params: list[tuple[str, str, int | None]]
+    rets: list[tuple[str, str, int | None]]
     regs: list[str]                            # every register of its namespace (renamed)
     recursive: bool = False
     line: int = 0
@@ -101,12 +103,21 @@ def _recursive(module: ptx.Module, names: list[str]) -> set[str]:
 
 def _renamer(f: ptx.Func):
     suffix = "@" + f.name
-    regs = set(f.regs)
+    aggs = getattr(f, "aggregates", {})
+    regs = set(f.regs) | set(aggs)
     syms = set(f.labels) | set(f.branch_tables) | {v.name for v in f.local} | {v.name for v in f.shared}
+
+    def reg(name: str) -> str:
+        """f's register ``name`` renamed (an aggregate's byte ``A+k`` becomes ``A@f+k``, so that
+        ``ptx.byte_regs`` of the renamed aggregate names it)."""
+        head, plus, k = name.rpartition("+")
+        if plus and head in aggs:
+            return f"{head}{suffix}+{k}"
+        return name + suffix
 
     def ren(op):
         if isinstance(op, ptx.Reg):
-            return ptx.Reg(op.name + suffix) if op.name in regs else op
+            return ptx.Reg(reg(op.name)) if op.name in regs else op
         if isinstance(op, ptx.Sym):
             return ptx.Sym(op.name + suffix) if op.name in syms else op
         if isinstance(op, ptx.Not):
@@ -120,6 +131,7 @@ def _renamer(f: ptx.Func):
         if isinstance(op, ptx.Pair):
             return ptx.Pair(ren(op.first), ren(op.second))
         return op
+    ren.reg = reg
     return ren, suffix
 
 
@@ -151,6 +163,7 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
     labels = dict(kernel.labels)
     tables = dict(kernel.branch_tables)
     local, shared = list(kernel.local), list(kernel.shared)
+    aggregates = dict(getattr(kernel, "aggregates", {}))
     info = Linked()
     for name in names:
         f = module.funcs[name]
@@ -163,7 +176,9 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
         ren, suffix = _renamer(f)
         base = len(code)
         for r, typ in f.regs.items():
-            regs[r + suffix] = typ
+            regs[ren.reg(r)] = typ
+        for a, n in getattr(f, "aggregates", {}).items():
+            aggregates[a + suffix] = n
         for lab, idx in f.labels.items():
             labels[lab + suffix] = idx + base
         for tab, idxs in f.branch_tables.items():
@@ -174,15 +189,19 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
             new = ptx.Instr(ins.opcode, tuple(ren(op) for op in ins.operands),
                             ins.guard + suffix if ins.guard is not None else None, ins.guard_neg, ins.line)
             new.func = name
+            if getattr(ins, "param_bytes", False):
+                new.param_bytes = True
             code.append(new)
         code.append(_end_marker(f".func {name}", f.code[-1].line if f.code else f.line))
-        info.funcs[name] = FuncInfo(name, base, [(p.name + suffix, p.type) for p in f.params],
-                                    [(p.name + suffix, p.type) for p in f.rets], [r + suffix for r in f.regs],
-                                    name in recursive, f.line)
+        def formal(p):
+            return (p.name + suffix, p.type, p.size if getattr(p, "aggregate", False) else None)
+        info.funcs[name] = FuncInfo(name, base, [formal(p) for p in f.params], [formal(p) for p in f.rets],
+                                    [ren.reg(r) for r in f.regs], name in recursive, f.line)
     for pc, ins in enumerate(code):
         name = _callee(ins)
         if name in info.funcs:
             info.sites[pc + 1] = Site(pc + 1, name, ins.operands[0].items, ins.line)
     linked = replace(kernel, regs=regs, code=code, labels=labels, branch_tables=tables, local=local, shared=shared)
     linked.link = info
+    linked.aggregates = aggregates
     return linked

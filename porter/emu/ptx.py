@@ -375,12 +375,15 @@ def _parse_formals(t: _Tokens, fname: str, refusals: list) -> list[Param]:
         if typ is None or typ == "b128":
             refusals.append(f"{t.file}:{line}: .func {fname}: parameter {pname} of type {typ or '?'}")
             typ = typ or "b32"
-        if t.accept("["):
-            t.next()
+        size = max(TYPE_BITS[typ] // 8, 1)
+        aggregate = False
+        if t.accept("["):                # a by-value aggregate (a struct, float2): bytes (see _param_bytes)
+            size *= _int(t.next()[1])
             t.expect("]")
-            refusals.append(f"{t.file}:{line}: .func {fname}: by-value aggregate parameter {pname}[] "
-                            "(a .b8 array .param)")
-        out.append(Param(pname, typ, max(TYPE_BITS[typ] // 8, 1), 1))
+            aggregate = True
+        p = Param(pname, typ, size, 1)
+        p.aggregate = aggregate
+        out.append(p)
         t.accept(",")
     return out
 
@@ -409,8 +412,7 @@ def _parse_func(t: _Tokens, declared: set) -> Func | None:
         return None
     f = Func(name, params, {}, [], {}, rets=rets, line=line)
     f.refusals = refusals
-    formals = {p.name: p.type for p in params + rets}
-    _parse_body(t, f, formals)
+    _parse_body(t, f, params + rets)
     return f
 
 
@@ -466,9 +468,9 @@ def _parse_entry(t: _Tokens) -> Kernel:
     return k
 
 
-def _parse_body(t: _Tokens, k: Kernel, formals: dict | None = None) -> None:
+def _parse_body(t: _Tokens, k: Kernel, formals: list | None = None) -> None:
     """A kernel's or function's ``{ }`` body; ``formals`` (a .func's parameters and return
-    values, name -> type) become registers of its outer scope that ld.param/st.param move."""
+    values) become registers of its outer scope that ld.param/st.param move."""
     t.expect("{")
     scopes: list[dict[str, str]] = [{}]       # name -> renamed, innermost last
     block_id = 0
@@ -477,10 +479,10 @@ def _parse_body(t: _Tokens, k: Kernel, formals: dict | None = None) -> None:
     tables: dict[tuple[int, str], tuple] = {}     # (block id, .branchtargets name) -> (labels, chain, line)
     chains: list[tuple[int, ...]] = []        # per instruction: its open blocks, innermost first
     call_params: set[str] = set()
-    for name, typ in (formals or {}).items():
-        scopes[0][name] = name
-        k.regs[name] = typ
-        call_params.add(name)
+    aggregates: dict[str, int] = k.__dict__.setdefault("aggregates", {})    # byte-array .param -> bytes
+    for p in formals or ():
+        scopes[0][p.name] = p.name
+        _declare_param(k, p.name, p.type, p.size if getattr(p, "aggregate", False) else None, call_params)
 
     def resolve(name: str) -> str | None:
         """The (renamed) register a name means here, or None if it is no register."""
@@ -533,17 +535,30 @@ def _parse_body(t: _Tokens, k: Kernel, formals: dict | None = None) -> None:
         if s == ".shared":
             k.shared.append(_parse_var(t))
             continue
-        if s == ".param" and len(scopes) > 1 and t.peek(1)[1][1:] in TYPE_BITS and t.peek(3)[1] == ";":
-            # a call sequence's scalar argument / return slot: a scoped register; st.param /
-            # ld.param on it become moves (see _call_param_moves)
+        if s == ".param" and len(scopes) > 1:
+            # a call sequence's argument / return slot: a scoped register (a byte-array aggregate:
+            # one b8 register per byte); st.param / ld.param on it become moves (_call_param_moves)
             t.next()
-            typ = t.next()[1][1:]
+            typ = None
+            while t.peek()[1].startswith("."):
+                d = t.next()[1]
+                if d == ".align":
+                    t.next()
+                elif d[1:] in TYPE_BITS:
+                    typ = d[1:]
             rname = t.next()[1]
+            count = None
+            if t.accept("["):
+                count = _int(t.next()[1])
+                t.expect("]")
             t.expect(";")
+            if typ is None or typ == "b128":
+                raise Unsupported(f"{t.file}:{line}: call slot .param {rname} of type {typ or '?'} is outside the "
+                                  "simulator's subset")
             renamed = f"{rname}#{block_id}"
             scopes[-1][rname] = renamed
-            k.regs[renamed] = typ
-            call_params.add(renamed)
+            _declare_param(k, renamed, typ, None if count is None else count * max(TYPE_BITS[typ] // 8, 1),
+                           call_params)
             continue
         if s == ".local":                 # a thread's stack frame (__local_depot): ops/local.py
             k.local.append(_parse_var(t))
@@ -577,7 +592,7 @@ def _parse_body(t: _Tokens, k: Kernel, formals: dict | None = None) -> None:
                 raise Unsupported(f"{t.file}:{line}: label {s!r} defined twice in one block")
             label_defs[(blocks[-1], s)] = len(k.code)
             continue
-        k.code.append(_call_param_moves(_parse_instr(t, resolve), call_params))
+        k.code.append(_call_param_moves(_parse_instr(t, resolve), call_params, aggregates, t.file))
         chains.append(tuple(reversed(blocks)))
 
 
@@ -623,11 +638,42 @@ def _scope_labels(k: Kernel, label_defs: dict, chains: list, tables: dict | None
             ins.operands = ops
 
 
-def _call_param_moves(ins: Instr, call_params: set) -> Instr:
-    """``st.param.T [p], v`` / ``ld.param.T d, [p]`` on a call-sequence slot: ``mov.T``."""
+def byte_regs(name: str, n: int) -> list[str]:
+    """The b8 registers that hold a byte-array .param ``name`` of ``n`` bytes."""
+    return [f"{name}+{i}" for i in range(n)]
+
+
+def _declare_param(k: Kernel, name: str, typ: str, nbytes: int | None, call_params: set) -> None:
+    if nbytes is None:
+        k.regs[name] = typ
+        call_params.add(name)
+        return
+    k.aggregates[name] = nbytes
+    for r in byte_regs(name, nbytes):
+        k.regs[r] = "b8"
+
+
+def _call_param_moves(ins: Instr, call_params: set, aggregates: dict | None = None, file: str = "<ptx>") -> Instr:
+    """``st.param.T [p], v`` / ``ld.param.T d, [p]`` on a call-sequence slot: ``mov.T``. On a
+    byte-array slot: the same opcode with the address replaced by the bytes it covers
+    (``ins.param_bytes``; ops/func_call.py packs and unpacks them)."""
     if ins.opcode.startswith(("st.param.", "ld.param.")):
         i = 0 if ins.opcode.startswith("st") else 1
         a = ins.operands[i]
+        if aggregates and isinstance(a, Addr) and isinstance(a.base, Reg) and a.base.name in aggregates:
+            parts = ins.opcode.split(".")
+            nvec = next((int(p[1]) for p in parts if p in ("v2", "v4")), 1)
+            width = max(TYPE_BITS.get(parts[-1], 8) // 8, 1)
+            n = aggregates[a.base.name]
+            if a.offset < 0 or a.offset + nvec * width > n:
+                raise Unsupported(f"{file}:{ins.line}: {ins.opcode} at byte {a.offset} of {nvec * width} B is "
+                                  f"outside the {n}-byte .param {a.base.name.split('#')[0]}")
+            regs = Vec(tuple(Reg(r) for r in byte_regs(a.base.name, n)[a.offset:a.offset + nvec * width]))
+            ops = list(ins.operands)
+            ops[i] = regs
+            new = Instr(ins.opcode, tuple(ops), ins.guard, ins.guard_neg, ins.line)
+            new.param_bytes = True
+            return new
         if isinstance(a, Addr) and isinstance(a.base, Reg) and a.base.name in call_params and not a.offset:
             typ = ins.opcode.rsplit(".", 1)[1]
             ops = (a.base, ins.operands[1]) if i == 0 else (ins.operands[0], a.base)

@@ -99,4 +99,22 @@ _build_end.n_dst = 0
 
 BUILDERS = {"call": build_call, "end#": _build_end}
 # ``ret`` inside a linked .func returns to its caller (not an exit of the lanes)
-FORMS = [("ret", _in_func, _build_func_ret)]
+def _param_bytes(ins) -> bool:
+    return getattr(ins, "param_bytes", False)
+
+
+def _build_ld_param_bytes(ins, d):
+    from porter.emu.ops.func_call import build_ld_param_bytes
+    return build_ld_param_bytes(ins, d)
+
+
+def _build_st_param_bytes(ins, d):
+    from porter.emu.ops.func_call import build_st_param_bytes
+    return build_st_param_bytes(ins, d)
+
+
+_build_st_param_bytes.n_dst = 0
+
+FORMS = [("ret", _in_func, _build_func_ret),
+         # ld.param / st.param on a by-value aggregate slot (its bytes are b8 registers: ptx.py)
+         ("ld", _param_bytes, _build_ld_param_bytes), ("st", _param_bytes, _build_st_param_bytes)]

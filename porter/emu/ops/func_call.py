@@ -79,6 +79,26 @@ def _replace_group(w, m, new: list) -> None:
     w.merge()
 
 
+def _expand(formal) -> list[tuple[str, str]]:
+    """(register, type) of a formal parameter: itself, or the b8 registers of an aggregate."""
+    name, typ, nbytes = formal
+    return [(name, typ)] if nbytes is None else [(r, "b8") for r in ptx.byte_regs(name, nbytes)]
+
+
+def _actual(op, formal, d, fn: str) -> list[tuple[object, str]]:
+    """The operands a call passes for one formal parameter (an aggregate slot: its bytes)."""
+    name, typ, nbytes = formal
+    aggs = getattr(d.kernel, "aggregates", {})
+    have = aggs.get(op.name) if isinstance(op, ptx.Reg) else None
+    if nbytes is None and have is None:
+        return [(op, typ)]
+    if nbytes is not None and have == nbytes:
+        return [(ptx.Reg(r), "b8") for r in ptx.byte_regs(op.name, nbytes)]
+    raise Unsupported(f"{d.where()}: call of {fn}: {op} ({'a ' + str(have) + '-byte array' if have else 'a scalar'}) "
+                      f"passed for {name.split('@')[0]} ({'a ' + str(nbytes) + '-byte array' if nbytes else typ}): "
+                      "ptxas refuses the mismatch")
+
+
 def build_func_call(ins, d):
     rets, fn, args = ins.operands[:3]
     linked = d.kernel.link
@@ -87,8 +107,11 @@ def build_func_call(ins, d):
         raise Unsupported(f"{d.where(ins)}: call of {fn.name} with {len(rets.items)} return value(s) and "
                           f"{len(args.items)} argument(s), but .func {fn.name} ({d.file}:{info.line}) has "
                           f"{len(info.rets)} and {len(info.params)} (ptxas refuses the mismatch)")
-    readers = [d.src(a, t) for a, (_, t) in zip(args.items, info.params)]
-    writers = [d.dst(ptx.Reg(r), t) for r, t in info.params]
+    readers, writers = [], []
+    for a, formal in zip(args.items, info.params):
+        for (ra, ta), (rf, tf) in zip(_actual(a, formal, d, fn.name), _expand(formal)):
+            readers.append(d.src(ra, tf))
+            writers.append(d.dst(ptx.Reg(rf), tf))
     save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
     entry, limit, name = info.entry, linked.limit, fn.name
     g, neg = _guard(ins, d)
@@ -130,11 +153,12 @@ def build_func_ret(ins, d):
     """``ret`` in a linked function: each lane back to its call site, with the return values."""
     linked = d.kernel.link
     info = linked.funcs[ins.func]
-    ret_readers = [d.src(ptx.Reg(r), t) for r, t in info.rets]
+    ret_readers = [d.src(ptx.Reg(r), t) for formal in info.rets for r, t in _expand(formal)]
     site_writers = {}
     for pc, site in linked.sites.items():
         if site.callee == info.name:
-            site_writers[pc] = [d.dst(op, t) for op, (_, t) in zip(site.rets, info.rets)]
+            site_writers[pc] = [d.dst(op, t) for a, formal in zip(site.rets, info.rets)
+                                for op, t in _actual(a, formal, d, info.name)]
     save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
     g, neg = _guard(ins, d)
     where = d.where(ins)
@@ -184,3 +208,55 @@ def build_end(ins, d):
     def end(w, m):
         raise Unsupported(f"{file}: {w.name} ran past the end of {what} (no ret/exit: the simulator needs one)")
     return end
+
+
+def _byte_access(ins, d, regs_op, bytes_op):
+    from porter.emu.decode import UINT, bits, type_of
+    t = type_of(ins.parts)
+    nvec = next((int(p[1]) for p in ins.parts if p in ("v2", "v4")), 1)
+    vals = regs_op.items if isinstance(regs_op, ptx.Vec) and nvec > 1 else (regs_op,)
+    if len(vals) != nvec:
+        raise d.unsupported("(vector width and register count differ)")
+    width = max(bits(t) // 8, 1)
+    byte_ids = [d.rid(r) for r in bytes_op.items]
+    return t, width, vals, byte_ids, UINT[width * 8]
+
+
+def build_ld_param_bytes(ins, d):
+    """``ld.param{.vN}.T d, [slot+off]`` on a byte-array .param (a by-value struct): the bytes
+    the address covers (b8 registers), little-endian, as type T."""
+    from porter.emu.decode import NP
+    t, width, vals, byte_ids, u = _byte_access(ins, d, ins.operands[0], ins.operands[1])
+    writers = [d.dst(v, t) for v in vals]
+    dt = NP[t]
+    shifts = [u(8 * k) for k in range(width)]
+
+    def ld(w, m):
+        for j, wr in enumerate(writers):
+            acc = np.zeros(32, dtype=u)
+            for k in range(width):
+                acc = acc | (w.r[byte_ids[j * width + k]].astype(u) << shifts[k])
+            wr(w, acc.view(dt) if dt != u else acc, m)
+    return ld
+
+
+def build_st_param_bytes(ins, d):
+    """``st.param{.vN}.T [slot+off], v`` on a byte-array .param: v's bytes into its b8 registers."""
+    from porter.emu.decode import NP
+    t, width, vals, byte_ids, u = _byte_access(ins, d, ins.operands[1], ins.operands[0])
+    readers = [d.src(v, t) for v in vals]
+    dt = NP[t]
+    shifts = [u(8 * k) for k in range(width)]
+    mask = u(0xFF)
+
+    def st(w, m):
+        for j, rd in enumerate(readers):
+            v = np.broadcast_to(np.asarray(rd(w), dtype=dt), (32,)).view(u)
+            for k in range(width):
+                i = byte_ids[j * width + k]
+                b = ((v >> shifts[k]) & mask).astype(np.uint8)
+                w.r[i] = b if m is None else np.where(m, b, w.r[i])
+    return st
+
+
+build_st_param_bytes.n_dst = 0
