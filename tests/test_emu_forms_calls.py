@@ -284,3 +284,37 @@ def test_nvrtc_noinline_functions_recursion_and_structs(options):
     np.testing.assert_allclose(res.outputs[0][32:], v * n, rtol=1e-5)
     fibs = [0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55]
     np.testing.assert_array_equal(res.outputs[1], [fibs[t % 11] + 100 * n[t] for t in T])
+
+
+INDIRECT = r"""
+typedef float (*op_t)(float, int);
+__device__ __noinline__ float twice(float x, int k) { return 2.f * x + k; }
+__device__ __noinline__ float sq(float x, int k) { return x * x - k; }
+extern "C" __global__ void ind(float* out, const int* sel) {
+  int t = threadIdx.x;
+  op_t f = sel[t] ? twice : sq;
+  out[t] = f((float)t, 3);
+}
+"""
+
+
+def test_an_indirect_call_through_a_function_pointer_splits_by_target():
+    # NVRTC: mov.u64 of each function's address, selp, and `call (r), %rd, (args), prototype_0`
+    from porter.compile.toolchain import compile_cuda
+    ptx = compile_cuda(INDIRECT, "sm_90a", "indirect.cu").ptx
+    assert ".callprototype" in ptx
+    sel = (T % 3 == 0).astype(np.int32)
+    out = np.zeros(32, np.float32)
+    got = emu.launch(ptx, "ind", grid=1, block=32, args=[out, sel], budget=200_000).outputs[0]
+    t = T.astype(np.float32)
+    np.testing.assert_array_equal(got, np.where(sel == 1, 2 * t + 3, t * t - 3))
+
+
+def test_an_indirect_call_of_an_address_that_is_no_function_is_one_line():
+    body = ("mov.u64 %rd5, sq;\nadd.u64 %rd5, %rd5, 8;\n{\n.param .b32 param0;\nst.param.b32 [param0], %r1;\n"
+            ".param .b32 retval0;\nproto: .callprototype (.param .b32 _) _ (.param .b32 _);\n"
+            "call (retval0), %rd5, (param0), proto;\nld.param.b32 %r2, [retval0];\n}\n")
+    with pytest.raises(Unsupported) as e:
+        run(entry(body, MAD3))
+    msg = _one_line(e)
+    assert "indirect call of address 0x" in msg and "no function of the module taking 1 argument(s)" in msg

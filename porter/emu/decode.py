@@ -133,6 +133,10 @@ class Decoder:
             read = symbol_reader(self.kernel, op.name, t)
             if read is not None:
                 return read
+        linked = getattr(self.kernel, "link", None)
+        if isinstance(op, ptx.Sym) and linked is not None and op.name in linked.funcs:
+            val = np.array(linked.address_of(op.name)).astype(dt)     # a function's address (link.py)
+            return lambda w: val
         if isinstance(op, ptx.Sym):
             space, addr = self.layout.symbol_address(op.name, self)
             val = np.array(addr).astype(dt)

@@ -61,6 +61,11 @@ class Linked:
     funcs: dict[str, FuncInfo] = field(default_factory=dict)
     sites: dict[int, Site] = field(default_factory=dict)
     limit: int = CALL_DEPTH_LIMIT
+    indirect: dict[int, list[Site]] = field(default_factory=dict)   # return pc -> a site per candidate
+    addresses: dict[int, str] = field(default_factory=dict)         # function address -> name
+
+    def address_of(self, name: str) -> int:
+        return FUNC_BASE + FUNC_STEP * list(self.funcs).index(name)
 
 
 def _callee(ins: ptx.Instr) -> str | None:
@@ -70,18 +75,33 @@ def _callee(ins: ptx.Instr) -> str | None:
     return fn.name if isinstance(fn, ptx.Sym) else None
 
 
+def _syms(op):
+    if isinstance(op, ptx.Sym):
+        yield op.name
+    elif isinstance(op, ptx.Vec):
+        for x in op.items:
+            yield from _syms(x)
+
+
 def _reachable(module: ptx.Module, kernel: ptx.Kernel) -> list[str]:
-    """The module's functions the kernel can call, directly or through others, in first-call order."""
+    """The module's functions the kernel can call, directly, through others or through an
+    address it takes (``mov.u64 %rd, f``: an indirect call's target), in first-use order."""
     order, seen, todo = [], set(), [kernel]
     while todo:
         k = todo.pop(0)
         for ins in k.code:
-            name = _callee(ins)
-            if name in module.funcs and name not in seen:
-                seen.add(name)
-                order.append(name)
-                todo.append(module.funcs[name])
+            for name in (n for op in ins.operands for n in _syms(op)):
+                if name in module.funcs and name not in seen:
+                    seen.add(name)
+                    order.append(name)
+                    todo.append(module.funcs[name])
     return order
+
+
+# Function addresses (``mov.u64 %rd, f``): a window no memory allocation reaches, FUNC_STEP
+# apart in the order the functions are linked.
+FUNC_BASE = 0x7E00_0000_0000
+FUNC_STEP = 0x100
 
 
 def _recursive(module: ptx.Module, names: list[str]) -> set[str]:
@@ -201,6 +221,12 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
         name = _callee(ins)
         if name in info.funcs:
             info.sites[pc + 1] = Site(pc + 1, name, ins.operands[0].items, ins.line)
+        elif ins.opcode.split(".", 1)[0] == "call" and isinstance(ins.operands[1], ptx.Reg):
+            # an indirect call: a site of every function of its arity (the lanes' addresses decide)
+            for f in info.funcs.values():
+                if len(f.params) == len(ins.operands[2].items) and len(f.rets) == len(ins.operands[0].items):
+                    info.indirect.setdefault(pc + 1, []).append(Site(pc + 1, f.name, ins.operands[0].items, ins.line))
+    info.addresses = {FUNC_BASE + FUNC_STEP * i: n for i, n in enumerate(info.funcs)}
     linked = replace(kernel, regs=regs, code=code, labels=labels, branch_tables=tables, local=local, shared=shared)
     linked.link = info
     linked.aggregates = aggregates

@@ -53,9 +53,12 @@ def build_call(ins, d):
     if linked is not None and isinstance(fn, ptx.Sym) and fn.name in linked.funcs:
         from porter.emu.ops.func_call import build_func_call
         return build_func_call(ins, d)
+    if isinstance(fn, ptx.Reg) and linked is not None:
+        from porter.emu.ops.func_call import build_indirect_call
+        return build_indirect_call(ins, d)
     if isinstance(fn, ptx.Reg):
-        raise d.unsupported(f"(an indirect call through {fn.name}: only direct calls of a named function are "
-                            "simulated)")
+        raise d.unsupported(f"(an indirect call through {fn.name} in a module whose kernel takes the address of no "
+                            ".func)")
     if isinstance(fn, ptx.Sym) and fn.name == "__assertfail":
         return _build_assertfail(ins, d)
     if not isinstance(fn, ptx.Sym) or fn.name != "vprintf":

@@ -155,7 +155,8 @@ def build_func_ret(ins, d):
     info = linked.funcs[ins.func]
     ret_readers = [d.src(ptx.Reg(r), t) for formal in info.rets for r, t in _expand(formal)]
     site_writers = {}
-    for pc, site in linked.sites.items():
+    sites = list(linked.sites.items()) + [(pc, x) for pc, xs in linked.indirect.items() for x in xs]
+    for pc, site in sites:
         if site.callee == info.name:
             site_writers[pc] = [d.dst(op, t) for a, formal in zip(site.rets, info.rets)
                                 for op, t in _actual(a, formal, d, info.name)]
@@ -260,3 +261,72 @@ def build_st_param_bytes(ins, d):
 
 
 build_st_param_bytes.n_dst = 0
+
+
+def build_indirect_call(ins, d):
+    """``call (rets), %rd, (args), proto;`` (PTX ISA 9.7.12.5 "call": an indirect call through a
+    function address, with a ``.callprototype`` or ``.calltargets`` after the arguments): each
+    lane calls the function at its address; lanes with different targets split. The address must
+    be one ``mov.u64 %rd, f`` gave for a linked function of the call's arity."""
+    rets, fn, args = ins.operands[:3]
+    linked = d.kernel.link
+    pc = next(i for i, x in enumerate(d.kernel.code) if x is ins)
+    cands = {}
+    for site in linked.indirect.get(pc + 1, []):
+        info = linked.funcs[site.callee]
+        readers, writers = [], []
+        for a, formal in zip(args.items, info.params):
+            for (ra, ta), (rf, tf) in zip(_actual(a, formal, d, info.name), _expand(formal)):
+                readers.append(d.src(ra, tf))
+                writers.append(d.dst(ptx.Reg(rf), tf))
+        save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
+        cands[linked.address_of(info.name)] = (info.name, info.entry, readers, writers, save_ids)
+    raddr = d.src(fn, "u64")
+    limit = linked.limit
+    g, neg = _guard(ins, d)
+    where = d.where(ins)
+    arity = f"{len(args.items)} argument(s) and {len(rets.items)} return value(s)"
+
+    def icall(w, m):
+        group = w.live if m is None else m
+        sel = group
+        if g is not None:
+            p = ~w.r[g] if neg else w.r[g]
+            sel = group & p
+            if sel.tobytes() == _NO_LANE:
+                return None
+        addr = np.broadcast_to(np.asarray(raddr(w)), (32,))
+        targets = np.unique(addr[sel])
+        for a in targets:
+            if int(a) not in cands:
+                lane = int(np.argmax(sel & (addr == a)))
+                raise Unsupported(f"{where}: {w.name} lane {lane}: indirect call of address 0x{int(a):x}, which is no "
+                                  f"function of the module taking {arity}")
+        st = _stack(w)
+        if int(st.depth[sel].max()) >= limit:
+            lane = int(np.argmax(sel & (st.depth >= limit)))
+            raise Deadlock(f"{where}: {w.name} lane {lane}: indirect call would open more than {limit} nested "
+                           "calls (runaway recursion? the simulator's call depth limit)")
+        new = []
+        for a in targets:
+            name, entry, readers, writers, save_ids = cands[int(a)]
+            lt = sel & (addr == a)
+            vals = [r(w) for r in readers]
+            if save_ids:
+                st.save(w, lt, save_ids)
+            for wr, v in zip(writers, vals):
+                wr(w, v, lt)
+            st.push(lt, w.cur + 1)
+            new.append([entry, lt, False])
+        whole = sel.tobytes() == group.tobytes()
+        if len(new) == 1 and whole:
+            return new[0][0]
+        if not whole:
+            new.append([w.cur + 1, group & ~sel, False])
+        _replace_group(w, m, new)
+        return HANDLED
+    icall.handles_guard = True
+    return icall
+
+
+build_indirect_call.n_dst = 0
