@@ -161,6 +161,12 @@ class Decoder:
     def _imm(self, op: ptx.Imm, t: str):
         dt = NP[t]
         v = op.value
+        raw = _hex_float_bits(op.text)
+        if raw is not None and raw[0] == bits(t) and t != "pred":
+            # a hex float immediate (0fXXXXXXXX / 0dXXXXXXXXXXXXXXXX) of the operand's width is
+            # its bit pattern exactly: through a Python float an sNaN would come back quieted
+            val = np.array(raw[1], dtype=UINT[raw[0]]).view(dt)[()]
+            return lambda w: val
         if t == "pred":
             val = np.bool_(bool(v))
         elif op.is_float and not is_float(t):
@@ -315,3 +321,18 @@ SPECIAL_REGS = {"tid.x", "tid.y", "tid.z", "ntid.x", "ntid.y", "ntid.z", "ctaid.
                 "clusterid.z", "nclusterid.x", "nclusterid.y", "nclusterid.z", "is_explicit_cluster",
                 "smid", "nsmid", "lanemask_eq", "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge",
                 "dynamic_smem_size", "total_smem_size"}
+
+
+def _hex_float_bits(text: str):
+    """(width, bit pattern) of a PTX hex float immediate's text (``0f``: 32 bits, ``0d``: 64;
+    a leading '-' flips the sign bit), or None for any other immediate."""
+    neg = text.startswith("-")
+    body = text[1:] if neg else text
+    if len(body) < 3 or body[0] != "0" or body[1] not in "fFdD":
+        return None
+    width = 32 if body[1] in "fF" else 64
+    try:
+        value = int(body[2:], 16)
+    except ValueError:
+        return None
+    return width, value ^ ((1 << (width - 1)) if neg else 0)
