@@ -318,3 +318,37 @@ def test_an_indirect_call_of_an_address_that_is_no_function_is_one_line():
         run(entry(body, MAD3))
     msg = _one_line(e)
     assert "indirect call of address 0x" in msg and "no function of the module taking 1 argument(s)" in msg
+
+
+FRAG = r"""
+struct Frag { float v[6]; short s; char c; };
+__device__ __noinline__ void fill(float* dst, int n, float base) { for (int i = 0; i < n; ++i) dst[i] = base + i; }
+__device__ __noinline__ Frag mk(const float* src, short s) {
+  Frag f;
+  for (int i = 0; i < 6; ++i) f.v[i] = src[i] * 2;
+  f.s = s; f.c = (char)(s & 7);
+  return f;
+}
+__device__ __noinline__ float sum(Frag f) { float a = f.s + f.c; for (int i = 0; i < 6; ++i) a += f.v[i]; return a; }
+__device__ __noinline__ bool odd(int x) { return x & 1; }
+extern "C" __global__ void frag(float* out) {
+  int t = threadIdx.x;
+  float loc[6];
+  fill(loc, 6, (float)t);
+  Frag f = mk(loc, (short)t);
+  out[t] = odd(t) ? sum(f) : -sum(f);
+}
+"""
+
+
+@pytest.mark.parametrize("options", [(), ("-G",)], ids=["O3", "device-debug"])
+def test_nvrtc_stack_frames_pointers_to_the_callers_locals_and_a_28_byte_struct(options):
+    # at -G every function keeps a __local_depot frame behind %SP (cvta.local), the caller passes
+    # a generic pointer into its own frame, and a 28-byte struct (float[6], short, char) travels by
+    # value both ways
+    from porter.compile.toolchain import compile_cuda
+    ptx = compile_cuda(FRAG, "sm_90a", "frag.cu", options=options).ptx
+    out = np.zeros(32, np.float32)
+    got = emu.launch(ptx, "frag", grid=1, block=32, args=[out], budget=2_000_000).outputs[0]
+    want = [(1 if t & 1 else -1) * (t + (t & 7) + sum(2 * (t + i) for i in range(6))) for t in range(32)]
+    np.testing.assert_array_equal(got, np.array(want, np.float32))

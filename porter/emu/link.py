@@ -165,7 +165,8 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
     """The kernel with every function it can call linked in (``kernel.link``: a ``Linked``), or
     the kernel itself when it calls none. A call of a function the module neither defines nor
     (for the runtime's vprintf/__assertfail) declares is one line naming the call."""
-    for k in [kernel] + [module.funcs[n] for n in _reachable(module, kernel)]:
+    reach = _reachable(module, kernel) if module.funcs else []
+    for k in [kernel] + [module.funcs[n] for n in reach]:
         for ins in k.code:
             name = _callee(ins)
             if name is None or name in module.funcs or name in RUNTIME:
@@ -174,7 +175,7 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
                    "defined in the module)" if name in module.declared else
                    "is neither defined nor declared in the module (ptxas refuses it as an undefined function)")
             raise Unsupported(f"{module.file}:{ins.line}: call of {name}: the function {how}")
-    names = _reachable(module, kernel)
+    names = reach
     if not names:
         return kernel
     recursive = _recursive(module, names)
