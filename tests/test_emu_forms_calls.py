@@ -352,3 +352,12 @@ def test_nvrtc_stack_frames_pointers_to_the_callers_locals_and_a_28_byte_struct(
     got = emu.launch(ptx, "frag", grid=1, block=32, args=[out], budget=2_000_000).outputs[0]
     want = [(1 if t & 1 else -1) * (t + (t & 7) + sum(2 * (t + i) for i in range(6))) for t in range(32)]
     np.testing.assert_array_equal(got, np.array(want, np.float32))
+
+
+def test_call_slots_declared_at_the_bodys_top_level_and_a_register_argument():
+    # hand-written PTX may declare the .param slots outside any { } block, and pass a register
+    # or an immediate straight as an argument (PTX ISA 9.7.12.5 allows both)
+    body = (".param .b32 slot;\n.param .b32 rv;\nst.param.b32 [slot], %r1;\ncall (rv), sq, (slot);\n"
+            "ld.param.b32 %r2, [rv];\ncall (%r3), sq, (5);\nadd.u32 %r2, %r2, %r3;\nst.global.u32 [%rd3], %r2;\n")
+    got = run(entry(body, MAD3)).astype(np.int64)
+    np.testing.assert_array_equal(got, T * T + 25)

@@ -535,7 +535,7 @@ def _parse_body(t: _Tokens, k: Kernel, formals: list | None = None) -> None:
         if s == ".shared":
             k.shared.append(_parse_var(t))
             continue
-        if s == ".param" and len(scopes) > 1:
+        if s == ".param":
             # a call sequence's argument / return slot: a scoped register (a byte-array aggregate:
             # one b8 register per byte); st.param / ld.param on it become moves (_call_param_moves)
             t.next()
@@ -563,8 +563,6 @@ def _parse_body(t: _Tokens, k: Kernel, formals: list | None = None) -> None:
         if s == ".local":                 # a thread's stack frame (__local_depot): ops/local.py
             k.local.append(_parse_var(t))
             continue
-        if s == ".param":
-            raise Unsupported(f"{t.file}:{line}: {s} variables inside a kernel are outside the simulator's subset")
         if (s.startswith("call") and kind == "name") or (s == "@" and _is_call(t.peek(2)[1] if t.peek(1)[1] != "!"
                                                                               else t.peek(3)[1])):
             k.code.append(_parse_call(t, resolve))
