@@ -173,16 +173,6 @@ def smem_plan(head_dim: int, block_n: int, budget: int, cta_group: int = 1, q_ti
             "smem_bytes": total(stages if ok else MIN_STAGES), "total": total}
 
 
-def o_slots(plan: dict, stages: int, want: int, budget: int) -> int:
-    """The o_store=tma staging boxes that fit beside ``stages`` K/V stages: up to ``want`` (a Q
-    tile round's boxes), 0 when not even one does (the knob is then refused: the ring never
-    costs the K/V ring a stage, which the timing model's L1 predicts loses ~48% at hd128)."""
-    slots = want
-    while slots and plan["total"](stages, slots) > budget:
-        slots -= 1
-    return slots
-
-
 def tmem_plan(head_dim: int, block_n: int, columns: int, min_alloc: int, q_tiles: int = 1) -> dict:
     """Column offsets of S0, S1, O (one per Q tile), P and the power-of-two allocation (per
     CTA, either mode). One Q tile: S0, S1 double-buffer its S, P has its own columns. Two:
@@ -379,11 +369,9 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         # one Q tile: a ring of a tile's boxes; two: one box (the correction warpgroup stores at 88
         # registers after setmaxnreg: a ring index beside the rest spilled there)
         want = head_dim // O_BOX_COLS if q_tiles == 1 else 1
-        slots = o_slots(plan, plan["stages"], want, arch.smem_per_block_bytes)
+        st = plan["stages"]
+        slots, fewer = family.fit_o_slots(plan["total"], st, want, arch.smem_per_block_bytes, MIN_STAGES)
         if not slots:
-            st = plan["stages"]
-            fewer = next((n for n in range(st - 1, MIN_STAGES - 1, -1)
-                          if plan["total"](n, 1) <= arch.smem_per_block_bytes), None)
             raise kr.fail(name, "o_store", o_store, f"the O staging box ({O_BOX_BYTES} B) does not fit shared memory "
                           f"beside {st} K/V stages: {plan['total'](st, 1)} B > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes}" + (f" (it fits with --set stages={fewer})" if fewer else ""))
@@ -464,11 +452,8 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
     if o_store == "tma":
         # the (head dim, seq_q, batch x heads) output map: a box is 64 columns of one CTA's
         # 128 rows of one head (the host shrinks the rows to seq_q when a head has fewer)
-        cfg["o_store"] = "tma"
-        cfg["params"] = family.params_with_o_map()
-        cfg["o_map"] = {"box": [O_BOX_COLS, CTA_ROWS], "swizzle": "128B"}
-        cfg["o_staging"] = {"slots": plan["o_slots"], "box_bytes": O_BOX_BYTES, "box_cols": O_BOX_COLS,
-                            "barrier": O_STORE_BARRIER, "bytes": plan["staging_bytes"]}
+        cfg.update(family.o_store_config(O_BOX_COLS, CTA_ROWS, plan["o_slots"], O_BOX_BYTES, O_STORE_BARRIER,
+                                         plan["staging_bytes"]))
         cfg["smem_budget"]["o_staging"] = plan["staging_bytes"]
     if q_tiles > 1:
         cfg["stats_bytes"] = stats_bytes(q_tiles)

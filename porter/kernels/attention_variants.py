@@ -45,6 +45,28 @@ def params_with_o_map() -> list[list[str]]:
     return out
 
 
+def fit_o_slots(total, stages: int, want: int, budget: int, min_stages: int = 2) -> tuple[int, int | None]:
+    """The o_store=tma staging boxes that fit beside ``stages`` K/V stages (``total(stages,
+    slots)``: a mainloop's shared-memory bytes): up to ``want``, 0 when not even one does (the
+    knob is then refused: the ring never costs the K/V ring a stage, which the timing model's
+    L1 predicts loses ~48% at hd128); with 0, also the most stages one box fits beside (None
+    if not even ``min_stages``), for the refusal's hint."""
+    slots = want
+    while slots and total(stages, slots) > budget:
+        slots -= 1
+    fewer = None if slots else next((n for n in range(stages - 1, min_stages - 1, -1) if total(n, 1) <= budget), None)
+    return slots, fewer
+
+
+def o_store_config(box_cols: int, box_rows: int, slots: int, box_bytes: int, barrier: int, staging_bytes: int) -> dict:
+    """The config keys of an o_store=tma form: the signature with ``tma_o``, O's map box (64
+    columns, 128B swizzle) and its staging ring (what the templates render from)."""
+    return {"o_store": "tma", "params": params_with_o_map(),
+            "o_map": {"box": [box_cols, box_rows], "swizzle": "128B"},
+            "o_staging": {"slots": slots, "box_bytes": box_bytes, "box_cols": box_cols, "barrier": barrier,
+                          "bytes": staging_bytes}}
+
+
 def o_store_entry_suffix(o_store: str) -> str:
     """``_o_tma`` for an o_store=tma form: its signature has tma_o, so it gets its own symbol
     (a module, a prepared manifest or a rehearsal driver that finds a kernel by its entry name

@@ -196,11 +196,9 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
     if o_store == "tma" and plan["stages"] is not None:
         # the rings never cost the K/V ring a stage (the timing model's L1 predicts hd128 at 2 stages
         # ~48% slower): where one box per warpgroup does not fit beside the stages, refuse
-        st, slots = plan["stages"], head_dim // O_BOX_COLS
-        while slots and plan["total"](st, slots) > arch.smem_per_block_bytes:
-            slots -= 1
+        st = plan["stages"]
+        slots, fewer = family.fit_o_slots(plan["total"], st, head_dim // O_BOX_COLS, arch.smem_per_block_bytes)
         if not slots:
-            fewer = next((n for n in range(st - 1, 1, -1) if plan["total"](n, 1) <= arch.smem_per_block_bytes), None)
             raise kr.fail(name, "o_store", o_store, f"the O staging boxes ({consumers} x {O_BOX_BYTES} B) do not fit "
                           f"shared memory beside {st} K/V stages: {plan['total'](st, 1)} B > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes}" + (f" (they fit with --set stages={fewer})" if fewer else ""))
@@ -236,11 +234,8 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
             0, block_n * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES, 0, "128B")),
     })
     if o_store == "tma":
-        cfg["o_store"] = "tma"
-        cfg["params"] = family.params_with_o_map()
-        cfg["o_map"] = {"box": [O_BOX_COLS, O_BOX_ROWS], "swizzle": "128B"}
-        cfg["o_staging"] = {"slots": plan["o_slots"], "box_bytes": O_BOX_BYTES, "box_cols": O_BOX_COLS,
-                            "barrier": O_STORE_BARRIER0, "bytes": plan["staging_bytes"]}
+        cfg.update(family.o_store_config(O_BOX_COLS, O_BOX_ROWS, plan["o_slots"], O_BOX_BYTES, O_STORE_BARRIER0,
+                                         plan["staging_bytes"]))
     kr.record_grid_knobs(cfg, name, knobs, arch)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
