@@ -246,6 +246,13 @@ def bench_ab(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text}: a whole number >= 1")
+    return n
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("archs", nargs="*", default=["hopper"])
@@ -256,7 +263,7 @@ def main(argv=None) -> int:
     which.add_argument("--porter-only", action="store_true", help="porter's kernels only")
     which.add_argument("--public-only", action="store_true", help="the public-style kernels only")
     p.add_argument("--ab", metavar="TREE", help="this tree's simulator against TREE's, case by case (CPU time)")
-    p.add_argument("--repeat", type=int, default=2, help="with --ab: repetitions per case (least CPU time kept)")
+    p.add_argument("--repeat", type=_positive, default=2, help="with --ab: repetitions per case (least CPU time kept)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

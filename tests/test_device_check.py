@@ -71,6 +71,7 @@ def _prepare_then_run(tmp_path, behaviours: str, refuse: str = "", prepare_args=
     return done, time.monotonic() - t0
 
 
+@pytest.mark.slow   # ~70 s: it builds and rehearses every form of the device check
 def test_rehearsal_reports_each_kernel_alone(tmp_path):
     """Validation of every kernel first, then benchmarks; kernels that pass (GEMM bf16 from
     its fallback cubin where an nvcc <= 13.0 is here, fp8 and the megakernel benchmarked),
