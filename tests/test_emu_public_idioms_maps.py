@@ -237,3 +237,11 @@ def test_struct_fields_that_overlap_or_misalign_are_one_line():
         launch(_STRUCT_PTX, "ks", 1, 32, [bad])
     with pytest.raises(Exception, match="must be 8-byte aligned"):
         launch(_STRUCT_PTX, "ks", 1, 32, [h.struct(192, {132: np.zeros(4, np.uint32)})])
+
+
+def test_a_struct_field_offset_that_is_not_a_byte_offset_is_one_line():
+    from porter.errors import PorterError
+    h = Harness(0)
+    for bad in ("a", -8, 1.5):
+        with pytest.raises(PorterError, match=r"^h\.struct: field offset .* is not a byte offset"):
+            h.struct(16, {bad: np.int32(1)})

@@ -108,7 +108,10 @@ class Harness:
         as ``{offset: array}`` and checks a field with the key ``(argument, offset)``."""
         if not isinstance(size, (int, np.integer)) or size <= 0 or not isinstance(fields, dict):
             raise PorterError("h.struct: give the struct's size in bytes and {offset: field}")
-        return StructArg(int(size), dict(fields))
+        for offset in fields:
+            if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
+                raise PorterError(f"h.struct: field offset {offset!r} is not a byte offset (a whole number >= 0)")
+        return StructArg(int(size), {int(k): v for k, v in fields.items()})
 
 
 def _check_explicit_map(params: TensorMapParams, array: np.ndarray) -> None:
