@@ -60,6 +60,17 @@ def build_bra(ins, d):
 build_bra.n_dst = 0
 
 
+def guarded_lanes(w, m, g, neg: bool):
+    """(the executing lanes, those whose guard ``@[!]p`` holds) for an instruction that takes
+    its own guard (``handles_guard``); the second is the first itself when there is no guard,
+    and None when the guard holds on no lane (the instruction falls through)."""
+    group = w.live if m is None else m
+    if g is None:
+        return group, group
+    sel = group & (~w.r[g] if neg else w.r[g])
+    return group, (None if sel.tobytes() == _NO_LANE else sel)
+
+
 def build_brx(ins, d):
     """``@p brx.idx{.uni} index, tlist``: branch to ``tlist[index]`` (PTX ISA 9.7.12.4), the
     list a ``.branchtargets`` directive (parsed into ``Kernel.branch_tables``). Lanes whose
@@ -81,13 +92,9 @@ def build_brx(ins, d):
     where = d.where(ins)
 
     def brx(w, m):
-        sel = w.live if m is None else m
-        go = sel
-        if g is not None:
-            p = ~w.r[g] if neg else w.r[g]
-            go = sel & p
-            if go.tobytes() == _NO_LANE:
-                return None
+        sel, go = guarded_lanes(w, m, g, neg)
+        if go is None:
+            return None
         idx = np.broadcast_to(np.asarray(ri(w)), (32,)).astype(np.int64)
         bad = go & (idx >= n)
         if bad.any():

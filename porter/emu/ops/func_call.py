@@ -17,9 +17,9 @@ import numpy as np
 from porter.emu import ptx
 from porter.emu.control import HANDLED
 from porter.emu.errors import Deadlock, Unsupported
+from porter.emu.ops.control import guarded_lanes
 
 LANES = np.arange(32)
-_NO_LANE = bytes(32)
 
 
 class CallStack:
@@ -118,13 +118,9 @@ def build_func_call(ins, d):
     where = d.where(ins)
 
     def call(w, m):
-        group = w.live if m is None else m
-        sel = group
-        if g is not None:
-            p = ~w.r[g] if neg else w.r[g]
-            sel = group & p
-            if sel.tobytes() == _NO_LANE:
-                return None
+        group, sel = guarded_lanes(w, m, g, neg)
+        if sel is None:
+            return None
         st = _stack(w)
         if int(st.depth[sel].max()) >= limit:
             lane = int(np.argmax(sel & (st.depth >= limit)))
@@ -165,13 +161,9 @@ def build_func_ret(ins, d):
     where = d.where(ins)
 
     def fret(w, m):
-        group = w.live if m is None else m
-        sel = group
-        if g is not None:
-            p = ~w.r[g] if neg else w.r[g]
-            sel = group & p
-            if sel.tobytes() == _NO_LANE:
-                return None
+        group, sel = guarded_lanes(w, m, g, neg)
+        if sel is None:
+            return None
         st = w.units.get("calls")
         if st is None or np.count_nonzero(st.depth[sel] <= 0):
             raise Unsupported(f"{where}: {w.name}: ret of .func {info.name} reached by lanes with no open call")
@@ -288,13 +280,9 @@ def build_indirect_call(ins, d):
     arity = f"{len(args.items)} argument(s) and {len(rets.items)} return value(s)"
 
     def icall(w, m):
-        group = w.live if m is None else m
-        sel = group
-        if g is not None:
-            p = ~w.r[g] if neg else w.r[g]
-            sel = group & p
-            if sel.tobytes() == _NO_LANE:
-                return None
+        group, sel = guarded_lanes(w, m, g, neg)
+        if sel is None:
+            return None
         addr = np.broadcast_to(np.asarray(raddr(w)), (32,))
         targets = np.unique(addr[sel])
         for a in targets:
