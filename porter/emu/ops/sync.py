@@ -182,12 +182,24 @@ def _build_cluster_barrier(ins, d):
 
 
 def cluster_barrier_recheck(cl, race=None) -> None:
-    """Complete the cluster barrier's phase once every non-exited warp has arrived."""
-    if cl.barrier_arrived and cl.barrier_arrived >= cl.live_warps_arrived_needed():
-        cl.barrier_arrived = 0
-        cl.barrier_generation += 1
-        if race is not None:
-            race.publish(cl, cl.barrier_generation)
+    """Complete the cluster barrier's phase once every non-exited warp has arrived in it
+    (PTX ISA "barrier.cluster": "When all non-exited threads in the cluster have
+    executed barrier.cluster.arrive, the barrier completes"). A warp that arrived and then
+    exited must not stand in for one that has not arrived yet: the test is per warp, not a
+    count of arrivals against the warps still running (ThunderKittens' idle warps arrive
+    and exit while the warp that initialises the barriers is still on its way)."""
+    if not cl.barrier_arrived:
+        return
+    gen = cl.barrier_generation
+    phase = cl.warp_phase
+    for c in cl.ctas:
+        for w in c.warps:
+            if not w.done and phase.get(id(w)) != gen:
+                return
+    cl.barrier_arrived = 0
+    cl.barrier_generation += 1
+    if race is not None:
+        race.publish(cl, cl.barrier_generation)
 
 
 # ---- mbarrier -----------------------------------------------------------------------------------

@@ -56,8 +56,13 @@ def _span_reader(gmem):
     return read_spans
 
 
-def _destinations(w, dst: int, bar: int, mask: int | None, where: str):
-    """[(cta, dst offset, barrier cta, barrier offset)] for each CTA the copy writes."""
+def _destinations(w, dst: int, bar: int, mask: int | None, where: str, pair: bool = False):
+    """[(cta, dst offset, barrier cta, barrier offset)] for each CTA the copy writes.
+    ``pair`` (.cta_group::2 with .multicast::cluster): each destination CTA's signal goes to
+    the barrier at mbar's offset in the CTA of its pair whose %cluster_ctarank parity is
+    that of mbar's CTA (PTX ISA "cp.async.bulk.tensor": with .cta_group::2 the mbarrier
+    may be in the destination CTA or its peer), so both CTAs of a pair can count their
+    loads on the leader's barrier."""
     from porter.emu.ops.sync import _barrier_at
 
     rank, dst_off = mem.split_cluster_address(dst, w.cta.rank)
@@ -71,7 +76,7 @@ def _destinations(w, dst: int, bar: int, mask: int | None, where: str):
             raise CheckFailed(f"{where}: multicast with an empty CTA mask")
         if max(ranks) >= len(ctas):
             raise CheckFailed(f"{where}: multicast mask 0x{mask:x} names CTA ranks beyond the {len(ctas)}-CTA cluster")
-        targets = [(r, r) for r in ranks]
+        targets = [(r, (r & ~1) | (bar_rank & 1) if pair else r) for r in ranks]
     out = []
     for r, br in targets:
         cta = w.cta if r == w.cta.rank else w.cta.peer(r, f"{where}: {w.name}")
@@ -268,6 +273,7 @@ def build_cp(ins, d):
         coord_fns = [d.src(c, "s32") for c in tm.coords]
         bar_fn, _ = d.addr(ops[2], "shared")
         mask_fn = d.src(ops[3], "u16") if multicast else None
+        pair = "cta_group::2" in parts
 
         def tensor(w, m):
             sel = w.live if m is None else m
@@ -281,7 +287,7 @@ def build_cp(ins, d):
                 dst = int(dsts[lane])
                 c = tuple(int(x[lane]) for x in coords)
                 targets = _destinations(w, dst, int(bars[lane]), int(masks[lane]) if masks is not None else None,
-                                        where)
+                                        where, pair)
                 data = tma_unit.load_tile(tmap, c, gmem.read, dst & mem.OFFSET_MASK, where, _span_reader(gmem))
                 for cta, off, _, _ in targets:
                     cta.smem.check_span(off, data.size, "TMA destination")
