@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from porter.emu.errors import CheckFailed, EmuError, Unsupported
+from porter.emu.units.products import abt
 
 # ----------------------------------------------------------------------------- formats
 
@@ -720,9 +721,9 @@ def mma(instr: InstrDesc, a_vals: np.ndarray, b_vals: np.ndarray, d: np.ndarray 
             return np.clip(acc, -2**31, 2**31 - 1).astype(np.int32)
         return ((acc + 2**31) % 2**32 - 2**31).astype(np.int32)
     with np.errstate(invalid="ignore", over="ignore"):   # inf / NaN inputs are values too
-        # einsum, not BLAS: these products are small and OpenBLAS's thread pool makes each one
-        # 20-100x slower on a loaded 2-core machine (measured: 19 ms vs 0.2 ms for M128 N256 K16)
-        acc = np.einsum("mk,nk->mn", a, b)
+        # BLAS in blocks that stay on one thread (units/products.py): OpenBLAS's thread pool
+        # made whole-product calls 20-100x slower on a loaded 2-core machine
+        acc = abt(a, b)
         if d is not None:
             acc = acc + np.asarray(d, dtype=np.float64) * 2.0 ** (-int(scale_input_d))
         if instr.d_format == "f16":

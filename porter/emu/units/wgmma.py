@@ -69,6 +69,7 @@ import ml_dtypes
 import numpy as np
 
 from porter.emu.errors import CheckFailed, EmuError
+from porter.emu.units.products import abt
 
 SWIZZLE_BY_CODE = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
 SWIZZLE_WIDTH = {"none": 0, "128B": 128, "64B": 64, "32B": 32}
@@ -301,9 +302,8 @@ def mma(a: np.ndarray, b: np.ndarray, d: np.ndarray | None = None, scale_a: int 
     b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise EmuError(f"wgmma operands A {a.shape} and B {b.shape} do not share a K dimension")
-    # einsum, not BLAS: the products are small, and a threaded BLAS under load can make
-    # each one cost milliseconds (the same choice as the tcgen05 unit)
-    acc = np.einsum("mk,nk->mn", scale_a * a, scale_b * b)
+    # BLAS in blocks that stay on one thread (units/products.py; the same as the tcgen05 unit)
+    acc = abt(scale_a * a, scale_b * b)
     if d is not None:
         d = np.asarray(d)
         if d.shape != acc.shape:
