@@ -39,8 +39,8 @@ def test_knob_is_checked_and_off_by_default(archs):
         assert attention.render(K.spec_with_knobs(arch, name, {"o_store": "direct"}), arch) == src
 
 
-# Where the ring does not fit beside the form's own K/V stages the knob is refused (next test):
-# it never costs the ring a stage (the one-CTA hd128 forms keep their 3).
+# Where the ring does not fit beside the form's own K/V stages O is staged in Q instead (the
+# one-CTA hd128 forms keep their 3 stages; test_staging_in_q_where_the_ring_does_not_fit).
 RING_FITS = [(n, q) for n in ("attention.hd64", "attention.hd64.pair", "attention.hd128.causal.pair") for q in (1, 2)]
 RING_FITS.append(("attention.hd128", 2))
 
@@ -65,22 +65,47 @@ def test_tcgen05_staging_ring_fits_beside_the_kv_ring(archs, name, q_tiles):
     assert any("op:tma_store" in r.why for r in spec.sass_required)
 
 
-def test_staging_that_does_not_fit_is_refused_in_one_line(archs):
-    """The one-CTA hd128 forms fill shared memory with Q and 3 K/V stages: o_store=tma is refused
-    there (one line, naming the limit and the stage count it would fit with) instead of
-    quietly taking a stage; given stages=2 as well, the combination is legal."""
-    bw, hop = archs["blackwell"], archs["hopper"]
-    for arch, name, what in ((bw, "attention.hd128", r"the O staging box \(16384 B\)"),
-                             (bw, "attention.hd128.causal", r"the O staging box \(16384 B\)"),
-                             (hop, "attention.hd128", r"the O staging boxes \(2 x 8192 B\)")):
-        with pytest.raises(PorterError, match=rf"^{name}: --set o_store=tma: {what} do(es)? not fit shared memory "
-                                              r"beside 3 K/V stages: 247808 B > smem_per_block_bytes 232448 "
-                                              r"\(\w+ fits? with --set stages=2\)$"):
-            _spec(arch, name)
-        two = _spec(arch, name, stages=2)
-        assert two.config["stages"] == 2 and two.smem_bytes <= arch.smem_per_block_bytes
-    with pytest.raises(PorterError, match=r"--set o_store=tma: .* beside 3 K/V stages"):
-        _spec(bw, "attention.hd128", stages=3)
+# The one-CTA hd128 forms fill shared memory with Q and 3 K/V stages: no staging box fits beside
+# them, so o_store=tma stages O in the Q buffer instead (o_staging.in = q) at the same 3 stages.
+IN_Q = [("blackwell", "attention.hd128"), ("blackwell", "attention.hd128.causal"),
+        ("hopper", "attention.hd128"), ("hopper", "attention.hd128.causal")]
+
+
+@pytest.mark.parametrize("arch_name,name", IN_Q)
+def test_staging_in_q_where_the_ring_does_not_fit(archs, arch_name, name):
+    arch = archs[arch_name]
+    spec, default = _spec(arch, name), K.spec_with_knobs(arch, name, {})
+    ring, d = spec.config["o_staging"], spec.config["head_dim"]
+    # no K/V stage taken, no byte added: the boxes are Q's
+    assert ring["in"] == "q" and ring["bytes"] == 0 and ring["slots"] == d // 64
+    assert spec.config["stages"] == default.config["stages"] == 3 and spec.smem_bytes == default.smem_bytes
+    src = attention.render(spec, arch)
+    assert "st.release_q(s.q_empty());" in src and "cp.async.bulk.wait_group.read 0" in src
+    if arch.has("tmem"):
+        # the MMA issuer no longer frees Q after the last S: the softmax does, after the stores read it
+        assert "commit_bar(s.q_empty())" not in src and "store_row(p, t, row, o_addr, true, m, l, s.q, st);" in src
+        assert "constexpr bool kOInQ = true;" in src
+    else:
+        assert "mbar_init(s.q_empty(), kConsumerWarpgroups);" in src and "mbar_arrive(s.q_empty())" not in src
+        assert "return s.q + wg * kOBoxBytes;" in src
+    # with stages=2 the ring fits again and is used
+    two = _spec(arch, name, stages=2)
+    assert "in" not in two.config["o_staging"] and two.config["o_staging"]["bytes"] > 0
+
+
+def test_staging_that_fits_nowhere_is_refused_in_one_line(archs):
+    """The two-Q-tile form stores O from its correction warpgroup, which holds no Q tile: where
+    its box does not fit beside the K/V stages (a descriptor with less shared memory per block)
+    the knob is refused in one line naming the limit and the stage count it would fit with."""
+    import dataclasses
+
+    bw = archs["blackwell"]
+    default = K.spec_with_knobs(bw, "attention.hd128", {"q_tiles": 2})
+    small = dataclasses.replace(bw, smem_per_block_bytes=default.smem_bytes)    # no room for a box
+    with pytest.raises(PorterError, match=r"^attention.hd128: --set o_store=tma: the O staging box \(16384 B\) does "
+                                          r"not fit shared memory beside \d K/V stages: \d+ B > smem_per_block_bytes "
+                                          rf"{default.smem_bytes}( \(it fits with --set stages=\d\))?$"):
+        _spec(small, "attention.hd128", q_tiles=2)
 
 
 def test_wgmma_rings_per_consumer_warpgroup(archs):
@@ -116,6 +141,9 @@ def test_output_map_is_three_dimensional_and_stops_at_seq_q(archs, sq):
     ("blackwell", "attention.hd128", {"stages": 2}, (1, 3, 1, 300, 200)),      # ring reused across tiles, ragged head
     ("blackwell", "attention.hd64.causal.pair", {"q_tiles": 2}, (1, 2, 1, 700, 530)),
     ("hopper", "attention.hd128.causal", {"stages": 2}, (1, 3, 1, 300, 200)),
+    # staged in Q (3 stages): Q tiles reused across tiles; 700 x 530 causal: the first Q tile sees no key
+    ("blackwell", "attention.hd128.causal", {}, (1, 2, 1, 700, 530)),
+    ("hopper", "attention.hd128.causal", {}, (1, 2, 1, 700, 530)),
 ])
 def test_forms_emulated_at_ragged_shapes(archs, arch_name, name, extra, shape):
     arch = archs[arch_name]
@@ -132,9 +160,8 @@ def test_every_form_emulated_at_the_standard_shapes(archs, arch_name, q_tiles):
     names = [v.name for v in attention.variants(arch) if isinstance(v, KernelSpec)]
     assert len(names) == (8 if arch_name == "blackwell" else 4)
     for name in names:
-        # the one-CTA hd128 forms take the ring only with 2 K/V stages (test above)
-        two = {"stages": 2} if q_tiles == 1 and name in ("attention.hd128", "attention.hd128.causal") else {}
-        res = emulate(_spec(arch, name, **extra, **two), arch, seeds=1)
+        # (the one-CTA hd128 forms stage O in Q at their 3 K/V stages)
+        res = emulate(_spec(arch, name, **extra), arch, seeds=1)
         assert res["status"] == "passed", (name, res["reason"])
 
 
@@ -167,7 +194,7 @@ REWRITTEN = ("rewritten before the cp.async.bulk.wait_group.read", "shared-memor
 MUTATIONS = [
     # the staging slot is rewritten while the TMA store of its previous box may still read it
     ("slot-rewritten-before-wait-group-read",
-     [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n", "")], REWRITTEN),
+     [("            if (issuer) tma_store_wait_read<kSlots - 1>();\n", "")], REWRITTEN),
     # the writers' generic stores are not fenced before the async proxy (the TMA) reads them
     ("no-fence-proxy-async-before-the-store",
      [("        fence_proxy_async_smem();\n        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
@@ -175,8 +202,8 @@ MUTATIONS = [
      ("written by generic stores with no fence.proxy.async",)),
     # the issuer's wait_group.read is not passed on: the other writers rewrite the slot before it
     ("wait-group-read-not-passed-to-the-writers",
-     [("        if (issuer) tma_store_wait_read<kSlots - 1>();\n        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
-       "        if (issuer) tma_store_wait_read<kSlots - 1>();\n")], REWRITTEN + ("deadlock",)),
+     [("            if (issuer) tma_store_wait_read<kSlots - 1>();\n            named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
+       "            if (issuer) tma_store_wait_read<kSlots - 1>();\n")], REWRITTEN + ("deadlock",)),
     # the store is issued before every writer has written (and fenced) its rows
     ("store-issued-before-the-writers-met",
      [("        fence_proxy_async_smem();\n        named_barrier_sync(kBarrier0 + group, kThreadsStoring);\n",
@@ -223,12 +250,62 @@ def test_unmutated_forms_pass_at_the_mutation_shapes(archs, form):
     assert not any("cp.async.bulk.wait_group" in w for w in res["warnings"]), res["warnings"]
 
 
+# ---- planted bugs of the Q-buffer staging (o_staging.in = q): the hand-off of Q to O and back -----
+# Forms that stage O in Q at their 3 stages, with more tiles than the emulated device's 4 SMs so
+# that a CTA reloads Q after storing O from it.
+FORMS_Q = [
+    ("tcgen05-in-q", "blackwell", "attention.hd128", {}, (1, 3, 1, 300, 200)),
+    ("wgmma-in-q", "hopper", "attention.hd128", {}, (1, 3, 1, 300, 200)),
+]
+RELEASE_BEFORE_READ = [("            tma_store_wait_read<0>();\n            mbar_arrive(q_empty);\n",
+                        "            mbar_arrive(q_empty);\n")]
+Q_REUSED = REWRITTEN + ("changed before the operation completed", "changed before the wgmma.wait_group",
+                        "outside tolerance", "no fence.proxy.async", "while the TMA")
+MUTATIONS_Q = [
+    # Q handed to the producer before the O stores' wait_group.read: the next Q tile's TMA load
+    # overwrites boxes the bulk stores may still be reading
+    ("q-released-before-the-stores-read-it", FORMS_Q[0], RELEASE_BEFORE_READ, REWRITTEN),
+    ("q-released-before-the-stores-read-it", FORMS_Q[1], RELEASE_BEFORE_READ, REWRITTEN),
+    # tcgen05: Q freed by the last S's commit (the ring layout's hand-off) instead of after the
+    # stores: the next Q lands while O is written over it / stored from it
+    ("q-freed-by-the-last-qk-commit", FORMS_Q[0],
+     [("            // (O is staged in Q: the softmax frees Q after the O stores have read it, not this S)\n",
+       "            if (n == t.kv_tiles - 1) commit_bar(s.q_empty());\n"),
+      ("            st.release_q(s.q_empty());\n", "")], Q_REUSED),
+    # wgmma: the same, Q freed by every consumer warp right after its last S (the ring layout's
+    # hand-off, kConsumerWarps arrivals) instead of by each warpgroup's storer after its stores
+    ("q-freed-after-the-last-qk-wait", FORMS_Q[1],
+     [("        mbar_init(s.q_empty(), kConsumerWarpgroups);\n", "        mbar_init(s.q_empty(), kConsumerWarps);\n"),
+      ("                wgmma_wait<1>();                 // S(n) is ready; P V(n-1) may still run\n"
+       "                fence_accumulator(sacc);\n",
+       "                wgmma_wait<1>();                 // S(n) is ready; P V(n-1) may still run\n"
+       "                fence_accumulator(sacc);\n"
+       "                if (n == t.kv_tiles - 1 && lane == 0) mbar_arrive(s.q_empty());\n"),
+      ("        st.release_q(s.q_empty());\n", "")], Q_REUSED),
+]
+
+
+@pytest.mark.parametrize("mid,form,edits,reasons", MUTATIONS_Q, ids=[f"{m[0]}-{m[1][0]}" for m in MUTATIONS_Q])
+def test_planted_bug_of_the_q_staging_is_caught(archs, mid, form, edits, reasons):
+    arch = archs[form[1]]
+    spec, source = _mutated(arch, form, edits)
+    result = emulate(spec, arch, shapes=[form[4]], seeds=1, source=source)
+    assert result["status"] == "failed", result
+    assert any(r in result["reason"] for r in reasons), result["reason"]
+
+
+@pytest.mark.parametrize("form", FORMS_Q, ids=[f[0] for f in FORMS_Q])
+def test_unmutated_q_staging_forms_pass_at_the_mutation_shapes(archs, form):
+    _, arch_name, name, extra, shape = form
+    res = emulate(_spec(archs[arch_name], name, **extra), archs[arch_name], shapes=[shape], seeds=1)
+    assert res["status"] == "passed", res["reason"]
+    assert not any("cp.async.bulk.wait_group" in w for w in res["warnings"]), res["warnings"]
+
+
 def _compiles_without_spills(arch, arch_name, name, q_tiles):
     from porter.kernels.build import build_kernel
 
     extra = {"q_tiles": q_tiles} if q_tiles > 1 else {}
-    if q_tiles == 1 and name in ("attention.hd128", "attention.hd128.causal"):
-        extra["stages"] = 2
     build = build_kernel(_spec(arch, name, **extra), arch)
     failed = [f"{c.name}: {c.detail}" for c in build.checks if not c.passed]
     assert build.ok and not failed, (arch_name, name, q_tiles, failed or build.compile_error)
@@ -236,11 +313,13 @@ def _compiles_without_spills(arch, arch_name, name, q_tiles):
 
 
 # By default the forms whose register split is ptxas's answer (REGS_2Q_O_TMA: two Q tiles, one
-# CTA and a pair) and a wgmma form; each is a cold NVRTC compile of ~4 s (the whole matrix, 20
+# CTA and a pair), a wgmma form and the two forms that stage O in Q; each is a cold NVRTC compile of ~4 s (the whole matrix, 20
 # forms, ~90 s on a cold compile cache, runs under slow).
 @pytest.mark.parametrize("arch_name,name,q_tiles", [("blackwell", "attention.hd128", 2),
                                                     ("blackwell", "attention.hd128.pair", 2),
-                                                    ("hopper", "attention.hd64", 1)])
+                                                    ("hopper", "attention.hd64", 1),
+                                                    ("blackwell", "attention.hd128", 1),     # staged in Q
+                                                    ("hopper", "attention.hd128", 1)])       # staged in Q
 def test_the_register_split_forms_compile_and_pass_their_sass_checks_without_spills(archs, arch_name, name, q_tiles):
     """NVRTC + SASS checks (no local memory, UTMASTG present): the two-Q-tile form's setmaxnreg
     split for o_store=tma (REGS_2Q_O_TMA) is what ptxas needed."""

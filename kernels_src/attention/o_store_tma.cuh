@@ -15,6 +15,17 @@
 // and a named barrier passes that on to the other writers. Every box commits a group, even
 // one whose rows all lie past seq_q (an empty group), so the count of groups between two
 // uses of a slot is always kSlots. Before the CTA exits the issuer waits wait_group 0.
+//
+// Staged in the Q buffer (kInQ; where the ring does not fit beside the K/V stages): a tile's
+// boxes overwrite its own Q boxes (same 128 B rows, same 128B swizzle, slot c = Q box c of the
+// storing group's rows, kSlotStride apart), so a slot is never reused within a tile and
+// begin() neither waits nor meets. Q is dead once the last S = Q K^T that reads these rows has
+// completed: the writers observe that before the first box (tcgen05: the last S's s_full
+// commit; wgmma: their own wgmma.wait_group), so no write reaches Q while an MMA reads it.
+// The Q buffer goes back to the producer only after the tile's last box is read:
+// release_q() has the issuer wait cp.async.bulk.wait_group.read 0 and then arrive on the
+// Q buffer's empty barrier (the next Q tile's TMA load waits on it). That orders the next
+// tile's writers too: they observe the new Q's landing (q_full) before they write.
 #ifndef PORTER_ATTN_O_STORE_TMA_CUH
 #define PORTER_ATTN_O_STORE_TMA_CUH
 
@@ -48,7 +59,8 @@ PORTER_DEVICE void st_shared_b32(uint32_t addr, uint32_t v) {
 // barrier (id kBarrier0 + group, kThreadsStoring participants) and its issuing thread. The
 // barrier id and the sizes are immediates: the storing warps may run with few registers
 // (the two-Q-tile form's correction warpgroup: 88 after setmaxnreg).
-template <int kSlots, uint32_t kBoxBytes, int kThreadsStoring, uint32_t kBarrier0>
+template <int kSlots, uint32_t kBoxBytes, int kThreadsStoring, uint32_t kBarrier0, bool kInQ = false,
+          uint32_t kSlotStride = kBoxBytes>
 struct OStager {
     uint32_t group;      // which storing group: named barrier kBarrier0 + group
     bool issuer;         // the one thread that issues, commits and waits
@@ -57,9 +69,11 @@ struct OStager {
     // The next box's slot in the ring at `staging` (passed in, not kept: the caller recomputes
     // it from its shared-memory carve-up), once the store that last read it finished reading.
     __device__ __forceinline__ uint32_t begin(uint32_t staging) {
-        if (issuer) tma_store_wait_read<kSlots - 1>();
-        named_barrier_sync(kBarrier0 + group, kThreadsStoring);
-        return staging + (seq % kSlots) * kBoxBytes;
+        if constexpr (!kInQ) {
+            if (issuer) tma_store_wait_read<kSlots - 1>();
+            named_barrier_sync(kBarrier0 + group, kThreadsStoring);
+        }
+        return staging + (seq % kSlots) * kSlotStride;
     }
 
     // The box is written: fence, meet, and store it at (c0, c1, c2) (nothing when no row
@@ -72,6 +86,16 @@ struct OStager {
             tma_store_commit();
         }
         ++seq;
+    }
+
+    // kInQ, after a tile's last box: every box's store has read its Q rows, then the Q buffer
+    // is free for the next Q tile's TMA load (`q_empty`: one arrival per storing group).
+    __device__ __forceinline__ void release_q(uint32_t q_empty) {
+        static_assert(kInQ, "release_q: only the Q-buffer staging hands its slots back this way");
+        if (issuer) {
+            tma_store_wait_read<0>();
+            mbar_arrive(q_empty);
+        }
     }
 
     // Before exit: every store written to global memory.

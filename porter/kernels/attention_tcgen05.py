@@ -371,11 +371,18 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         want = head_dim // O_BOX_COLS if q_tiles == 1 else 1
         st = plan["stages"]
         slots, fewer = family.fit_o_slots(plan["total"], st, want, arch.smem_per_block_bytes, MIN_STAGES)
-        if not slots:
+        if slots:
+            plan = dict(plan, o_slots=slots, staging_bytes=slots * O_BOX_BYTES, o_in_q=False,
+                        smem_bytes=plan["total"](plan["stages"], slots))
+        elif q_tiles == 1 and family.o_staging_in_q(CTA_ROWS, CTA_ROWS, CTA_ROWS * 128, O_BOX_BYTES):
+            # no box fits beside the K/V stages: stage O in the Q buffer (its boxes are O's),
+            # head dim / 64 boxes, no bytes of their own; the Q buffer is freed after the stores read it
+            plan = dict(plan, o_slots=head_dim // O_BOX_COLS, staging_bytes=0, o_in_q=True)
+        else:
+            # (the two-Q-tile form stages through the correction warpgroup, which holds no Q tile)
             raise kr.fail(name, "o_store", o_store, f"the O staging box ({O_BOX_BYTES} B) does not fit shared memory "
                           f"beside {st} K/V stages: {plan['total'](st, 1)} B > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes}" + (f" (it fits with --set stages={fewer})" if fewer else ""))
-        plan = dict(plan, o_slots=slots, staging_bytes=slots * O_BOX_BYTES, smem_bytes=plan["total"](plan["stages"], slots))
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q x {q_tiles} + {MIN_STAGES} K/V stages need {plan['smem_bytes']} B of shared memory; "
@@ -453,7 +460,7 @@ def make_one(arch, head_dim: int, causal: bool, pair: bool, knobs=None) -> Kerne
         # the (head dim, seq_q, batch x heads) output map: a box is 64 columns of one CTA's
         # 128 rows of one head (the host shrinks the rows to seq_q when a head has fewer)
         cfg.update(family.o_store_config(O_BOX_COLS, CTA_ROWS, plan["o_slots"], O_BOX_BYTES, O_STORE_BARRIER,
-                                         plan["staging_bytes"]))
+                                         plan["staging_bytes"], in_q=plan["o_in_q"]))
         cfg["smem_budget"]["o_staging"] = plan["staging_bytes"]
     if q_tiles > 1:
         cfg["stats_bytes"] = stats_bytes(q_tiles)

@@ -58,13 +58,30 @@ def fit_o_slots(total, stages: int, want: int, budget: int, min_stages: int = 2)
     return slots, fewer
 
 
-def o_store_config(box_cols: int, box_rows: int, slots: int, box_bytes: int, barrier: int, staging_bytes: int) -> dict:
+def o_store_config(box_cols: int, box_rows: int, slots: int, box_bytes: int, barrier: int, staging_bytes: int,
+                   in_q: bool = False) -> dict:
     """The config keys of an o_store=tma form: the signature with ``tma_o``, O's map box (64
-    columns, 128B swizzle) and its staging ring (what the templates render from)."""
+    columns, 128B swizzle) and its staging ring (what the templates render from). ``in_q``:
+    the boxes are staged in the Q buffer (``o_staging.in`` = ``q``, no bytes of their own;
+    see o_staging_in_q), else in a ring of their own after the barriers (no ``in`` key)."""
+    staging = {"slots": slots, "box_bytes": box_bytes, "box_cols": box_cols, "barrier": barrier,
+               "bytes": 0 if in_q else staging_bytes}
+    if in_q:
+        staging["in"] = "q"     # (absent: the ring; the ring forms' configs are unchanged)
     return {"o_store": "tma", "params": params_with_o_map(),
-            "o_map": {"box": [box_cols, box_rows], "swizzle": "128B"},
-            "o_staging": {"slots": slots, "box_bytes": box_bytes, "box_cols": box_cols, "barrier": barrier,
-                          "bytes": staging_bytes}}
+            "o_map": {"box": [box_cols, box_rows], "swizzle": "128B"}, "o_staging": staging}
+
+
+def o_staging_in_q(q_box_rows: int, box_rows: int, q_box_bytes: int, box_bytes: int) -> bool:
+    """Whether a Q tile's buffer can hold its O boxes in place: each storing group's O box c
+    is its own rows of Q box c (both 64 bf16 columns = one 128-byte row per query row in the
+    128B swizzle, 1024-aligned, so the staging layout is the Q box's), which needs whole
+    8-row swizzle atoms per group and groups that tile the Q box's rows. The layout o_store=tma
+    takes where its ring does not fit beside the K/V stages: Q is dead once the tile's last
+    S = Q K^T has completed, and the next Q tile's load then waits for the O stores' reads
+    (attention/o_store_tma.cuh, kInQ)."""
+    return (box_rows % 8 == 0 and q_box_rows % box_rows == 0 and box_bytes == box_rows * 128
+            and q_box_bytes == q_box_rows * 128)
 
 
 def o_store_entry_suffix(o_store: str) -> str:

@@ -198,12 +198,17 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
         # ~48% slower): where one box per warpgroup does not fit beside the stages, refuse
         st = plan["stages"]
         slots, fewer = family.fit_o_slots(plan["total"], st, head_dim // O_BOX_COLS, arch.smem_per_block_bytes)
-        if not slots:
+        if slots:
+            plan = dict(plan, o_slots=slots, staging_bytes=consumers * slots * O_BOX_BYTES, o_in_q=False,
+                        smem_bytes=plan["total"](st, slots))
+        elif family.o_staging_in_q(block_m, O_BOX_ROWS, block_m * 128, O_BOX_BYTES):
+            # no box fits beside the K/V stages: each consumer warpgroup stages its O in its own
+            # rows of the Q buffer (Q box c, rows 64 wg..), freed after the stores read them
+            plan = dict(plan, o_slots=head_dim // O_BOX_COLS, staging_bytes=0, o_in_q=True)
+        else:
             raise kr.fail(name, "o_store", o_store, f"the O staging boxes ({consumers} x {O_BOX_BYTES} B) do not fit "
                           f"shared memory beside {st} K/V stages: {plan['total'](st, 1)} B > smem_per_block_bytes "
                           f"{arch.smem_per_block_bytes}" + (f" (they fit with --set stages={fewer})" if fewer else ""))
-        plan = dict(plan, o_slots=slots, staging_bytes=consumers * slots * O_BOX_BYTES,
-                    smem_bytes=plan["total"](st, slots))
     if plan["stages"] is None:
         return Unsupported(family.FAMILY, name, variant, (),
                            f"Q + 2 K/V stages need {plan['q_bytes'] + 2 * plan['stage_bytes']} B of shared "
@@ -235,7 +240,7 @@ def make_spec(arch, head_dim: int, causal: bool, knobs=None) -> KernelSpec | Uns
     })
     if o_store == "tma":
         cfg.update(family.o_store_config(O_BOX_COLS, O_BOX_ROWS, plan["o_slots"], O_BOX_BYTES, O_STORE_BARRIER0,
-                                         plan["staging_bytes"]))
+                                         plan["staging_bytes"], in_q=plan["o_in_q"]))
     kr.record_grid_knobs(cfg, name, knobs, arch)
     return KernelSpec(
         family=family.FAMILY, name=name, variant=variant,
