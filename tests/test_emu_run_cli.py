@@ -92,7 +92,7 @@ HOSTILE = {
     "loops": ("def arguments(h):\n    while True:\n        pass\n", r"did not return within 2 s"),
     "exits": ("import os\ndef arguments(h):\n    os._exit(7)\n", r"harness process ended \(exit code 7\)"),
     "bad-map": ("import numpy as np\ndef arguments(h):\n    return [h.tensor_map(np.zeros((64, 64), np.float32), "
-                "box=(64, 64), swizzle='128B')]\n", r"bad\.py: line 3 in arguments: tensor map"),
+                "box=(64, 64), swizzle='128B')]\n", r"bad\.py: line 3 in arguments: h\.tensor_map 64x64 float32: the inner box"),
     "wrong-kind": ("import numpy as np\ndef arguments(h):\n    return [np.zeros(4), np.zeros(4), np.zeros(4), 1]\n",
                    r"bad\.py: tma_wgmma\.ptx: argument 0 for \w+ is 8 bytes but the parameter takes 128"),
     "bad-reference": ("import numpy as np\nLAUNCH = {'grid': 2}\n"
@@ -127,3 +127,31 @@ def test_bad_input_is_one_line(capsys, tmp_path):
     assert code == 2 and "positive integers" in err
     code, _, err = _run(capsys, KERNEL, "--harness", HARNESS, "--grid", "3", "--cluster", "2")
     assert code == 2 and "not a multiple of the cluster shape" in err and err.count("\n") == 1
+
+
+def test_a_ptx_file_says_which_target_it_runs_for_when_arch_differs(capsys, tmp_path):
+    from porter.compile.toolchain import compile_cuda
+
+    ptx = tmp_path / "tile.ptx"
+    ptx.write_text(compile_cuda(KERNEL.read_text(), "sm_90a", name=KERNEL.name).ptx)
+    code, out, err = _run(capsys, ptx, "--harness", HARNESS, "--arch", "sm_100a")
+    assert code == 0, out + err
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert notes == ["note: tile.ptx runs as written for its .target sm_90a; --arch sm_100a only chooses the NVRTC "
+                     "target of a .cu file"], out
+    code, out, err = _run(capsys, ptx, "--harness", HARNESS, "--arch", "sm_90a")      # the same target: no note
+    assert code == 0 and "note: " not in out, out + err
+
+
+def test_a_bad_tensor_map_names_the_map_once(tmp_path):
+    import numpy as np
+
+    from porter.errors import PorterError
+    from porter.runtime.emulated_harness import Harness
+
+    a = np.zeros((64, 64), np.float32)
+    for kw in ({"dims": (64, 64), "strides": (100,)}, {}):
+        with pytest.raises(PorterError) as e:
+            Harness.tensor_map(a, box=(64, 300), name="A", **kw)
+        msg = str(e.value)
+        assert msg.startswith("h.tensor_map A: ") and msg.count(" A:") == 1 and msg.count("A") == 1, msg

@@ -140,6 +140,9 @@ def run(args) -> int:
     report = {"file": str(path), "ptx": ptx_file, "entry": entry, "target": target, "grid": list(grid),
               "block": list(block), "cluster": list(cluster), "smem": smem, "seed": args.seed,
               "note": EMULATED_NOTE, "summary": None, "checks": [], "diagnostics": [], "passed": False}
+    arch_note = _arch_note(path, opt["arch"], target)
+    if arch_note:
+        report["arch_note"] = arch_note
     try:
         res = emu.launch(ptx_text, entry, grid, block, spec.args, cluster=cluster, smem=smem, seed=args.seed
                          if args.seed >= 0 else None, regs_per_thread=regs.get(entry), file=ptx_file)
@@ -175,11 +178,7 @@ def _ptx(path: Path, text: str, arch: str | None) -> tuple[str, str, dict, str]:
         return text, path.name, {}, m.group(1) if m else "?"
     if not arch:
         raise PorterError(f"{path.name}: give --arch (an NVRTC target such as sm_90a, or a descriptor such as hopper)")
-    target = arch
-    if not re.fullmatch(r"sm_\d+[af]?", arch):
-        from porter.descriptor.arch import load_arch
-
-        target = load_arch(arch).target
+    target = _target_of(arch)
     from porter.compile import sass as sasslib
     from porter.compile.toolchain import compile_cuda
 
@@ -187,6 +186,27 @@ def _ptx(path: Path, text: str, arch: str | None) -> tuple[str, str, dict, str]:
     res = sasslib.resource_usage(compiled.cubin, compiled.log)
     regs = {name: r.registers for name, r in res.items()}
     return compiled.ptx, path.with_suffix(".ptx").name, regs, target
+
+
+def _target_of(arch: str | None) -> str | None:
+    """The NVRTC target ``arch`` names (itself, or a descriptor's target)."""
+    if not arch or re.fullmatch(r"sm_\d+[af]?", arch):
+        return arch
+    from porter.descriptor.arch import load_arch
+
+    return load_arch(arch).target
+
+
+def _arch_note(path: Path, arch: str | None, target: str) -> str | None:
+    """For a .ptx run with an --arch (or LAUNCH arch) other than the file's own .target: one
+    line saying which one the run used (the PTX is not recompiled; its .target stands)."""
+    if path.suffix != ".ptx" or not arch:
+        return None
+    want = _target_of(arch)
+    if want == target:
+        return None
+    return (f"note: {path.name} runs as written for its .target {target}; --arch {arch}"
+            f"{f' ({want})' if want != arch else ''} only chooses the NVRTC target of a .cu file")
 
 
 def _finish(report: dict, as_json: bool) -> int:
@@ -207,6 +227,8 @@ def _text(r: dict) -> str:
     dims = lambda d: "x".join(map(str, d))  # noqa: E731
     lines = [f"{r['entry']} from {r['file']} ({r['target']}): grid {dims(r['grid'])}, block {dims(r['block'])}, "
              f"cluster {dims(r['cluster'])}, {r['smem']} B dynamic shared memory, seed {r['seed']}"]
+    if r.get("arch_note"):
+        lines.append(r["arch_note"])
     s = r["summary"]
     if s is not None:
         lines.append(f"ran: {s['warp_instructions']:,} warp-instructions ({s['thread_instructions']:,} "

@@ -60,3 +60,11 @@ class Deadlock(EmuError):
     """Every live warp is parked and nothing asynchronous is pending (or the budget ran out)."""
 
     _rules = None
+
+
+class CallStackOverflow(EmuError):
+    """A call would nest deeper than the simulator's call-depth limit (runaway recursion): the
+    kernel's own fault, not a deadlock (warps are not parked; one keeps calling). The ISA
+    states no depth; on a device the stack overflows sooner."""
+
+    _rules = None

@@ -89,7 +89,10 @@ class Harness:
             strides = tuple(int(s) for s in reversed(array.strides[:-1]))
             params = TensorMapParams(label, dtype, dims, strides, box, swizzle, oob_fill=oob_fill,
                                      element_strides=tuple(element_strides or ()))
-            params.check()
+            try:
+                params.check()
+            except PorterError as exc:
+                raise PorterError(_map_message(params.name, exc)) from None
             return tensor_map(params, array)
         if dims is None or strides is None:
             raise PorterError(f"h.tensor_map {label}: give both dims and strides (bytes), or neither")
@@ -114,6 +117,17 @@ class Harness:
         return StructArg(int(size), {int(k): v for k, v in fields.items()})
 
 
+def _map_message(name: str, exc: Exception) -> str:
+    """``h.tensor_map NAME: what is wrong``, the map named once (the encoder's own message
+    already starts with ``tensor map NAME:``)."""
+    msg = str(exc)
+    for prefix in (f"tensor map {name}: ", f"{name}: "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+            break
+    return f"h.tensor_map {name}: {msg}"
+
+
 def _check_explicit_map(params: TensorMapParams, array: np.ndarray) -> None:
     """A map given by dims and strides: the driver's encoding rules (the simulator's own
     encoder states them), and every element it can reach lies inside the array."""
@@ -123,7 +137,7 @@ def _check_explicit_map(params: TensorMapParams, array: np.ndarray) -> None:
     try:
         tma_unit.encode(params, 0)
     except EmuError as exc:
-        raise PorterError(f"h.tensor_map {params.name}: {exc}") from None
+        raise PorterError(_map_message(params.name, exc)) from None
     last = params.element_bytes * (params.dims[0] - 1) + \
         sum(s * (d - 1) for s, d in zip(params.strides, params.dims[1:]))
     if last + params.element_bytes > array.nbytes:

@@ -16,7 +16,7 @@ import numpy as np
 
 from porter.emu import ptx
 from porter.emu.control import HANDLED
-from porter.emu.errors import Deadlock, Unsupported
+from porter.emu.errors import CallStackOverflow, Unsupported
 from porter.emu.ops.control import guarded_lanes
 
 LANES = np.arange(32)
@@ -124,9 +124,9 @@ def build_func_call(ins, d):
         st = _stack(w)
         if int(st.depth[sel].max()) >= limit:
             lane = int(np.argmax(sel & (st.depth >= limit)))
-            raise Deadlock(f"{where}: {w.name} lane {lane}: call of {name} would open more than {limit} nested "
-                           "calls (runaway recursion? the simulator's call depth limit; the device's stack is "
-                           "smaller still)")
+            raise CallStackOverflow(f"{where}: {w.name} lane {lane}: runaway recursion: the call of {name} would open "
+                                    f"more than {limit} nested calls (the simulator's call-depth limit; a device's "
+                                    "stack overflows sooner)")
         vals = [r(w) for r in readers]          # (read before a recursive call overwrites them)
         if save_ids:
             st.save(w, sel, save_ids)
@@ -293,8 +293,9 @@ def build_indirect_call(ins, d):
         st = _stack(w)
         if int(st.depth[sel].max()) >= limit:
             lane = int(np.argmax(sel & (st.depth >= limit)))
-            raise Deadlock(f"{where}: {w.name} lane {lane}: indirect call would open more than {limit} nested "
-                           "calls (runaway recursion? the simulator's call depth limit)")
+            raise CallStackOverflow(f"{where}: {w.name} lane {lane}: runaway recursion: the indirect call would open "
+                                    f"more than {limit} nested calls (the simulator's call-depth limit; a device's "
+                                    "stack overflows sooner)")
         new = []
         for a in targets:
             name, entry, readers, writers, save_ids = cands[int(a)]
