@@ -117,22 +117,34 @@ def test_causal_tiles_and_the_last_wave_tail_count():
 def test_calibration_targets_that_are_met():
     """The targets of issue 16 item 7 this model meets, over the ladder steps porter reproduces
     with knobs (steps with a change porter has no knob for are predicted, shown, left out).
-    Not met, and so not asserted (see calibration.table_markdown): the rank of K6 vs K7 at 6144
-    (published 1% apart, predicted tied) and the FA3 row's absolute error (+17%)."""
-    from porter.timing.calibration import TARGETS, calibrate, met
+    Not met, and so not asserted (see calibration.table_markdown): the rank of K6 vs K7 (with
+    fast.cu's own configurations, 128x256 and two consumers both, they differ only in the
+    cluster's multicast of B, and L0 predicts them tied) and the FA3 row's absolute error."""
+    from porter.timing.calibration import ATTN_SHAPE, TARGETS, calibrate, met
 
     cal = calibrate(load_arch("hopper"))
     assert 0.85 < cal["fitted_factor"] < 1.0          # the one factor, on the cuBLAS row; the rest is the model
     s = cal["stats"]
-    assert s["fast.cu GEMM 8192x8192x8192"]["steps"] == ["K6", "K7"]
-    assert met(s["fast.cu GEMM 8192x8192x8192"]) == {k: True for k in TARGETS}
-    six = met(s["fast.cu GEMM 6144x6144x6144"])
-    assert six["max_step_ratio_error"] and six["max_abs_error"]
+    for shape in ("8192x8192x8192", "6144x6144x6144"):
+        st = s[f"fast.cu GEMM {shape}"]
+        assert st["steps"] == ["K6", "K7"]
+        ok = met(st)
+        assert ok["max_step_ratio_error"] and ok["max_abs_error"], (shape, st)
+    assert ATTN_SHAPE == "4x16x16x8448x8448"          # the FA3 paper's ablation shape (section 4.2)
     for r in cal["rows"]:
         if r["step"] == "cuBLAS":
             assert abs(r["abs_error"]) <= TARGETS["max_abs_error"], r
         if r["no_knob"]:
             assert not r["reproduced"] and r["step"] not in s["fast.cu GEMM 8192x8192x8192"]["steps"]
+
+
+def test_kendall_tau_counts_a_predicted_tie_as_no_rank_order():
+    from porter.timing.calibration import kendall_tau
+
+    assert kendall_tau([1, 2], [5, 5]) == 0.0         # published apart, predicted equal
+    assert kendall_tau([1, 2], [5, 6]) == 1.0
+    assert kendall_tau([1, 2], [6, 5]) == -1.0
+    assert kendall_tau([1, 1], [5, 5]) == 1.0         # tied in both
 
 
 def test_blackwell_is_predicted_beside_held_back_anchors_without_fitting():

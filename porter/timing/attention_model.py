@@ -33,6 +33,9 @@ dependency chain per K/V tile ("warpgroup chain": S wgmma + its completion laten
 softmax under its own P V, O rescale + P pack, the barriers; ping-pong hides only what the
 other warpgroups' GEMMs cover) and the K/V ring ("k/v ring": a stage held a tile past its S
 until the last warpgroup's P V is done, then refilled through the TMA and the L2 share).
+HBM (kv_hbm_bytes): Q in and O out once, K and V as often as the kernel's walk (kv heads
+inner, decode_tile) re-reads them past the L2: a wave streaming more heads' K/V than the L2
+holds reads them again in the next wave (4 x 16 heads x 8448 keys on an H100: every wave).
 """
 
 from __future__ import annotations
@@ -134,6 +137,35 @@ def kv_ring_cycles(stages: int, release: float, refill: float) -> float:
     L2 share, the consumer's wake-up). stages x P >= P + release + refill, so
     P >= (release + refill) / (stages - 1) (a single stage: no overlap at all)."""
     return (release + refill) / max(1, stages - 1)
+
+
+def kv_hbm_bytes(groups: list, kv_tiles: list, units: int, kv_tile_bytes: float, l2_bytes: float) -> float:
+    """HBM bytes of K and V under the kernel's tile walk (``groups[i]``: the (batch, kv head)
+    tile i reads; ``kv_tiles[i]``: how many K/V tiles of ``kv_tile_bytes`` it reads), dealt to
+    ``units`` persistent units in walk order (tile i runs in wave i // units). Tiles of one
+    kv head in the same wave stream its K/V side by side (same start, same speed): one HBM
+    read, the others hit the L2. A kv head read again in a later wave hits the L2 only if
+    the bytes every wave in between streams (each of its kv heads' K/V once) fit in the L2
+    (``l2_bytes``); else it comes from HBM again (a cyclic stream larger than an LRU cache
+    keeps none of it). With kv heads walked inner (porter's decode_tile) a wave holds many
+    heads' K/V at once, so a shape with many heads re-reads K/V every wave."""
+    n = max(1, units)
+    waves: dict = {}
+    for i, (g, kv) in enumerate(zip(groups, kv_tiles)):
+        w = waves.setdefault(i // n, {})
+        w[g] = max(w.get(g, 0), kv)
+    order = sorted(waves)
+    streamed = {w: sum(waves[w].values()) * kv_tile_bytes for w in order}
+    since = {}                     # kv head -> bytes streamed since its last read
+    total = 0.0
+    for w in order:
+        for g in since:
+            since[g] += streamed[w]
+        for g, kv in waves[w].items():
+            if g not in since or since[g] > l2_bytes:
+                total += kv * kv_tile_bytes
+            since[g] = 0.0
+    return total
 
 
 def epilogue_store_cycles(c, rows: int, d: int, fig) -> float:
@@ -292,7 +324,12 @@ def model(spec, arch, fig, shape: str) -> dict:
     # per unit too (the pair's two SMs in the timed simulator)
     units = max(1, min(grid, fig.sm_count) // t["cta_group"])
     sched = Schedule(units, tuple(tiles), fig.ns_to_cycles(fig["tma_latency_ns"]), 0.0)
-    hbm = b * (2 * hq * sq * d * 2 + 2 * hkv * sk * d * 2) + b * hq * sq * 4
+    # HBM: Q read and O written once, the LSE, and K / V as often as the walk re-reads them
+    # past the L2 (kv_hbm_bytes): never less than once
+    group = max(1, hq // hkv)
+    walk_groups = [(bh // hq, (bh % hq) // group) for _ in lengths for bh in range(b * hq)]
+    kv = kv_hbm_bytes(walk_groups, walk, units, 2.0 * bn * d * 2, fig.l2_bytes)
+    hbm = b * 2 * hq * sq * d * 2 + max(kv, b * 2 * hkv * sk * d * 2) + b * hq * sq * 4
     kv_tiles = sum(lengths) * b * hq
     res = {r: v * kv_tiles / units for r, v in t["resources"].items()}
     flops = 4.0 * b * hq * sq * sk * d * (0.5 if causal else 1.0)
