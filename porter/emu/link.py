@@ -45,6 +45,7 @@ class FuncInfo:
     regs: list[str]                            # every register of its namespace (renamed)
     recursive: bool = False
     line: int = 0
+    local: tuple = ()                          # its .local variables (renamed): one frame per activation
 
 
 @dataclass
@@ -121,6 +122,58 @@ def _recursive(module: ptx.Module, names: list[str]) -> set[str]:
     return out
 
 
+_ADDRESS_OPS = ("mov", "cvta", "add", "sub", "cvt", "mad", "and", "or", "xor", "selp", "mul")
+
+
+def _local_escape(f: ptx.Func) -> int | None:
+    """The line of the first place where ``f`` lets the address of one of its own ``.local``
+    variables out of the activation (stores it anywhere, st.param of a call argument or a
+    return value included), or None. Flow-insensitive: a register that ever holds such an
+    address (the symbol, or arithmetic on a register that does) counts everywhere."""
+    names = {v.name for v in f.local}
+
+    def refs(op, tainted) -> bool:
+        if isinstance(op, ptx.Sym):
+            return op.name in names
+        if isinstance(op, ptx.Reg):
+            return op.name in tainted
+        if isinstance(op, ptx.Addr):
+            return refs(op.base, tainted) if op.base is not None else False
+        if isinstance(op, ptx.Vec):
+            return any(refs(x, tainted) for x in op.items)
+        return False
+
+    tainted: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for ins in f.code:
+            head = ins.opcode.split(".", 1)[0]
+            if head not in _ADDRESS_OPS or not ins.operands or not isinstance(ins.operands[0], ptx.Reg):
+                continue
+            # mov.u64 %rd, __local_depot (a symbol), or arithmetic on a register holding such an address
+            srcs = [op for op in ins.operands[1:] if not isinstance(op, ptx.Addr)]
+            if ins.operands[0].name not in tainted and any(refs(op, tainted) for op in srcs):
+                tainted.add(ins.operands[0].name)
+                changed = True
+    rets = {p.name for p in f.rets}
+    for ins in f.code:
+        head = ins.opcode.split(".", 1)[0]
+        if head == "st" and len(ins.operands) > 1 and refs(ins.operands[1], tainted) and \
+                not isinstance(ins.operands[1], ptx.Addr):
+            return ins.line
+        # a call argument (the parser turns the .param slots into registers) or a return value
+        if head == "call" and any(refs(op, tainted) for op in ins.operands[2:]):
+            return ins.line
+        if head in _ADDRESS_OPS and ins.operands and isinstance(ins.operands[0], ptx.Reg) and \
+                ins.operands[0].name in rets and ins.operands[0].name in tainted:
+            return ins.line
+        if head in ("atom", "red", "st.async") and any(refs(op, tainted) for op in ins.operands[1:]
+                                                        if not isinstance(op, ptx.Addr)):
+            return ins.line
+    return None
+
+
 def _renamer(f: ptx.Func):
     suffix = "@" + f.name
     aggs = getattr(f, "aggregates", {})
@@ -192,8 +245,12 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
         if refusals:
             raise Unsupported(f"{refusals[0]} is outside the simulator's subset (called from kernel {kernel.name})")
         if name in recursive and f.local:
-            raise Unsupported(f"{module.file}:{f.line}: .func {name} is recursive and has .local variables (a "
-                              "stack frame per activation): outside the simulator's subset")
+            escape = _local_escape(f)
+            if escape is not None:
+                raise Unsupported(f"{module.file}:{escape}: .func {name} is recursive and passes or stores the "
+                                  "address of its own .local variables: outside the simulator's subset (each "
+                                  "activation's frame is kept by saving it across the recursive call, which a "
+                                  "pointer into the caller's frame would bypass)")
         ren, suffix = _renamer(f)
         base = len(code)
         for r, typ in f.regs.items():
@@ -217,7 +274,8 @@ def link(module: ptx.Module, kernel: ptx.Kernel) -> ptx.Kernel:
         def formal(p):
             return (p.name + suffix, p.type, p.size if getattr(p, "aggregate", False) else None)
         info.funcs[name] = FuncInfo(name, base, [formal(p) for p in f.params], [formal(p) for p in f.rets],
-                                    [ren.reg(r) for r in f.regs], name in recursive, f.line)
+                                    [ren.reg(r) for r in f.regs], name in recursive, f.line,
+                                    tuple(v.name + suffix for v in f.local) if name in recursive else ())
     for pc, ins in enumerate(code):
         name = _callee(ins)
         if name in info.funcs:

@@ -29,6 +29,7 @@ class CallStack:
         self.depth = np.zeros(32, dtype=np.int64)
         self.ret = np.zeros((8, 32), dtype=np.int64)
         self.saves: dict[int, dict[int, np.ndarray]] = {}    # depth -> register id -> saved lane values
+        self.frames: dict[int, dict[int, np.ndarray]] = {}   # depth -> .local offset -> saved (lane, byte)
 
     def push(self, sel: np.ndarray, ret_pc: int) -> None:
         top = int(self.depth[sel].max())
@@ -45,6 +46,35 @@ class CallStack:
                 prev = frame.get(i)
                 frame[i] = w.r[i] if prev is None else np.where(lk, w.r[i], prev)
 
+    def save_frame(self, w, sel: np.ndarray, spans, frame: int) -> None:
+        """Keep the selected lanes' bytes of ``spans`` ((offset, size) in the thread's local
+        frame: the callee's .local variables) at their current depth, as save does registers."""
+        from porter.emu.ops.local import _buffer
+
+        buf = _buffer(w, frame)
+        base = (w.index * 32 + LANES) * frame
+        for k in np.unique(self.depth[sel]):
+            lk = sel & (self.depth == k)
+            saved = self.frames.setdefault(int(k), {})
+            for off, size in spans:
+                now = buf[(base + off)[:, None] + np.arange(size)]
+                prev = saved.get(off)
+                saved[off] = now if prev is None else np.where(lk[:, None], now, prev)
+
+    def restore_frame(self, w, sel: np.ndarray, spans, frame: int) -> None:
+        """After the pop: the selected lanes' .local bytes of ``spans`` as saved at their depth."""
+        from porter.emu.ops.local import _buffer
+
+        buf = _buffer(w, frame)
+        base = (w.index * 32 + LANES) * frame
+        for k in np.unique(self.depth[sel]):
+            lk = sel & (self.depth == k)
+            saved = self.frames.get(int(k), {})
+            lanes = np.nonzero(lk)[0]
+            for off, size in spans:
+                if off in saved:
+                    buf[(base[lanes] + off)[:, None] + np.arange(size)] = saved[off][lanes]
+
     def restore(self, w, sel: np.ndarray, ids: list[int]) -> None:
         """After the pop: each selected lane's registers as saved at its (now current) depth."""
         for k in np.unique(self.depth[sel]):
@@ -53,6 +83,18 @@ class CallStack:
             for i in ids:
                 if i in frame:
                     w.r[i] = np.where(lk, frame[i], w.r[i])
+
+
+def _frame_spans(kernel, info) -> tuple[list, int]:
+    """((offset, size) of each .local variable of a recursive function in the thread's frame,
+    the frame's size): the bytes one activation keeps across a recursive call."""
+    if not info.recursive or not getattr(info, "local", ()):
+        return [], 0
+    from porter.emu.ops.local import frame_layout
+
+    offs, frame = frame_layout(kernel)
+    sizes = {v.name: max(v.size, 1) for v in kernel.local}
+    return [(offs[n], sizes[n]) for n in info.local if n in offs], frame
 
 
 def _stack(w) -> CallStack:
@@ -113,6 +155,7 @@ def build_func_call(ins, d):
             readers.append(d.src(ra, tf))
             writers.append(d.dst(ptx.Reg(rf), tf))
     save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
+    spans, frame = _frame_spans(d.kernel, info)
     entry, limit, name = info.entry, linked.limit, fn.name
     g, neg = _guard(ins, d)
     where = d.where(ins)
@@ -130,6 +173,8 @@ def build_func_call(ins, d):
         vals = [r(w) for r in readers]          # (read before a recursive call overwrites them)
         if save_ids:
             st.save(w, sel, save_ids)
+        if spans:
+            st.save_frame(w, sel, spans, frame)
         whole = sel is group
         for wr, v in zip(writers, vals):
             wr(w, v, m if whole else sel)
@@ -157,6 +202,7 @@ def build_func_ret(ins, d):
             site_writers[pc] = [d.dst(op, t) for a, formal in zip(site.rets, info.rets)
                                 for op, t in _actual(a, formal, d, info.name)]
     save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
+    spans, frame = _frame_spans(d.kernel, info)
     g, neg = _guard(ins, d)
     where = d.where(ins)
 
@@ -172,6 +218,8 @@ def build_func_ret(ins, d):
         rp = st.ret[np.maximum(st.depth, 0), LANES]
         if save_ids:
             st.restore(w, sel, save_ids)
+        if spans:
+            st.restore_frame(w, sel, spans, frame)
         targets = np.unique(rp[sel])
         whole = sel.tobytes() == group.tobytes()
         if len(targets) == 1 and whole:
@@ -272,7 +320,8 @@ def build_indirect_call(ins, d):
                 readers.append(d.src(ra, tf))
                 writers.append(d.dst(ptx.Reg(rf), tf))
         save_ids = [d.reg_index[r] for r in info.regs] if info.recursive else []
-        cands[linked.address_of(info.name)] = (info.name, info.entry, readers, writers, save_ids)
+        cands[linked.address_of(info.name)] = (info.name, info.entry, readers, writers, save_ids,
+                                               _frame_spans(d.kernel, info))
     raddr = d.src(fn, "u64")
     limit = linked.limit
     g, neg = _guard(ins, d)
@@ -298,11 +347,13 @@ def build_indirect_call(ins, d):
                                     "stack overflows sooner)")
         new = []
         for a in targets:
-            name, entry, readers, writers, save_ids = cands[int(a)]
+            name, entry, readers, writers, save_ids, (spans, frame) = cands[int(a)]
             lt = sel & (addr == a)
             vals = [r(w) for r in readers]
             if save_ids:
                 st.save(w, lt, save_ids)
+            if spans:
+                st.save_frame(w, lt, spans, frame)
             for wr, v in zip(writers, vals):
                 wr(w, v, lt)
             st.push(lt, w.cur + 1)
