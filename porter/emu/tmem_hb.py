@@ -45,6 +45,42 @@ class PipelineAgent:
         self.vc = None
 
 
+class UniformRects:
+    """Rectangles ``[a0, a1) x [b0, b1)`` of a 2-D array each known to hold one value: what
+    the array's fills left. TMEM is accessed by rectangles (an MMA's accumulator, a warp's
+    lane quarter), so a check of a region one earlier fill covered needs that fill's value,
+    not two reductions over the region's cells. Exact: a fill drops every rectangle it
+    overlaps and adds its own (all of its cells hold its value; cells outside it are as
+    before), so the rectangles kept never disagree with the array; one not found costs only
+    the scan. Every write to the array must go through ``fill``."""
+
+    __slots__ = ("rects",)
+    KEEP = 16
+
+    def __init__(self, a: int, b: int, value: int):
+        self.rects = [(0, a, 0, b, value)]
+
+    def value(self, a0: int, a1: int, b0: int, b1: int):
+        """The one value of the region, or None when no rectangle kept covers it."""
+        if a0 < 0 or b0 < 0:              # (a slice from a negative start wraps: not a rectangle)
+            return None
+        for r in self.rects:
+            if r[0] <= a0 and a1 <= r[1] and r[2] <= b0 and b1 <= r[3]:
+                return r[4]
+        return None
+
+    def fill(self, arr: np.ndarray, a0: int, a1: int, b0: int, b1: int, value: int) -> None:
+        arr[a0:a1, b0:b1] = value
+        if a0 < 0 or b0 < 0:
+            self.rects = []
+            return
+        keep = [r for r in self.rects if r[1] <= a0 or a1 <= r[0] or r[3] <= b0 or b1 <= r[2]]
+        keep.append((a0, a1, b0, b1, value))
+        if len(keep) > self.KEEP:
+            del keep[0]
+        self.rects = keep
+
+
 class Shadow:
     """Per TMEM cell (lane, column) of one CTA: the last write and the last read."""
 
@@ -52,6 +88,8 @@ class Shadow:
         shape = (LANES, COLUMNS)
         self.w_epoch = np.zeros(shape, dtype=np.int64)
         self.r_epoch = np.zeros(shape, dtype=np.int64)
+        self.w_uniform = UniformRects(LANES, COLUMNS, 0)     # what w_epoch / r_epoch's fills left
+        self.r_uniform = UniformRects(LANES, COLUMNS, 0)
         self.w_line = np.zeros(shape, dtype=np.int32)
         self.r_line = np.zeros(shape, dtype=np.int32)
         self.w_kind = np.zeros(shape, dtype=np.int8)
@@ -125,13 +163,19 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
     s = _shadow(cta)
     vc = race._fit(vc)
     limit = race._limit_of(aid, vc)
-    for prior, epochs, lines, kinds in (("write", s.w_epoch, s.w_line, s.w_kind),
-                                        ("read", s.r_epoch, s.r_line, s.r_kind)):
+    for prior, epochs, lines, kinds, uniform in (("write", s.w_epoch, s.w_line, s.w_kind, s.w_uniform),
+                                                 ("read", s.r_epoch, s.r_line, s.r_kind, s.r_uniform)):
         if prior == "read" and not write:
             break
-        e = epochs[l0:l1, c0:c1]
-        if not _any_beyond(e, limit):         # (the usual region: one agent's, two reductions)
-            continue
+        u = uniform.value(l0, l1, c0, c1)
+        if u is not None:                     # (the usual region: one earlier fill's, no scan)
+            if u <= limit[u >> AGENT_SHIFT]:
+                continue
+            e = epochs[l0:l1, c0:c1]
+        else:
+            e = epochs[l0:l1, c0:c1]
+            if not _any_beyond(e, limit):     # (one agent's region: two reductions)
+                continue
         bad = e > limit[e >> AGENT_SHIFT]
         if np.count_nonzero(bad):
             i, j = (int(x) for x in np.argwhere(bad)[0])
@@ -151,11 +195,11 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
     epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
     code = _KINDS.index(kind)
     if write:
-        s.w_epoch[l0:l1, c0:c1] = epoch
+        s.w_uniform.fill(s.w_epoch, l0, l1, c0, c1, epoch)
         s.w_line[l0:l1, c0:c1] = line
         s.w_kind[l0:l1, c0:c1] = code
-        s.r_epoch[l0:l1, c0:c1] = 0
+        s.r_uniform.fill(s.r_epoch, l0, l1, c0, c1, 0)
     else:
-        s.r_epoch[l0:l1, c0:c1] = epoch
+        s.r_uniform.fill(s.r_epoch, l0, l1, c0, c1, epoch)
         s.r_line[l0:l1, c0:c1] = line
         s.r_kind[l0:l1, c0:c1] = code

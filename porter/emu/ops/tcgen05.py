@@ -72,6 +72,12 @@ class CtaTc:
         self.reader = np.full((512, 128), NO_AGENT, dtype=np.int16)
         self.writer_ep = np.full((512, 128), -1, dtype=np.int32)   # the writer's fence::before count then
         self.reader_ep = np.full((512, 128), -1, dtype=np.int32)
+        # what the four arrays' fills left (tmem_hb.UniformRects): a region one fill covered is
+        # judged by that fill's value, without scanning it; every write goes through fill
+        self.writer_u = tmem_hb.UniformRects(512, 128, NO_AGENT)
+        self.reader_u = tmem_hb.UniformRects(512, 128, NO_AGENT)
+        self.writer_ep_u = tmem_hb.UniformRects(512, 128, -1)
+        self.reader_ep_u = tmem_hb.UniformRects(512, 128, -1)
         self.access_where: dict[int, str] = {}
         # collector buffers (tcgen05.mma .collector::a::*, .ws .collector::bN::*): at issue, whether
         # a ::fill / ::use left the buffer holding an operand; at completion, that operand's bytes
@@ -133,10 +139,15 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
     waited = w.units.get("mbarrier_waited")
     after_missing = waited is not None and bool((waited[0] & lanes).any())
     epochs = None
-    for arr, eps, how in ((st.writer, st.writer_ep, "wrote"),) + (((st.reader, st.reader_ep, "read"),)
-                                                                   if writes else ()):
-        block = arr[c0:c1, l0:l1]
-        lo, hi = int(block.min()), int(block.max())
+    for arr, eps, arr_u, eps_u, how in (((st.writer, st.writer_ep, st.writer_u, st.writer_ep_u, "wrote"),)
+                                        + (((st.reader, st.reader_ep, st.reader_u, st.reader_ep_u, "read"),)
+                                           if writes else ())):
+        u = arr_u.value(c0, c1, l0, l1)
+        if u is not None:                   # one earlier fill covers the region: its agent
+            lo = hi = u
+        else:
+            block = arr[c0:c1, l0:l1]
+            lo, hi = int(block.min()), int(block.max())
         if lo == hi:                        # one agent (or none) holds the whole region: the usual case
             if lo == NO_AGENT or lo == me:
                 continue
@@ -155,7 +166,11 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
         epochs = epochs if epochs is not None else _epochs(w.cta.cluster)
         blk_eps = eps[c0:c1, l0:l1]
         for a in agents:
-            last = int(blk_eps.max() if other is None else blk_eps[other & (block == a)].max())
+            if other is None:
+                last = eps_u.value(c0, c1, l0, l1)
+                last = int(blk_eps.max()) if last is None else last
+            else:
+                last = int(blk_eps[other & (block == a)].max())
             if last >= 0 and epochs.get(int(a), 0) <= last:
                 raise CheckFailed(
                     f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
@@ -169,9 +184,13 @@ def _note_access(st: CtaTc, region, agent: int, writes: bool, w=None, where: str
     fence::before_thread_sync of that warp covers; None: an asynchronous MMA / cp (its
     commit fences it)."""
     l0, l1, c0, c1 = region
-    (st.writer if writes else st.reader)[c0:c1, l0:l1] = agent
     ep = -1 if w is None else _epochs(w.cta.cluster).get(agent, 0)
-    (st.writer_ep if writes else st.reader_ep)[c0:c1, l0:l1] = ep
+    if writes:
+        st.writer_u.fill(st.writer, c0, c1, l0, l1, agent)
+        st.writer_ep_u.fill(st.writer_ep, c0, c1, l0, l1, ep)
+    else:
+        st.reader_u.fill(st.reader, c0, c1, l0, l1, agent)
+        st.reader_ep_u.fill(st.reader_ep, c0, c1, l0, l1, ep)
     if w is not None:
         st.access_where[agent] = where
 
