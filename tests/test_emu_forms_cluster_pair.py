@@ -156,3 +156,49 @@ def test_pair_tma_loads_signal_the_leaders_barrier(seed):
     out = np.zeros(512, np.uint32)
     res = emu.launch(_PAIR_TMA, "pair_tma", grid=2, block=32, args=[emu.tensor_map(p, src), out], seed=seed)
     np.testing.assert_array_equal(res.outputs[1], src.reshape(-1))
+
+
+# 2 CTAs x 2 warps: CTA 0's warp 1 arrives and exits; CTA 1's warp 1 never arrives (it waits on
+# an mbarrier nobody completes); the warp 0s arrive and wait for ever.
+_NEVER = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry never() .reqnctapercluster 2, 1, 1
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<8>;
+  .shared .align 8 .b64 bar;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %cluster_ctarank;
+  mov.u32 %r3, bar;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+  bar.sync 0;
+  setp.lt.u32 %p2, %r1, 32;
+  @%p2 bra ARRIVE;
+  setp.eq.u32 %p3, %r2, 0;
+  @%p3 bra IDLE;
+STUCK:
+  mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r3], 0;
+  @!%p3 bra STUCK;
+  bra END;
+IDLE:
+  barrier.cluster.arrive.release.aligned;
+  bra END;
+ARRIVE:
+  barrier.cluster.arrive.release.aligned;
+  barrier.cluster.wait.acquire.aligned;
+END:
+  ret;
+}
+"""
+
+
+def test_a_cluster_barrier_missing_a_warp_deadlocks_counting_running_warps():
+    from porter.emu.errors import Deadlock
+
+    with pytest.raises(Deadlock) as e:
+        emu.launch(_NEVER, "never", grid=2, block=64, args=[], seed=0)
+    msg = str(e.value)
+    assert "barrier.cluster.wait: 2 of 3 running warps of the cluster arrived" in msg, msg

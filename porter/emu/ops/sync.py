@@ -175,10 +175,16 @@ def _build_cluster_barrier(ins, d):
                 if w.sched.race is not None:
                     w.sched.race.acquire(w, cl, gen + 1)
                 return None
-            return Park(ready, lambda: f"barrier.cluster.wait: {cl.barrier_arrived} of {cl.live_warps()} warps "
+            return Park(ready, lambda: f"barrier.cluster.wait: {_arrived_live(cl)} of {cl.live_warps()} running warps "
                                        "of the cluster arrived", advance=False)
         return wait
     raise d.unsupported()
+
+
+def _arrived_live(cl) -> int:
+    """Running warps of the cluster that have arrived in the barrier's current phase."""
+    gen, phase = cl.barrier_generation, cl.warp_phase
+    return sum(1 for c in cl.ctas for w in c.warps if not w.done and phase.get(id(w)) == gen)
 
 
 def cluster_barrier_recheck(cl, race=None) -> None:
