@@ -70,6 +70,10 @@ class UniformRects:
         return None
 
     def fill(self, arr: np.ndarray, a0: int, a1: int, b0: int, b1: int, value: int) -> None:
+        """``arr[a0:a1, b0:b1] = value``, skipped when a kept rectangle says it holds that already
+        (an MMA rewriting its accumulator, a read clearing what is clear)."""
+        if self.value(a0, a1, b0, b1) == value:
+            return
         arr[a0:a1, b0:b1] = value
         if a0 < 0 or b0 < 0:
             self.rects = []
@@ -90,6 +94,7 @@ class Shadow:
         self.r_epoch = np.zeros(shape, dtype=np.int64)
         self.w_uniform = UniformRects(LANES, COLUMNS, 0)     # what w_epoch / r_epoch's fills left
         self.r_uniform = UniformRects(LANES, COLUMNS, 0)
+        self.line_kind_uniform = [UniformRects(LANES, COLUMNS, 0) for _ in range(4)]   # w/r line, w/r kind
         self.w_line = np.zeros(shape, dtype=np.int32)
         self.r_line = np.zeros(shape, dtype=np.int32)
         self.w_kind = np.zeros(shape, dtype=np.int8)
@@ -194,12 +199,13 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
                 f"ordering them{hint} (PTX ISA 9.7.16.6)")
     epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
     code = _KINDS.index(kind)
+    wl, rl, wk, rk = s.line_kind_uniform
     if write:
         s.w_uniform.fill(s.w_epoch, l0, l1, c0, c1, epoch)
-        s.w_line[l0:l1, c0:c1] = line
-        s.w_kind[l0:l1, c0:c1] = code
+        wl.fill(s.w_line, l0, l1, c0, c1, line)
+        wk.fill(s.w_kind, l0, l1, c0, c1, code)
         s.r_uniform.fill(s.r_epoch, l0, l1, c0, c1, 0)
     else:
         s.r_uniform.fill(s.r_epoch, l0, l1, c0, c1, epoch)
-        s.r_line[l0:l1, c0:c1] = line
-        s.r_kind[l0:l1, c0:c1] = code
+        rl.fill(s.r_line, l0, l1, c0, c1, line)
+        rk.fill(s.r_kind, l0, l1, c0, c1, code)
