@@ -289,7 +289,8 @@ def _whole_warp(w, m) -> bool:
 
 
 def _uniform(v, sel, what: str, where: str) -> int:
-    a = np.broadcast_to(np.asarray(v), (32,))[sel]
+    v = np.asarray(v)
+    a = (v if v.ndim else np.broadcast_to(v, (32,)))[sel]
     if (a != a[0]).any():
         raise CheckFailed(f"{where}: {what} differs across the warp's lanes")
     return int(a[0])
@@ -920,7 +921,12 @@ def _build_st(ins, d):
         region = _ld_region(w, addr, shape, num)
         _check_inflight(st, region, True, "tcgen05.st", where, w)
         _check_handoff(w, sel, st, region, True, "tcgen05.st", where)
-        vals = np.stack([np.broadcast_to(np.asarray(f(w)), (32,)).astype(np.uint32) for f in srcs], axis=1)
+        # one row per register, each assigned (an unsafe cast, as astype: the same bits), then
+        # seen as (lanes, registers): a third of the cost of broadcasting and stacking copies
+        rows = np.empty((len(srcs), 32), dtype=np.uint32)
+        for j, f in enumerate(srcs):
+            rows[j] = np.asarray(f(w))
+        vals = rows.T
         _wrap(where, w.name, lambda: st.tmem.st(w.index, addr, shape, num, vals))
         _note_access(st, region, _agent(w), True, w, where)
         tmem_hb.access(w, w.cta, region, True, line, "tcgen05.st")
