@@ -76,14 +76,17 @@ _ROW_VALUES: dict = {}
 
 
 def _row_value(value: int, width: int, dtype) -> np.void:
-    """``width`` copies of ``value`` as one void item (for Shadow.rows' 1-D views); cached:
-    a warp's epoch and an instruction's line repeat from access to access."""
-    key = (value, width, dtype)
-    v = _ROW_VALUES.get(key)
+    """``width`` copies of ``value`` as one void item (for Shadow.rows' 1-D views); cached
+    (a dict per width and type, keyed by the value alone): a warp's epoch and an
+    instruction's line repeat from access to access."""
+    cache = _ROW_VALUES.get((width, dtype))
+    if cache is None:
+        cache = _ROW_VALUES[(width, dtype)] = {}
+    v = cache.get(value)
     if v is None:
-        if len(_ROW_VALUES) > 4096:
-            _ROW_VALUES.clear()
-        v = _ROW_VALUES[key] = np.full(width, value, dtype=dtype).view(f"V{np.dtype(dtype).itemsize * width}")[0]
+        if len(cache) > 4096:
+            cache.clear()
+        v = cache[value] = np.full(width, value, dtype=dtype).view(f"V{np.dtype(dtype).itemsize * width}")[0]
     return v
 
 
@@ -197,13 +200,21 @@ class RaceDetector:
             self.check(cta, report, aid, vc, write, line, who, what)
             raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
         epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
+        epochs = _ROW_VALUES.get((width, np.int64))
+        lines = _ROW_VALUES.get((width, np.int32))
+        e_row = epochs.get(epoch) if epochs else None
+        l_row = lines.get(line) if lines else None
+        if e_row is None:
+            e_row = _row_value(epoch, width, np.int64)
+        if l_row is None:
+            l_row = _row_value(line, width, np.int32)
         if write:
-            w_epoch_v[rows] = _row_value(epoch, width, np.int64)
-            w_line_v[rows] = _row_value(line, width, np.int32)
+            w_epoch_v[rows] = e_row
+            w_line_v[rows] = l_row
             r_epoch_v[rows] = _row_value(0, width, np.int64)
         else:
-            r_epoch_v[rows] = _row_value(epoch, width, np.int64)
-            r_line_v[rows] = _row_value(line, width, np.int32)
+            r_epoch_v[rows] = e_row
+            r_line_v[rows] = l_row
 
     def access_span(self, w, cta, lo: int, hi: int, write: bool, line: int, what: str = "") -> None:
         """``access`` of the bytes lo .. hi - 1 (a bulk store's source)."""
