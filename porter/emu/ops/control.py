@@ -192,13 +192,16 @@ def build_shfl(ins, d):
 
     def shfl(w, m):
         mv = np.asarray(rmask(w))
-        mval = int(mv if mv.ndim == 0 else mv[int(np.argmax(w.lanes(m)))])
+        if mv.ndim == 0:
+            mval = int(mv)
+        else:                                    # the first executing lane's (lane 0 of a full warp)
+            mval = int(mv[0] if m is None and w.full else mv[int(np.argmax(w.lanes(m)))])
         members = members_for.get(mval)
         if members is None:
             members = members_for[mval] = ((np.uint64(mval & 0xFFFFFFFF) >> LANES.astype(np.uint64))
                                            & np.uint64(1)).astype(bool)
-        sel = w.live if m is None else m
-        if (members & w.live & ~sel).tobytes() != _NO_LANE:
+        # every live lane executing (m None): no member can be missing
+        if m is not None and (members & w.live & ~m).tobytes() != _NO_LANE:
             return DEFER                         # a member lane is not here yet (diverged warp)
         bw, cw = np.asarray(rb(w)), np.asarray(rc(w))
         key = (bw.tobytes(), cw.tobytes())
@@ -208,11 +211,11 @@ def build_shfl(ins, d):
                 lanes_for.clear()
             hit = lanes_for[key] = _shfl_lanes(mode, bw, cw)
         src_lane, ok = hit
-        if m is not None or not w.live.all():
+        if m is not None or not w.full:          # (full: every lane live, so every source executes)
             _check_sources(w, m, src_lane, where)
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
-        wd(w, src[src_lane], m)
+        wd(w, src.take(src_lane), m)
         if wp is not None:
             wp(w, ok, m)
     return shfl
@@ -271,11 +274,11 @@ def _shfl_fixed(mode, ra, b, c, membermask, wd, wp, where=""):
     def shfl(w, m):
         if m is not None and (members & w.live & ~m).tobytes() != _NO_LANE:
             return DEFER                 # a member lane is not here yet (diverged warp)
-        if m is not None or not w.live.all():
+        if m is not None or not w.full:
             _check_sources(w, m, src_lane, where)
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
-        wd(w, src[src_lane], m)
+        wd(w, src.take(src_lane), m)
         if wp is not None:
             wp(w, ok, m)
     return shfl
@@ -304,11 +307,11 @@ def _shfl_fixed_clamp(mode, ra, rb, c, membermask, wd, wp, where=""):
             j = lane ^ bval
         ok = (j >= max_lane) if mode == "up" else (j <= max_lane)
         j = np.where(ok, j, lane)       # in 0..31 in every mode: no clip needed
-        if m is not None or not w.live.all():
+        if m is not None or not w.full:
             _check_sources(w, m, j, where)
         src = np.asarray(ra(w))
         src = np.full(32, src) if src.ndim == 0 else src
-        wd(w, src[j], m)
+        wd(w, src.take(j), m)
         if wp is not None:
             wp(w, np.broadcast_to(ok, (32,)), m)
     return shfl

@@ -253,7 +253,7 @@ def build_ld(ins, d):
             return ld(w, m)
         if w.sched.race is not None:
             w.sched.race.access_rows(w, w.cta, offs, total, False, w.prog.line(w.cur), what)
-        vals = _rows_of(w.cta.smem, nbytes, nvec)[offs // total]
+        vals = _rows_of(w.cta.smem, nbytes, nvec).take(offs // total, axis=0)
         if sel is not None:
             full = np.zeros((32, nvec), dtype=vals.dtype)
             full[sel] = vals
