@@ -5,6 +5,7 @@ SASS, the simulator running the forms (``emulated``), the timing model's epilogu
 planted bug per new synchronisation step that the simulator must catch for its reason."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from porter.descriptor.arch import load_arch
@@ -347,3 +348,70 @@ def test_exit_before_the_final_wait_group_is_warned(archs, form):
     spec, source = _mutated(arch, form, [("    st.drain();", "    // (drain removed)")])
     res = emulate(spec, arch, shapes=[shape], seeds=1, source=source)
     assert any("not covered by a cp.async.bulk.wait_group" in w for w in res["warnings"]), res["warnings"]
+
+
+# ---- the timed model (L1) times the O-store barrier on its own arrivals --------------------------
+# Two pairs of warps meet at two named barriers whose id and thread count are registers
+# (bar.sync %r, %r, as attention/o_store_tma.cuh's OStager and the ping-pong turns compile):
+# warps 0, 1 at barrier 1 (warp 1 late, after four dependent global loads), warps 2, 3 at barrier 2 (both
+# early). PTX ISA "bar, barrier": a names the barrier "as an immediate constant or register",
+# b the participating threads; the timed mode must time each barrier on its own arrivals.
+REG_BARRIER_PTX = """
+.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry probe(.param .u64 out) {
+  .reg .u32 %r<12>; .reg .u64 %rd<4>; .reg .pred %p<3>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  shr.u32 %r2, %r1, 5;
+  shr.u32 %r3, %r2, 1;
+  add.u32 %r5, %r3, 1;
+  mov.u32 %r6, 64;
+  mov.u32 %r7, 0;
+  setp.ne.u32 %p1, %r2, 1;
+  @%p1 bra SYNC;
+  ld.global.u32 %r7, [%rd1];
+  cvt.u64.u32 %rd2, %r7;
+  add.u64 %rd3, %rd1, %rd2;
+  ld.global.u32 %r7, [%rd3];
+  cvt.u64.u32 %rd2, %r7;
+  add.u64 %rd3, %rd1, %rd2;
+  ld.global.u32 %r7, [%rd3];
+  cvt.u64.u32 %rd2, %r7;
+  add.u64 %rd3, %rd1, %rd2;
+  ld.global.u32 %r7, [%rd3];
+SYNC:
+  bar.sync %r5, %r6;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.u64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r7;
+  ret;
+}
+"""
+
+
+def runs_l2_latency() -> float:
+    from porter.descriptor.arch import load_arch
+    from porter.timing.figures import Figures
+    from porter.timing.l1 import params
+
+    return params(Figures.of(load_arch("hopper")))["l2_latency_cycles"]
+
+
+def test_timed_named_barrier_in_a_register_is_timed_on_its_own_arrivals():
+    from porter import emu
+    from porter.descriptor.arch import load_arch
+    from porter.emu.timed import timed
+    from porter.timing.figures import Figures
+    from porter.timing.l1 import params
+
+    with timed(params(Figures.of(load_arch("hopper"))), marks=("st.global.u32",)) as runs:
+        res = emu.launch(REG_BARRIER_PTX, "probe", grid=1, block=128, args=[np.zeros(128, np.uint32)])
+    assert not res.outputs[0].any()
+    at = {w: t for _, w, t, _ in runs[0]["marks"]}
+    late = 3 * runs_l2_latency()       # the fourth load is waited for by the store only
+    # warps 0 and 1 leave barrier 1 after warp 1's loads, warps 2 and 3 leave barrier 2 at once
+    # (timed as one barrier of every warp, they waited for warp 1's loads too)
+    assert at[0] > late and at[1] > late, at
+    assert at[2] < late / 4 and at[3] < late / 4, at

@@ -518,12 +518,26 @@ class TimedModel:
 
     def _h_bar(self, info, ins, d, p):
         ops = ins.operands
-        bid = int(ops[0].value) if ops and hasattr(ops[0], "value") else 0
-        count = int(ops[1].value) // 32 if len(ops) > 1 and hasattr(ops[1], "value") else None
+        # the barrier and its thread count may be registers as well as immediates (PTX ISA
+        # "bar, barrier": a is "an immediate constant or register with value 0 through 15",
+        # b the number of participating threads): read them per warp, as the functional run
+        # does; timed as barrier 0 with every warp, a named barrier in a register shared
+        # barrier 0's generations with every other such barrier (a kernel's ping-pong turns
+        # and its O-store barriers) and completed them on the wrong arrivals
+        bid_fn = d.src(ops[0], "u32") if ops else None
+        count_fn = d.src(ops[1], "u32") if len(ops) > 1 else None
         lat, sync = p["named_barrier_cycles"], info["sync"]
+
+        def lane_value(fn, w, m):
+            sel = w.live if m is None else m
+            vals = np.broadcast_to(np.asarray(fn(w)), (32,))
+            lanes = np.flatnonzero(sel) if sel is not None else ()
+            return int(vals[lanes[0]] if len(lanes) else vals[0])
 
         class Cost:
             def pre(self, w, m, wt, t):
+                bid = lane_value(bid_fn, w, m) if bid_fn is not None else 0
+                count = lane_value(count_fn, w, m) // 32 if count_fn is not None else None
                 tb = w.cta.__dict__.setdefault("_timed_bars", {})
                 st = tb.get(bid)
                 if st is None:
