@@ -108,6 +108,15 @@ class GlobalMemory:
     def check_lanes(self, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
         """Offsets into the heap for each lane's access; raises on any out-of-bounds lane."""
         a = addrs.astype(np.uint64, copy=False)
+        if a.size:
+            # the usual case, every lane in one allocation: the allocations are disjoint and
+            # sorted (a bump allocator, nothing freed), so the lowest and the highest lane inside
+            # the allocation the lowest starts in put every lane inside it (two reductions and
+            # a bisect instead of a per-lane search)
+            lo, hi = int(_MIN(a)), int(_MAX(a))
+            i = bisect.bisect_right(self.starts, lo) - 1
+            if i >= 0 and hi + nbytes <= self.ends[i]:
+                return (a - np.uint64(GLOBAL_BASE)).astype(np.int64)
         idx = np.searchsorted(self._np_starts, a, side="right") - 1
         bad = idx < 0
         if not np.count_nonzero(bad):        # count_nonzero: a quarter of any()'s cost on 32 lanes
@@ -152,6 +161,7 @@ def scatter(buf: np.ndarray, offs: np.ndarray, nbytes: int, values: np.ndarray) 
         view[base[:, None] + np.arange(count)] = values
 
 
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.dtype("V16")}
 
 

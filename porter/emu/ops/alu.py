@@ -491,7 +491,7 @@ def _float_unary(ins, d, f):
     return _unary(ins, d, g, t)
 
 
-_U32_ONE, _U32_SUBNORMALS = np.uint32(1), np.uint32(0x7FFFFF)
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)      # 2^-126, the least normal f32
 
 
 def _ex2_ftz(general):
@@ -503,7 +503,9 @@ def _ex2_ftz(general):
         if type(a) is not np.ndarray or a.dtype is not _F32 or a.ndim != 1:
             return general(a)
         r = np.exp2(a)
-        sub = r.view(np.uint32) - _U32_ONE < _U32_SUBNORMALS
+        # below the least normal: a positive subnormal or +0 (2^x is never negative; NaN
+        # compares false), and +0 for +0 changes nothing: one compare for the flush
+        sub = r < _F32_TINY
         return np.where(sub, np.float32(0), r) if 1 in sub.tobytes() else r
     return g
 
@@ -585,7 +587,23 @@ def build_cvt(ins, d):
             x[:, 0] = rlo(w)
             x[:, 1] = rhi(w)
             wd(w, x.astype(ml_dtypes.bfloat16).view(np.uint32).reshape(32), m)
-        return pack
+        plo, phi, pd = fastpath.plain(d, lo, "f32"), fastpath.plain(d, hi, "f32"), fastpath.plain(d, dst, "b32")
+        if plo is None or phi is None or pd is None or pd[1] is not None:
+            return pack
+        ilo, ihi, io = plo[0], phi[0], pd[0]
+
+        def pack_regs(w, m):
+            """f32 registers into a b32 register: their stored bits copied into the pairs
+            (no operand views) and the word stored as ``wd`` would (poisoned: ``pack``)."""
+            if w.poisoned:
+                return pack(w, m)
+            r = w.r
+            x = np.empty((32, 2), np.uint32)
+            x[:, 0] = r[ilo]
+            x[:, 1] = r[ihi]
+            v = x.view(np.float32).astype(ml_dtypes.bfloat16).view(np.uint32).reshape(32)
+            r[io] = v if m is None else np.where(m, v, r[io])
+        return pack_regs
     if dt == "f16x2" and st == "f32":
         dst, hi, lo = ins.operands
         rhi, rlo, wd = d.src(hi, "f32"), d.src(lo, "f32"), d.dst(dst, "b32")
