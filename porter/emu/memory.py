@@ -107,7 +107,8 @@ class GlobalMemory:
     # ---- lane-vector access ---------------------------------------------------------------------
     def check_lanes(self, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
         """Offsets into the heap for each lane's access; raises on any out-of-bounds lane."""
-        a = addrs.astype(np.uint64, copy=False)
+        signed = addrs.dtype == _I64
+        a = addrs.view(np.uint64) if signed else addrs.astype(np.uint64, copy=False)   # (the same bits)
         if a.size:
             # the usual case, every lane in one allocation: the allocations are disjoint and
             # sorted (a bump allocator, nothing freed), so the lowest and the highest lane inside
@@ -115,8 +116,8 @@ class GlobalMemory:
             # a bisect instead of a per-lane search)
             lo, hi = int(_MIN(a)), int(_MAX(a))
             i = bisect.bisect_right(self.starts, lo) - 1
-            if i >= 0 and hi + nbytes <= self.ends[i]:
-                return (a - np.uint64(GLOBAL_BASE)).astype(np.int64)
+            if i >= 0 and hi + nbytes <= self.ends[i]:     # (every lane below 2^63: the same values)
+                return addrs - _I64_BASE if signed else (a - np.uint64(GLOBAL_BASE)).astype(np.int64)
         idx = np.searchsorted(self._np_starts, a, side="right") - 1
         bad = idx < 0
         if not np.count_nonzero(bad):        # count_nonzero: a quarter of any()'s cost on 32 lanes
@@ -130,7 +131,7 @@ class GlobalMemory:
 
 def check_aligned(addrs: np.ndarray, align: int, what: str) -> None:
     if align > 1:
-        bad = (addrs.astype(np.int64) & (align - 1)) != 0
+        bad = (addrs.astype(np.int64, copy=False) & (align - 1)) != 0
         if np.count_nonzero(bad):
             lane = int(np.argmax(bad))
             raise CheckFailed(f"misaligned {what}: address 0x{int(addrs[lane]):x} (lane {lane}) "
@@ -162,6 +163,8 @@ def scatter(buf: np.ndarray, offs: np.ndarray, nbytes: int, values: np.ndarray) 
 
 
 _MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+_I64 = np.dtype(np.int64)
+_I64_BASE = np.int64(GLOBAL_BASE)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.dtype("V16")}
 
 
