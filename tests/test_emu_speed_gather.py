@@ -3,6 +3,8 @@ the same order, as element-wise indexing of the buffer, for every element size a
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pytest
 
@@ -35,3 +37,37 @@ def test_gather_of_selected_lanes_and_repeats():
     got = mem.gather(buf, offs, 4, 4)
     assert got.shape == (4, 4)
     assert got.tobytes() == _reference(buf, offs, 4, 4).tobytes()
+
+
+def _per_lane_offsets(g, addrs, nbytes):
+    """The per-lane rule check_lanes' one-allocation shortcut must agree with: each lane inside
+    the allocation whose start is the last at or below it; None when one is not."""
+    out = []
+    for a in addrs.tolist():
+        i = bisect.bisect_right(g.starts, a) - 1
+        if i < 0 or a + nbytes > g.ends[i]:
+            return None
+        out.append(a - mem.GLOBAL_BASE)
+    return out
+
+
+def test_check_lanes_shortcut_agrees_with_the_per_lane_rule():
+    g = mem.GlobalMemory()
+    bases = [g.alloc(n, f"b{k}") for k, n in enumerate((256, 4096, 100, 64))]
+    rng = np.random.default_rng(7)
+    cases = [bases[1] + np.arange(32) * 8,                     # one allocation
+             np.r_[bases[0] + np.arange(16) * 8, bases[1] + np.arange(16) * 8],   # two, no gap lane
+             bases[1] + np.arange(32) * 128 + 8,               # the last lanes past the end
+             np.full(32, bases[2] + 96),                       # 96 + 8 > 100: past a short buffer
+             np.full(32, bases[0] - 8)]                        # below every allocation
+    cases += [rng.choice(bases) + rng.integers(0, 300, 32) // 8 * 8 for _ in range(200)]
+    for addrs in cases:
+        addrs = np.asarray(addrs, dtype=np.int64)
+        want = _per_lane_offsets(g, addrs, 8)
+        if want is None:
+            with pytest.raises(Exception, match="outside every allocation"):
+                g.check_lanes(addrs, 8, "load")
+        else:
+            got = g.check_lanes(addrs, 8, "load")
+            assert got.dtype == np.int64 and got.tolist() == want
+            assert g.check_lanes(addrs.astype(np.uint64), 8, "load").tolist() == want
