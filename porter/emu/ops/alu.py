@@ -202,6 +202,25 @@ def build_fma(ins, d):
     return fast if fast is not None else fma
 
 
+def _lane_pair(a, b):
+    """Both operands as 32-lane arrays (broadcast_arrays only when one is a scalar)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != (32,) or b.shape != (32,):
+        a, b = np.broadcast_arrays(a, b)
+    return a, b
+
+
+def _nonzero_divisor(b, sel, where: str, what: str, opcode: str):
+    """``b`` with 1 for its zero lanes that do not execute; a zero in an executing lane is an error."""
+    zero = b == 0
+    if zero.tobytes() == bytes(zero.size):
+        return b
+    if np.count_nonzero(zero & sel):
+        from porter.emu.errors import CheckFailed
+        raise CheckFailed(f"{where}: integer {what} by zero ({opcode})")
+    return np.where(zero, b.dtype.type(1), b)
+
+
 def build_div(ins, d):
     t = type_of(ins.parts)
     if is_float(t):
@@ -214,14 +233,14 @@ def build_div(ins, d):
     where = d.where(ins)
 
     def idiv(a, b, sel):
-        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-        if (b[sel] == 0).any():
-            from porter.emu.errors import CheckFailed
-            raise CheckFailed(f"{where}: integer division by zero ({ins.opcode})")
-        b = np.where(b == 0, b.dtype.type(1), b)
+        a, b = _lane_pair(a, b)
+        b = _nonzero_divisor(b, sel, where, "division", ins.opcode)
         if is_signed(t):
-            q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
-            return (q * np.sign(a.astype(np.int64)) * np.sign(b.astype(np.int64))).astype(NP[t])
+            # |a| // |b| with the sign of a * b: negated where exactly one is negative (a zero
+            # quotient stays zero); int64, so INT_MIN / -1 wraps in the cast as on the GPU
+            a64, b64 = a.astype(np.int64), b.astype(np.int64)
+            q = np.abs(a64) // np.abs(b64)
+            return np.where((a64 < 0) != (b64 < 0), -q, q).astype(NP[t])
         return a // b
     return _binary_masked(ins, d, idiv)
 
@@ -231,14 +250,12 @@ def build_rem(ins, d):
     where = d.where(ins)
 
     def irem(a, b, sel):
-        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-        if (b[sel] == 0).any():
-            from porter.emu.errors import CheckFailed
-            raise CheckFailed(f"{where}: integer remainder by zero ({ins.opcode})")
-        b = np.where(b == 0, b.dtype.type(1), b)
+        a, b = _lane_pair(a, b)
+        b = _nonzero_divisor(b, sel, where, "remainder", ins.opcode)
         if is_signed(t):
             a64, b64 = a.astype(np.int64), b.astype(np.int64)
-            q = np.abs(a64) // np.abs(b64) * np.sign(a64) * np.sign(b64)
+            q = np.abs(a64) // np.abs(b64)
+            q = np.where((a64 < 0) != (b64 < 0), -q, q)
             return (a64 - q * b64).astype(NP[t])
         return a % b
     return _binary_masked(ins, d, irem)
