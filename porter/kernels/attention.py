@@ -11,6 +11,7 @@ host-side entry point ``attention(q, k, v, causal)``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 
@@ -27,6 +28,9 @@ from porter.kernels.attention_variants import (  # noqa: F401  (the family's pub
     variant_name,
     entry_name,
     base_config,
+    TILE_ORDER,
+    TILE_ORDERS,
+    TILE_ORDER_WHY,
 )
 
 # Numerics cases run per variant on the CPU model: a masked KV tail, grouped-query
@@ -97,20 +101,35 @@ def _named(arch, name: str):
     return int(parts[1][2:]), causal, pair, mod
 
 
+# ``tile_order`` (the persistent walk, decode_tile in attention.cu.j2) is the family's own
+# knob: every mainloop visits tiles through decode_tile, so it is declared and checked here
+# and the mainloop sees the other knobs only. Left at heads_inner the config has no key (the
+# default sources stay byte-identical).
+
 def knob_space(arch, name: str) -> dict[str, tuple]:
     head_dim, causal, pair, mod = _named(arch, name)
-    return mod.knob_space(arch, head_dim, causal, pair)
+    return {**mod.knob_space(arch, head_dim, causal, pair), "tile_order": TILE_ORDERS}
 
 
 def spec_with_knobs(arch, name: str, knobs) -> KernelSpec | Unsupported:
+    from porter.kernels import knob_rules as kr
+
     head_dim, causal, pair, mod = _named(arch, name)
+    knobs = dict(knobs or {})
+    order = knobs.pop("tile_order", TILE_ORDER)
+    kr.check_choice(name, "tile_order", order, TILE_ORDERS, TILE_ORDER_WHY)
     if hasattr(mod, "make_one"):
-        return mod.make_one(arch, head_dim, causal, pair, knobs=knobs)
-    return mod.make_spec(arch, head_dim, causal, knobs=knobs)
+        spec = mod.make_one(arch, head_dim, causal, pair, knobs=knobs)
+    else:
+        spec = mod.make_spec(arch, head_dim, causal, knobs=knobs)
+    if order == TILE_ORDER or not isinstance(spec, KernelSpec):
+        return spec
+    return dataclasses.replace(spec, config={**spec.config, "tile_order": order})
 
 
 def knobs_of(arch, spec: KernelSpec) -> dict:
-    return _named(arch, spec.name)[3].knobs_of(spec.config)
+    return {**_named(arch, spec.name)[3].knobs_of(spec.config),
+            "tile_order": spec.config.get("tile_order", TILE_ORDER)}
 
 
 def render(spec: KernelSpec, arch) -> str:

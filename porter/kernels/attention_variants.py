@@ -11,6 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 FAMILY = "attention"
+
+# The persistent tile walk (knob ``tile_order``, decode_tile in templates/attention.cu.j2;
+# porter.timing.attention_model.tile_walk mirrors it). ``heads_inner`` (the default): Q tile
+# outer from the last down, (batch, head) inner: a wave holds ~2 Q tiles of every head, so a
+# shape whose heads' K/V exceed the L2 re-reads them from HBM every wave. ``q_inner``:
+# (batch, head) outer, its Q tiles inner (rotated by the head's index, last-down in even
+# heads and first-up in odd ones, for causal balance): a wave holds ~units / q_tiles heads,
+# whose K/V stay in the L2.
+TILE_ORDER = "heads_inner"
+TILE_ORDERS = ("heads_inner", "q_inner")
+TILE_ORDER_WHY = "heads_inner: Q tile outer, heads inner; q_inner: heads outer, each head's Q tiles inner"
 TEMPLATE = "attention.cu.j2"
 HEAD_DIMS = (64, 128)
 

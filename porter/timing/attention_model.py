@@ -168,6 +168,28 @@ def kv_hbm_bytes(groups: list, kv_tiles: list, units: int, kv_tile_bytes: float,
     return total
 
 
+TILE_ORDER = "heads_inner"     # the kernels' default (porter.kernels.attention_variants.TILE_ORDER)
+
+
+def tile_walk(tile_order: str, heads: int, q_tiles: int) -> list:
+    """(batch * heads_q + head, Q tile) of each linear tile index, as decode_tile (templates/
+    attention.cu.j2) maps it under knob ``tile_order``. ``heads_inner``: the Q tile is the
+    slowest index, from the last (longest under a causal mask) down, (batch, head) inner: a
+    wave spans ~units / heads Q tiles of every head. ``q_inner``: (batch, head) is the slowest
+    index and each head's Q tiles run inner (a wave spans ~units / q_tiles heads, whose K/V
+    stay in the L2): position r of head bh is pos = (r + bh) % q_tiles, Q tile q_tiles - 1 -
+    pos (from the last down) in an even head and pos (from the first up) in an odd one. A
+    persistent unit takes the same position of every head when the grid is a multiple of
+    q_tiles; the rotation and the alternate direction spread the causal lengths it takes (a
+    plain last-first walk gives one unit the longest tile of every head)."""
+    if tile_order == "heads_inner":
+        return [(i % heads, q_tiles - 1 - i // heads) for i in range(heads * q_tiles)]
+    if tile_order == "q_inner":
+        return [(bh, (r + bh) % q_tiles if bh % 2 else q_tiles - 1 - (r + bh) % q_tiles)
+                for bh in range(heads) for r in range(q_tiles)]
+    raise ValueError(f"tile_order {tile_order!r}: expected heads_inner or q_inner")
+
+
 def epilogue_store_cycles(c, rows: int, d: int, fig) -> float:
     """The exposed part of storing an SM's O tile (rows x d bf16) after its last P V, by the
     kernel's ``o_store``. A warp's global store costs the 32-byte sectors it touches (CUDA C++
@@ -314,10 +336,10 @@ def model(spec, arch, fig, shape: str) -> dict:
         lengths.append(n_kv)
     if c.get("persistent") is False:
         t["per_q_tile"] += fig.ns_to_cycles(fig["tma_latency_ns"]) + fig["cluster_barrier_cycles"]
-    # the kernel's own walk (decode_tile in templates/attention.cu.j2): tile `linear` is Q tile
-    # q_tiles - 1 - linear // (b * hq) of head linear % (b * hq), i.e. heads inner and the last
-    # (longest, under a causal mask) Q tile first; unit u takes linear = u, u + units, ...
-    walk = [n for n in reversed(lengths) for _ in range(b * hq)]
+    # the kernel's own walk (decode_tile in templates/attention.cu.j2, knob tile_order):
+    # unit u takes linear = u, u + units, ...
+    order = tile_walk(str(c.get("tile_order", TILE_ORDER)), b * hq, q_tiles)
+    walk = [lengths[qi] for _, qi in order]
     tiles = [n * period + t["per_q_tile"] for n in walk]
     grid = int(c.get("grid_ctas", c.get("sm_count", fig.sm_count)))
     # a unit is what works one tile: a CTA, or a CTA pair (two SMs); L1's period is measured
@@ -327,7 +349,7 @@ def model(spec, arch, fig, shape: str) -> dict:
     # HBM: Q read and O written once, the LSE, and K / V as often as the walk re-reads them
     # past the L2 (kv_hbm_bytes): never less than once
     group = max(1, hq // hkv)
-    walk_groups = [(bh // hq, (bh % hq) // group) for _ in lengths for bh in range(b * hq)]
+    walk_groups = [(bh // hq, (bh % hq) // group) for bh, _ in order]
     kv = kv_hbm_bytes(walk_groups, walk, units, 2.0 * bn * d * 2, fig.l2_bytes)
     hbm = b * 2 * hq * sq * d * 2 + max(kv, b * 2 * hkv * sk * d * 2) + b * hq * sq * 4
     kv_tiles = sum(lengths) * b * hq
