@@ -147,7 +147,7 @@ def kv_hbm_bytes(groups: list, kv_tiles: list, units: int, kv_tile_bytes: float,
     read, the others hit the L2. A kv head read again in a later wave hits the L2 only if
     the bytes every wave in between streams (each of its kv heads' K/V once) fit in the L2
     (``l2_bytes``); else it comes from HBM again (a cyclic stream larger than an LRU cache
-    keeps none of it). With kv heads walked inner (porter's decode_tile) a wave holds many
+    keeps none of it). With kv heads walked inner (tile_order=heads_inner) a wave holds many
     heads' K/V at once, so a shape with many heads re-reads K/V every wave."""
     n = max(1, units)
     waves: dict = {}
