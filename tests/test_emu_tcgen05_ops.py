@@ -7,6 +7,8 @@ fences, missing dealloc, dealloc under an MMA)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -132,11 +134,15 @@ def test_st_then_ld_round_trip_by_lane_quarter():
     assert (res.outputs[0][:, 0] == 3 * tid).all() and (res.outputs[0][:, 1] == 3 * tid + 1).all()
 
 
-def test_ld_destinations_are_poisoned_until_wait_ld():
-    with pytest.raises(CheckFailed, match=r"t.ptx:35 `st.global.v2.b32`: CTA 0 warp \d reads %r[78], the"
-                       r" destination of the "
-                                          "tcgen05.ld at line 30, before the tcgen05.wait::ld"):
-        _run(LDST.replace("QUARTER", "3").replace("WAIT", ""), ".param .u64 out", [np.zeros((128, 2), np.uint32)])
+def test_ld_destinations_read_before_wait_ld_are_a_warning():
+    # the ISA states no rule against it (issue 18): a warning naming the read, and the run goes on
+    res = _run(LDST.replace("QUARTER", "3").replace("WAIT", ""), ".param .u64 out", [np.zeros((128, 2), np.uint32)])
+    hits = [w for w in res.warnings if "before the tcgen05.wait::ld" in w]
+    assert hits and all(re.match(r"t.ptx:35 `st.global.v2.b32`: CTA 0 warp \d reads %r[78], the destination of the "
+                                 r"tcgen05.ld at line 30, before the tcgen05.wait::ld that covers it \(a warning: the "
+                                 r"PTX ISA", w) for w in hits), res.warnings
+    tid = np.arange(128)
+    assert (res.outputs[0][:, 0] == 3 * tid).all() and (res.outputs[0][:, 1] == 3 * tid + 1).all()
 
 
 def test_a_warp_outside_its_lane_quarter_is_reported():

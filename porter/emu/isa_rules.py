@@ -107,6 +107,11 @@ _TC_WAIT = ('PTX ISA 9.7.16 "tcgen05.ld / tcgen05.st / tcgen05.wait" (a tcgen05.
             'after its tcgen05.wait::ld / ::st)')
 _TC_MCM = ('PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of TensorCore operations" '
            '(tcgen05.fence::before/after_thread_sync around the thread synchronization)')
+_TC_AFTER = ('PTX ISA 9.7.16.6.4.2 "Non-pipelined instructions, same thread" / 9.7.16.6.4.4 "Non-pipelined '
+             'instructions, different thread" (tcgen05.mma, tcgen05.commit; mbarrier wait; '
+             'tcgen05.fence::after_thread_sync; tcgen05.ld: "As tcgen05.ld is an asynchronous operation, the '
+             'instruction tcgen05.fence::after_thread_sync is needed") and 9.7.16.6.3 "Specialized Inter-thread '
+             'Synchronization for tcgen05 instructions"')
 _TC_COMMIT = 'PTX ISA 9.7.16.12.1 "tcgen05.commit" (an operation is complete at the mbarrier of its commit)'
 _TC_CP = 'PTX ISA 9.7.16 "tcgen05.cp"'
 _TC_SHIFT = 'PTX ISA 9.7.16.9.3 "tcgen05.shift" (the lane of taddr aligned to 32)'
@@ -127,7 +132,7 @@ RULES: list[tuple[str, str]] = [
     ("tensormap.cp_fenceproxy", _TMAP_CP),
     ("shared-memory race in", _MCM_RACE),
     ("TMEM hand-off race in", _TC_MCM),
-    ("without tcgen05.fence::after_thread_sync", _TC_MCM),
+    ("without tcgen05.fence::after_thread_sync", _TC_AFTER),
     ("without tcgen05.fence::before_thread_sync", _TC_MCM),
     ("before that warp's tcgen05.wait::st", _TC_WAIT),
     ("(it has not completed: wait for the mbarrier of the tcgen05.commit", _TC_COMMIT),
@@ -159,7 +164,6 @@ RULES: list[tuple[str, str]] = [
     ("never written since its", _TC_TMEM),
     ("wgmma.mma_async reads changed before the wgmma.wait_group", _WGMMA_WAIT),
     ("an accumulator of the wgmma.mma_async", _WGMMA_WAIT),
-    ("before the tcgen05.wait::ld that covers it", _TC_WAIT),
     ("every warp of a warpgroup must execute each one", _WGMMA),
     ("the whole warpgroup must execute each setmaxnreg", _SETMAXNREG),
     ("setmaxnreg", _SETMAXNREG),
@@ -219,6 +223,7 @@ RULES: list[tuple[str, str]] = [
     ("tensor map at param offset", _PARAM),
     ("integer division by zero", _DIV),
     ("integer remainder by zero", _DIV),
+    ("by zero (", _DIV),                    # the raise site's template: integer {division|remainder} by zero
     ("outside the generic", _CVTA),
     ("is not in the shared window", _GENERIC),
     ("is in no memory window", _GENERIC),
@@ -372,6 +377,12 @@ WARNINGS: list[tuple[str, str]] = [
     ("shfl.sync lane",
      "the PTX ISA (9.7.8.6 \"shfl.sync\") leaves the value undefined when a thread sources a register from an "
      "inactive thread or one not in membermask, and states no error; the kernel's result then depends on it"),
+    ("before the tcgen05.wait::ld that covers it",
+     "the PTX ISA (9.7.16 \"tcgen05.ld\": it \"asynchronously loads data from the Tensor Memory ... into the "
+     "destination register r\"; \"tcgen05.wait\": wait::ld \"causes the executing thread to block until all prior "
+     "tcgen05.ld operations issued by the executing thread have completed\") states no rule that the destination "
+     "not be accessed before the wait, as it does for wgmma.wait_group's accumulators; the simulator reads the "
+     "loaded values, which hardware may not have delivered yet"),
     ("starts inside its",
      "the PTX ISA (9.7.15.5.1.2 canonical layouts) states no rule that an MN-major swizzled operand start at a "
      "swizzle row; it is read where the layout's addresses continue"),

@@ -325,13 +325,29 @@ class Warp:
 
     # -- checkers ---------------------------------------------------------------------------------
     def poison_read(self, regs) -> None:
-        i = next(iter(regs & self.poisoned.keys()))
+        hit = sorted(regs & self.poisoned.keys())
+        i = next((j for j in hit if not getattr(self.poisoned[j], "warn_only", False)), None)
+        if i is None:           # only registers whose poison the ISA states no rule for: warn, read on
+            for j in hit:
+                self._poison_warning("reads", j)
+            return
         raise CheckFailed(f"{self.prog.where(self.current_pc())}: {self.name} reads {self.prog.reg_names[i]}, "
                           f"{self.poisoned[i]}")
 
     def poison_write(self, i: int) -> None:
+        if getattr(self.poisoned[i], "warn_only", False):
+            self._poison_warning("writes", i)
+            return
         raise CheckFailed(f"{self.prog.where(self.current_pc())}: {self.name} writes {self.prog.reg_names[i]}, "
                           f"{self.poisoned[i]}")
+
+    def _poison_warning(self, how: str, i: int) -> None:
+        """A register poisoned with a ``warn_only`` reason (the ISA states no rule against the
+        access, e.g. a tcgen05.ld destination before tcgen05.wait::ld): one warning, and the
+        register is released so the run goes on with the value it holds."""
+        message = (f"{self.prog.where(self.current_pc())}: {self.name} {how} {self.prog.reg_names[i]}, "
+                   f"{self.poisoned.pop(i)}")
+        self.cta.launch.warn(message)
 
 
 class CTA:
@@ -355,6 +371,7 @@ class CTA:
         self.done = False
         self.remote_seen: dict[int, tuple] = {}     # peer rank -> (cluster barrier generation, where)
         self.remote_clock: dict[int, dict] = {}     # peer rank -> {its warp's race-detector agent: last epoch}
+        self.remote_where: dict[int, dict] = {}     # peer rank -> {that agent: where its last access was}
         # bytes of shared memory generic stores wrote since the last fence.proxy.async
         self.generic_written = np.zeros(self.smem.data.size, dtype=bool)
         self.inflight_reads: dict = {}              # async reads of this shared memory: key -> (lo, hi, what)
@@ -417,7 +434,10 @@ class CTA:
             w = getattr(self.launch, "current_warp", None)      # the accessing warp's epoch (race detector on)
             if getattr(w, "vc", None) is not None:
                 seen = peer.remote_clock.setdefault(self.rank, {})
-                seen[w.aid] = max(seen.get(w.aid, 0), int(w.vc[w.aid]))
+                epoch = int(w.vc[w.aid])
+                if epoch >= seen.get(w.aid, 0):     # each warp's latest access and where it was
+                    seen[w.aid] = epoch
+                    peer.remote_where.setdefault(self.rank, {})[w.aid] = who
         return peer
 
     def check_warpgroups(self) -> None:
@@ -441,26 +461,32 @@ class CTA:
         gen = self.cluster.barrier_generation
         for rank, (seen, who) in self.remote_seen.items():
             peer = self.cluster.ctas[rank]
-            if not peer.done and seen >= gen and not self._peer_accesses_ordered(rank):
+            if not peer.done and seen >= gen:
+                unordered = self._unordered_peer_access(rank)
+                if unordered is None:
+                    continue
+                what = f"({unordered}, which nothing orders before this exit)" if unordered else f"({who})"
                 raise CheckFailed(f"{self.name} exits while {peer.name}, which accessed its shared memory "
-                                  f"({who}) with no cluster barrier since, is still running: a missing "
+                                  f"{what} with no cluster barrier since, is still running: a missing "
                                   "cluster barrier before exit")
 
-
-    def _peer_accesses_ordered(self, rank: int) -> bool:
-        """Every access the peer made to this CTA's shared memory happened before this CTA's
-        warps ended (their race-detector clocks cover it: e.g. a remote mbarrier arrive or a
+    def _unordered_peer_access(self, rank: int) -> str | None:
+        """None when every access the peer made to this CTA's shared memory happened before this
+        CTA's warps ended (their race-detector clocks cover it: e.g. a remote mbarrier arrive or a
         tcgen05.commit multicast that this CTA waited on), so none is still in flight at the
         exit (CUDA C++ Programming Guide, Distributed Shared Memory: such operations must
-        complete before the block exits). Without the race detector: not known, False."""
+        complete before the block exits). Else where the first access no clock covers was (the
+        peer's warp and instruction, not merely its last access), or "" without the race
+        detector (not known which)."""
         clocks = self.remote_clock.get(rank)
         vcs = [w.vc for w in self.warps if getattr(w, "vc", None) is not None]
         if not clocks or not vcs:
-            return False
+            return ""
+        where = self.remote_where.get(rank, {})
         for aid, epoch in clocks.items():
             if not any(aid < vc.size and vc[aid] >= epoch for vc in vcs):
-                return False
-        return True
+                return where.get(aid, "")
+        return None
 
 
 class Cluster:

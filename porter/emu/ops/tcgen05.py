@@ -15,7 +15,8 @@ Asynchrony, as the ISA allows it:
   completion: a stage released (or overwritten) before the MMA finished is an error.
 * While an operation is in flight, the TMEM it writes (D) or reads (A, scale factors)
   is fenced off: a tcgen05.ld / st / cp touching it is an error naming the operation.
-* ``tcgen05.ld`` destinations are poisoned until ``tcgen05.wait::ld``; ``tcgen05.st``
+* ``tcgen05.ld`` destinations accessed before ``tcgen05.wait::ld`` are a warning (the ISA
+  states no rule against it; the registers hold the loaded values); ``tcgen05.st``
   data counts as written only after the warp's ``tcgen05.wait::st`` (an MMA or another
   warp reading it before then is an error).
 * Fence checker (9.7.16.6.4): TMEM cells remember the warp that last wrote / read them.
@@ -55,6 +56,15 @@ _LD_SHAPE = re.compile(r"(\d+x\d+b)")
 _NUM = re.compile(r"x(\d+)")
 NO_AGENT = -1
 LATE_ROUNDS = 2000       # a "late" commit group: when every warp is parked, at the latest this many rounds on
+
+
+class _UnwaitedLd(str):
+    """The poison of a tcgen05.ld destination until tcgen05.wait::ld. The PTX ISA
+    ("tcgen05.ld", "tcgen05.wait") says the load is asynchronous and that wait::ld blocks until
+    the warp's prior loads complete, but, unlike wgmma.wait_group, states no rule that the
+    registers not be accessed before it: an access is a warning (``Warp.poison_read``) and the
+    run reads on with the loaded values."""
+    warn_only = True
 
 
 # ---- per-CTA state ------------------------------------------------------------------------------
@@ -886,13 +896,15 @@ def _build_ld(ins, d):
         vals = _wrap(where, w.name, lambda: st.tmem.ld(w.index, addr, shape, num))
         _note_access(st, region, _agent(w), False, w, where)
         tmem_hb.access(w, w.cta, region, False, line, "tcgen05.ld")
-        why = f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld that covers it"
+        # the ISA states no rule against reading it before the wait (a warning, not an error)
+        pending = _UnwaitedLd(f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld "
+                              "that covers it")
         pend = w.units.setdefault("tcgen05_ld_regs", set())
         rows = np.ascontiguousarray(vals.T)       # each row a register's lanes, never written in place
         regs = w.r
         for j, i in enumerate(ids):
             regs[i] = rows[j]
-        w.poisoned.update(dict.fromkeys(ids, why))
+        w.poisoned.update(dict.fromkeys(ids, pending))
         pend.update(ids)
         return None
     ld.n_dst = 1
