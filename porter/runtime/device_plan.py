@@ -67,6 +67,13 @@ AB_FORMS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # the forms whose staging fits beside their K/V stages (Hopper hd64, Blackwell pair hd128)
     *((k, ("o_store=tma",), "O stored by each row's threads (default) vs staged in shared memory and stored by TMA")
       for k in ("attention.hd64", "attention.hd128.pair")),
+    # the one-CTA hd128 forms stage O in their Q buffer (no ring fits beside 3 stages): L0 +0.2-0.6%,
+    # L1 -0.4% (H200) to -2.2% (B200 causal), the next Q no longer prefetched under the epilogue
+    ("attention.hd128", ("o_store=tma",), "O stored by each row's threads (default) vs staged in the Q buffer and stored by TMA"),
+    # issue 17 (wave-walk): the tile walk. Heads inner (default) re-reads K/V from HBM every wave at
+    # many heads; Q tiles inner keeps a wave's K/V in the L2 (L0: -2.4% time on H100 at the FA3 shape,
+    # equal at L1, causal slower), a cache effect the model only estimates
+    ("attention.hd128", ("tile_order=q_inner",), "heads-inner tile walk (default) vs each head's Q tiles inner"),
 )
 
 # ---- the cost model (seconds on the GPU machine) -----------------------------------------------
