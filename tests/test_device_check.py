@@ -604,3 +604,16 @@ def test_rehearse_on_a_snapshot_with_the_gpu_machines_cuda_bindings(tmp_path):
                       "attention.hd64.causal": "FAULT", "attention.hd128": "passed",
                       "attention.hd128.causal": "HANG", "megakernel.llama-decode": "passed"}, status
     assert done.returncode == 1
+
+
+def test_a_shared_ab_row_for_a_knob_the_arch_lacks_is_skipped_not_failed(hopper, blackwell):
+    # AB_FORMS is one table for every arch: q_tiles is a knob of tcgen05 attention only, so on
+    # Hopper prepare skips that row (it used to record it as a failed build)
+    from porter.commands.kernel import find_kernel
+    from porter.runtime import device_plan
+    from porter.runtime.device_check import _has_knobs
+
+    assert ("attention.hd128", ("q_tiles=2",)) in {(k, s) for k, s, _ in device_plan.AB_FORMS}
+    assert not _has_knobs(hopper, find_kernel("attention.hd128", hopper)[0], ("q_tiles=2",))
+    assert _has_knobs(blackwell, find_kernel("attention.hd128", blackwell)[0], ("q_tiles=2",))
+    assert _has_knobs(hopper, find_kernel("attention.hd128", hopper)[0], ("o_store=tma", "tile_order=q_inner"))
