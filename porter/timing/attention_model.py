@@ -33,9 +33,10 @@ dependency chain per K/V tile ("warpgroup chain": S wgmma + its completion laten
 softmax under its own P V, O rescale + P pack, the barriers; ping-pong hides only what the
 other warpgroups' GEMMs cover) and the K/V ring ("k/v ring": a stage held a tile past its S
 until the last warpgroup's P V is done, then refilled through the TMA and the L2 share).
-HBM (kv_hbm_bytes): Q in and O out once, K and V as often as the kernel's walk (kv heads
-inner, decode_tile) re-reads them past the L2: a wave streaming more heads' K/V than the L2
-holds reads them again in the next wave (4 x 16 heads x 8448 keys on an H100: every wave).
+HBM (kv_hbm_bytes): Q in and O out once, K and V as often as the kernel's walk (tile_walk,
+knob tile_order) re-reads them past the L2: under the default heads-inner walk a wave
+streaming more heads' K/V than the L2 holds reads them again in the next wave (4 x 16 heads x
+8448 keys on an H100: every wave).
 """
 
 from __future__ import annotations
