@@ -21,7 +21,7 @@ import pytest
 from porter import emu
 from porter.emu.errors import CheckFailed
 
-from emu_tcgen05_ptx import HEAD
+from emu_tcgen05_ptx import HEAD, tmem_setup, tmem_teardown
 from test_emu_tcgen05_ops import _mma
 
 
@@ -38,20 +38,8 @@ _LD_CVT = HEAD + """.visible .entry k(.param .u64 out)
   .reg .b32 %r<40>;
   .reg .b64 %rd<8>;
   .reg .pred %p<4>;
-  .shared .align 16 .b8 slot[16];
-  mov.u32 %r1, %tid.x;
-  shr.u32 %r2, %r1, 5;
-  mov.u32 %r10, slot;
-  setp.ne.u32 %p1, %r2, 0;
-  @%p1 bra SKIP;
-  tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r10], 32;
-  tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
-SKIP:
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  tcgen05.fence::after_thread_sync;
-  ld.shared.u32 %r20, [%r10];
-  shl.b32 %r4, %r2, 21;
+  .shared .align 16 .b8 bars[16];
+""" + tmem_setup(32, 1) + """  shl.b32 %r4, %r2, 21;
   add.u32 %r21, %r20, %r4;
   cvt.rn.f32.u32 %r5, %r1;
   add.f32 %r6, %r5, 0f3F000000;
@@ -64,15 +52,9 @@ SKIP:
   mul.wide.u32 %rd2, %r1, 4;
   add.s64 %rd3, %rd1, %rd2;
   st.global.b32 [%rd3], %r9;
-  tcgen05.fence::before_thread_sync;
-  bar.sync 0;
-  @%p1 bra END;
-  tcgen05.fence::after_thread_sync;
-  tcgen05.dealloc.cta_group::1.sync.aligned.b32 %r20, 32;
-END:
-  ret;
-}
-"""
+""" + tmem_teardown(32) + "}\n"
+# the PTX line of the tcgen05.ld the warning names
+_LD_LINE = next(i for i, ln in enumerate(_LD_CVT.splitlines(), 1) if ln.strip().startswith("tcgen05.ld."))
 
 
 def test_tcgen05_ld_destination_converted_before_wait_ld_is_a_warning_and_the_run_completes():
@@ -80,7 +62,7 @@ def test_tcgen05_ld_destination_converted_before_wait_ld_is_a_warning_and_the_ru
     res = emu.launch(_LD_CVT, "k", grid=1, block=128, args=[out], seed=1, file="t.ptx")
     hits = [w for w in res.warnings if "before the tcgen05.wait::ld that covers it" in w]
     assert hits, res.warnings
-    assert all("`cvt.rn.bf16x2.f32`" in w and "the destination of the tcgen05.ld at line 28" in w
+    assert all("`cvt.rn.bf16x2.f32`" in w and f"the destination of the tcgen05.ld at line {_LD_LINE}" in w
                and "(a warning: the PTX ISA" in w and "states no rule" in w for w in hits), hits
     # the warning is no error: the registers hold the loaded values and the run goes on
     tid = np.arange(128, dtype=np.float32)
