@@ -42,6 +42,7 @@ streaming more heads' K/V than the L2 holds reads them again in the next wave (4
 from __future__ import annotations
 
 from porter.errors import PorterError
+from porter.kernels.attention_variants import TILE_ORDER   # the knob's default: the kernels' own
 
 from .schedule import Schedule
 
@@ -169,7 +170,6 @@ def kv_hbm_bytes(groups: list, kv_tiles: list, units: int, kv_tile_bytes: float,
     return total
 
 
-TILE_ORDER = "heads_inner"     # the kernels' default (porter.kernels.attention_variants.TILE_ORDER)
 
 
 def tile_walk(tile_order: str, heads: int, q_tiles: int) -> list:
