@@ -71,6 +71,19 @@ def _running(pids) -> list[int]:
 
 
 def test_sigterm_mid_sweep_cancels_and_leaves_nothing(tmp_path):
+    _sigterm_mid_sweep(tmp_path, after_s=0.0)
+
+
+# A SIGTERM landing while a task finishes once killed the driver inside Ray (a cancel racing
+# the task's reply trips a RAY_CHECK: exit 1, not 143); screening tasks take about a second,
+# so these offsets cover every moment of one.
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6])
+def test_sigterm_at_any_moment_of_a_task(tmp_path, after_s):
+    _sigterm_mid_sweep(tmp_path, after_s)
+
+
+def _sigterm_mid_sweep(tmp_path, after_s: float) -> None:
     env = dict(os.environ, PORTER_TUNING_DIR=str(tmp_path / "tuning"))
     proc = subprocess.Popen([sys.executable, "-m", "porter", "tune", "blackwell", "--kernel", "gemm.bf16.pair",
                              "--budget", "4", "--fresh", "--workers", "1", "--out", str(tmp_path / "out")],
@@ -85,6 +98,7 @@ def test_sigterm_mid_sweep_cancels_and_leaves_nothing(tmp_path):
             break
         time.sleep(0.1)
     assert proc.poll() is None, proc.communicate()[1][-2000:]
+    time.sleep(after_s)
     seen |= _children(proc.pid)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

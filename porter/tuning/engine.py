@@ -9,9 +9,15 @@ without Ray). Both give the same results, because a task is a function of its pa
 A task that raises, a worker process that dies under it, or a task past its deadline is
 retried once (``retries``), then recorded as failed with its reason: one bad candidate
 never ends a sweep. Ctrl-C or SIGTERM (porter's CLI turns SIGTERM into a KeyboardInterrupt)
-cancels every outstanding task (force: their worker processes are killed) before the
-interrupt goes on up; ``close`` stops a runtime this process started, so nothing Ray
-started outlives porter.
+goes on up at once, and ``close`` ends the outstanding tasks: it stops a runtime this
+process started, with every worker it ran, and a cluster kills the workers of a driver
+that disconnected. Nothing Ray started outlives porter.
+
+``ray.cancel`` is used only on a task past its deadline, after asking Ray whether it just
+finished: in Ray 2.x a cancel that races a task's completion trips a RAY_CHECK
+("Tried to complete task that was not pending") that kills the driver
+(ray-project/ray#54846, #54798); a sweep interrupted while a task was finishing died of it
+with exit 1 instead of 143.
 """
 
 from __future__ import annotations
@@ -247,17 +253,19 @@ class RayExecutor:
                         status, error = self._classify(exc)
                         settle(task, status, error=error)
                 now = time.monotonic()
-                for ref, (task, deadline) in list(inflight.items()):
-                    if now >= deadline and ref not in ready:
-                        inflight.pop(ref)
+                late = [ref for ref, (_, deadline) in inflight.items() if now >= deadline and ref not in ready]
+                if late:
+                    # one that finished since the wait above is not cancelled (see the module's note)
+                    finished, _ = ray.wait(late, num_returns=len(late), timeout=0)
+                    for ref in late:
+                        if ref in finished:
+                            continue         # collected by the next ray.wait
+                        task, _ = inflight.pop(ref)
                         ray.cancel(ref, force=True)   # kills the worker process running it
                         settle(task, TIMEOUT, error=f"no result within {task.timeout_s:g} s (per-task timeout)")
         except BaseException as exc:
-            for ref in inflight:             # Ctrl-C, SIGTERM, a bug: nothing keeps running for us
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception:
-                    pass
+            # Ctrl-C, SIGTERM, a bug: the outstanding tasks end with close() (the module's note
+            # says why they are not cancelled here)
             # A signal that arrives inside ray.wait comes out of Ray as a bare KeyboardInterrupt:
             # give it back its signal number, so porter exits 143 for SIGTERM, not 130.
             if isinstance(exc, KeyboardInterrupt) and not hasattr(exc, "signum") and signals["got"]:
