@@ -9,76 +9,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from porter.emu.errors import CheckFailed
 from porter.emu.ops.wgmma import chunk_rows
-from porter.emu.race import AGENT_SHIFT, RaceDetector, _any_beyond
+from porter.emu.race import AGENT_SHIFT, _any_beyond
 from porter.emu.units import wgmma as wgmma_unit
 
-
-class _Prog:
-    file = "k.ptx"
-
-
-class _Warp:
-    def __init__(self, aid: int):
-        self.aid = aid
-        self.name = f"CTA 0 warp {aid}"
-        self.prog = _Prog()
-
-
-class _Smem:
-    def __init__(self, size: int):
-        self.data = np.zeros(size, np.uint8)
-
-
-class _CTA:
-    name = "CTA 0"
-
-    def __init__(self, size: int):
-        self.smem = _Smem(size)
-
-
-def _detector(n_warps: int):
-    det = RaceDetector(sched=None)
-    warps = [_Warp(i) for i in range(n_warps)]
-    for w in warps:
-        det.add_warp(w)
-    det.start()
-    return det, warps
-
-
-def _outcome(fn):
-    try:
-        fn()
-        return None
-    except CheckFailed as exc:
-        return str(exc)
-
-
-def _same_shadow(a, b, cta_a, cta_b):
-    sa, sb = a.shadow(cta_a), b.shadow(cta_b)
-    for name in ("w_epoch", "w_line", "r_epoch", "r_line"):
-        assert np.array_equal(getattr(sa, name), getattr(sb, name)), name
-
-
-def _sync(rng, pairs):
-    """Sometimes a barrier between two agents orders their past (the same in every detector)."""
-    if rng.integers(4) == 0:
-        x, y = (int(v) for v in rng.choice(4, 2, replace=False))
-        for det, ws in pairs:
-            holder = type("Phase", (), {})()
-            det.release(ws[x], holder)
-            det.publish(holder, 0)
-            det.acquire(ws[y], holder, 0)
+from race_fakes import FakeCTA, detector, maybe_sync, outcome, same_shadow
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_spans_and_rows_match_bytes(seed):
     rng = np.random.default_rng(seed)
     size = 4096
-    by_bytes, wb = _detector(4)
-    by_fast, wf = _detector(4)
-    cta_b, cta_f = _CTA(size), _CTA(size)
+    by_bytes, wb = detector(4)
+    by_fast, wf = detector(4)
+    cta_b, cta_f = FakeCTA(size), FakeCTA(size)
     races = 0
     for step in range(300):
         k = int(rng.integers(4))
@@ -102,19 +46,19 @@ def test_spans_and_rows_match_bytes(seed):
             offs = np.arange(lo, hi)
             fast = lambda: by_fast.access_span(wf[k], cta_f, lo, hi, write, line, "a source")  # noqa: E731
         what = {0: "a span", 1: "rows", 2: "a source"}[kind]
-        a = _outcome(lambda: by_bytes.check(cta_b, offs, k, wb[k].vc, write, line, wb[k].name, what))
-        b = _outcome(fast)
+        a = outcome(lambda: by_bytes.check(cta_b, offs, k, wb[k].vc, write, line, wb[k].name, what))
+        b = outcome(fast)
         assert a == b
         races += a is not None
-        _same_shadow(by_bytes, by_fast, cta_b, cta_f)
-        _sync(rng, ((by_bytes, wb), (by_fast, wf)))
+        same_shadow(by_bytes, by_fast, cta_b, cta_f)
+        maybe_sync(rng, ((by_bytes, wb), (by_fast, wf)))
     assert races > 0          # the histories reach races, so the messages were compared
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_one_agent_shortcut_matches_elementwise(seed):
     rng = np.random.default_rng(seed)
-    det, ws = _detector(6)
+    det, ws = detector(6)
     for _ in range(400):
         aid = int(rng.integers(6))
         vc = rng.integers(1, 50, 6).astype(np.int64)
@@ -189,9 +133,9 @@ def test_operand_chunks_match_bytes(seed):
 
     rng = np.random.default_rng(seed)
     size = 16384
-    by_bytes, wb = _detector(4)
-    by_rows, wr = _detector(4)
-    cta_b, cta_r = _CTA(size), _CTA(size)
+    by_bytes, wb = detector(4)
+    by_rows, wr = detector(4)
+    cta_b, cta_r = FakeCTA(size), FakeCTA(size)
     for cta in (cta_b, cta_r):
         cta.generic_written = np.zeros(size, dtype=bool)
     races = hits = 0
@@ -202,20 +146,20 @@ def test_operand_chunks_match_bytes(seed):
             addr = _operand(rng, size)
             rows = chunk_rows(addr)
             assert rows is not None
-            a = _outcome(lambda: by_bytes.check(cta_b, addr.reshape(-1), k, wb[k].vc, False, line, wb[k].name, "op"))
-            b = _outcome(lambda: by_rows.check_rows(cta_r, rows * 16, 16, k, wr[k].vc, False, line, wr[k].name,
+            a = outcome(lambda: by_bytes.check(cta_b, addr.reshape(-1), k, wb[k].vc, False, line, wb[k].name, "op"))
+            b = outcome(lambda: by_rows.check_rows(cta_r, rows * 16, 16, k, wr[k].vc, False, line, wr[k].name,
                                                     "op", report=addr))
             assert a == b
             races += a is not None
-            a = _outcome(lambda: check_async_read(cta_b, addr, "the read"))
-            b = _outcome(lambda: check_async_read_rows(cta_r, addr, rows, "the read"))
+            a = outcome(lambda: check_async_read(cta_b, addr, "the read"))
+            b = outcome(lambda: check_async_read_rows(cta_r, addr, rows, "the read"))
             assert a == b
             hits += a is not None
         else:
             starts = rng.integers(0, size // 16, int(rng.integers(1, 33))).astype(np.int64) * 16
             span = (starts[:, None] + np.arange(16)).reshape(-1)
-            a = _outcome(lambda: by_bytes.check(cta_b, span, k, wb[k].vc, True, line, wb[k].name, "st"))
-            b = _outcome(lambda: by_rows.check_rows(cta_r, starts, 16, k, wr[k].vc, True, line, wr[k].name, "st"))
+            a = outcome(lambda: by_bytes.check(cta_b, span, k, wb[k].vc, True, line, wb[k].name, "st"))
+            b = outcome(lambda: by_rows.check_rows(cta_r, starts, 16, k, wr[k].vc, True, line, wr[k].name, "st"))
             assert a == b
             if rng.integers(3) == 0:
                 for cta in (cta_b, cta_r):
@@ -223,6 +167,6 @@ def test_operand_chunks_match_bytes(seed):
             elif rng.integers(3) == 0:
                 for cta in (cta_b, cta_r):
                     cta.generic_written[:] = False          # a fence.proxy.async
-        _same_shadow(by_bytes, by_rows, cta_b, cta_r)
-        _sync(rng, ((by_bytes, wb), (by_rows, wr)))
+        same_shadow(by_bytes, by_rows, cta_b, cta_r)
+        maybe_sync(rng, ((by_bytes, wb), (by_rows, wr)))
     assert races > 0 and hits > 0
