@@ -214,3 +214,37 @@ def test_validate_in_the_simulator_on_the_cluster_equals_the_local_run(cluster):
     a, b = json.loads(there.stdout), json.loads(here.stdout)
     assert a["results"] and a["results"][0]["level"] == "emulated"
     assert _strip_times(a) == _strip_times(b)
+
+
+
+_HANG = """import sys
+from porter.tuning.engine import RayExecutor, Task
+ex = RayExecutor(address=sys.argv[1])
+try:
+    ex.run([Task("hang", "time:sleep", 120, "hangs", timeout_s=300)])
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+finally:
+    ex.close()
+"""
+
+
+def test_an_interrupted_run_ends_its_task_on_the_cluster(cluster):
+    # porter does not ray.cancel on an interrupt (a cancel racing a finishing task kills the
+    # driver inside Ray); the cluster must end a disconnected driver's task itself: here one
+    # that would sleep for two minutes
+    env = dict(cluster["env"], RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    proc = subprocess.Popen([sys.executable, "-c", _HANG, cluster["address"]], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    roots = [p.pid for p in cluster["procs"]]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and _worker_running_a_task(roots) is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and _worker_running_a_task(roots), proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert "interrupted" in out, err[-2000:]
+    deadline = time.monotonic() + 30
+    while _worker_running_a_task(roots) is not None and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert _worker_running_a_task(roots) is None, "the interrupted run's task still runs on the cluster"
