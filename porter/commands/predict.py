@@ -58,6 +58,18 @@ def predictions(arch, specs, products, shapes, *, cache: bool = True, stats: dic
     return out
 
 
+def anchor_for(pred: dict) -> dict | None:
+    """The published figure for this prediction's product, kernel and shape (the held-back
+    anchors of porter.timing.calibration: cuBLAS, cuDNN, FA3, FA4, ThunderKittens), with its
+    source and the prediction's error against it; None where nobody publishes one."""
+    from porter.timing.calibration import HELD_BACK
+
+    for product, kernel, shape, tflops, what in HELD_BACK:
+        if (product, kernel, shape) == (pred["product"], pred["kernel"], pred["shape"]) and pred["tflops"]:
+            return {"tflops": tflops, "what": what, "error": round(pred["tflops"] / tflops - 1, 4)}
+    return None
+
+
 def run(args) -> int:
     import json
 
@@ -81,6 +93,8 @@ def run(args) -> int:
         raise PorterError("--shapes: the selected kernels are of several families; name one with --kernel")
     preds = predictions(arch, specs, products, args.shapes, cache=not args.no_cache,
                         level=getattr(args, "level", "L0"))
+    for p in preds:
+        p["anchor"] = anchor_for(p)
     if args.json:
         print(json.dumps(preds, indent=1))
         return 0
@@ -90,6 +104,13 @@ def run(args) -> int:
         tf = f"{p['tflops']:8.0f}" if p["tflops"] is not None else f"{'-':>8}"
         print(f"{p['kernel']:28} {p['product']:14} {p['shape']:22} {p['time_us']:10.1f} "
               f"{p['low']:10.1f}-{p['high']:<10.1f} {tf} {p['gb_s']:8.0f} {p['pct_peak']:6.1f}  {p['bound']}")
+    anchored = [p for p in preds if p["anchor"]]
+    if anchored:
+        print("\npublished figures for the same product and shape (measured by others; the prediction beside it is not):")
+    for p in anchored:
+        a = p["anchor"]
+        print(f"  {p['kernel']} {p['product']} {p['shape']}: published {a['tflops']:.0f} TFLOP/s, predicted "
+              f"{p['tflops']:.0f} ({100 * a['error']:+.1f}%): {a['what']}")
     for p in preds:     # what a queue model's instruction costs and counter wake-up came from (the megakernel)
         if p["extra"].get("costs"):
             print(f"{p['kernel']} {p['product']} ({p['level']}): instruction costs from {p['extra']['costs']}; "
