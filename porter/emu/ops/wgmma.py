@@ -182,14 +182,21 @@ def build_wgmma(ins, d):
         raise d.unsupported("(shape)")
     n, k = map(int, _SHAPE.fullmatch(shape).groups())
     types = [p for p in parts[parts.index(shape) + 1:]]
-    if len(types) != 3 or types[0] != "f32" or types[1] not in _ELEM_BITS or types[2] not in _ELEM_BITS:
-        raise d.unsupported("(only f32 accumulators with bf16/f16/tf32/e4m3/e5m2 inputs)")
+    if len(types) != 3 or types[0] not in ("f32", "f16") or types[1] not in _ELEM_BITS or types[2] not in _ELEM_BITS:
+        raise d.unsupported("(only f32 or f16 accumulators with bf16/f16/tf32/e4m3/e5m2 inputs)")
     atype, btype = types[1], types[2]
+    # PTX ISA 9.7.15 "wgmma.mma_async" (its type table): an .f16 D goes with .f16 or .e4m3/.e5m2 inputs only;
+    # its D fragment holds the f32 layout's elements two to a register (low half first), N/4 registers
+    half_d = types[0] == "f16"
+    if half_d and atype not in ("f16", "e4m3", "e5m2"):
+        raise d.unsupported(f"(an .f16 accumulator with .{atype} inputs: PTX ISA 9.7.15 \"wgmma.mma_async\" allows .f16 D only "
+                            "with .f16 or .e4m3/.e5m2 A and B)")
     ea, eb = _ELEM_BITS[atype], _ELEM_BITS[btype]
     ops = ins.operands
     dvec = ops[0]
-    if not isinstance(dvec, ptx.Vec) or len(dvec.items) != n // 2:
-        raise d.unsupported(f"(expected {n // 2} accumulator registers)")
+    n_regs = n // 4 if half_d else n // 2
+    if not isinstance(dvec, ptx.Vec) or len(dvec.items) != n_regs:
+        raise d.unsupported(f"(expected {n_regs} accumulator registers)")
     acc_ids = [d.rid(x) for x in dvec.items]
     rs = isinstance(ops[1], ptx.Vec)
     if rs:
@@ -302,12 +309,21 @@ def build_wgmma(ins, d):
             idx = _acc_index(n, wq)
             dmat = None
             if scale_d:
-                cur = np.array([w.r[i] for i in acc_ids]).view(np.float32)     # (n/2, 32)
+                cur = np.array([w.r[i] for i in acc_ids]).astype(np.uint32)     # (regs, 32)
+                if half_d:       # register r: elements 2r (bits 0-15) and 2r+1 (bits 16-31)
+                    cur = np.stack([cur & 0xFFFF, cur >> 16], axis=1).reshape(n // 2, 32)
+                    cur = cur.astype(np.uint16).view(np.float16).astype(np.float32)
+                else:
+                    cur = cur.view(np.float32)
                 dmat = np.zeros(16 * n, dtype=np.float32)
                 dmat[idx] = cur
                 dmat = dmat.reshape(16, n)
             res = unit.mma(avals, bvals, dmat, scale_a, scale_b)
-            out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
+            if half_d:
+                h = res.reshape(-1)[idx].astype(np.float16).view(np.uint16).astype(np.uint32)   # (n/2, 32)
+                out = np.ascontiguousarray(h[0::2] | (h[1::2] << 16))
+            else:
+                out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
             regs, refs, poisoned = w.r, st.refs, w.poisoned
             for j, i in enumerate(acc_ids):
                 regs[i] = out[j]                # a row: contiguous, never written in place

@@ -1,0 +1,127 @@
+"""Forms met running CUTLASS and DeepGEMM kernels end to end in the simulator (third survey).
+Each test kernel is written here; the numbers are checked against numpy.
+
+- ``wgmma.mma_async ... .f16.f16.f16``: an f16 accumulator (CuTe's ``SM90_64x64x16_F16F16F16_SS``,
+  the Hopper wgmma tutorial). PTX ISA 9.7.15 (the D register fragment figures): D holds the f32 layout's elements two to a
+  32-bit register (N/4 registers), the even element in the low half; the result is rounded to
+  f16 after each wgmma.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from porter.emu import launch
+from porter.emu.errors import EmuError
+
+LBO, SBO = 128, 256          # no swizzle, K-major: K core matrices 128 B apart, 8-row groups 256 B apart
+
+
+def _desc(addr_reg: str, out: str) -> str:
+    return (f"  cvt.u64.u32 %rd10, {addr_reg};\n  shr.u64 %rd10, %rd10, 4;\n  and.b64 %rd10, %rd10, 16383;\n"
+            f"  or.b64 {out}, %rd10, {(LBO >> 4) << 16 | (SBO >> 4) << 32};\n")
+
+
+def _f16_ptx(types: str = "f16.f16.f16") -> str:
+    return """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry wg16(.param .u64 a_ptr, .param .u64 b_ptr, .param .u64 out_ptr)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<40>;
+  .reg .b64 %rd<20>;
+  .shared .align 1024 .b8 sa[2048];
+  .shared .align 256 .b8 sb[256];
+  ld.param.u64 %rd1, [a_ptr];
+  ld.param.u64 %rd2, [b_ptr];
+  ld.param.u64 %rd3, [out_ptr];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, sa;
+  mov.u32 %r3, sb;
+  shl.b32 %r4, %r1, 4;
+  cvt.u64.u32 %rd4, %r4;
+  add.u64 %rd5, %rd1, %rd4;
+  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd5];
+  add.u32 %r5, %r2, %r4;
+  st.shared.v4.u32 [%r5], {%r10, %r11, %r12, %r13};
+  setp.lt.u32 %p1, %r1, 16;
+  @!%p1 bra COPIED;
+  add.u64 %rd6, %rd2, %rd4;
+  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd6];
+  add.u32 %r6, %r3, %r4;
+  st.shared.v4.u32 [%r6], {%r10, %r11, %r12, %r13};
+COPIED:
+  fence.proxy.async.shared::cta;
+  bar.sync 0;
+""" + _desc("%r2", "%rd11") + _desc("%r3", "%rd12") + f"""
+  mov.b32 %r20, 0;
+  mov.b32 %r21, 0;
+  setp.ne.u32 %p2, %r1, 999;
+  wgmma.fence.sync.aligned;
+  // D = A B^T, rounded to f16
+  wgmma.mma_async.sync.aligned.m64n8k16.{types} {{%r20, %r21}}, %rd11, %rd12, 0, 1, 1, 0, 0;
+  wgmma.commit_group.sync.aligned;
+  wgmma.wait_group.sync.aligned 0;
+  mov.b32 %r22, %r20;
+  mov.b32 %r23, %r21;
+  // D = D - A B^T: the first rounding's error, rounded to f16 (D read back as f16)
+  wgmma.fence.sync.aligned;
+  wgmma.mma_async.sync.aligned.m64n8k16.{types} {{%r20, %r21}}, %rd11, %rd12, %p2, -1, 1, 0, 0;
+  wgmma.commit_group.sync.aligned;
+  wgmma.wait_group.sync.aligned 0;
+  mul.wide.u32 %rd7, %r1, 16;
+  add.u64 %rd8, %rd3, %rd7;
+  st.global.v4.u32 [%rd8], {{%r22, %r23, %r20, %r21}};
+  ret;
+}}
+"""
+
+
+def _core_layout(x: np.ndarray) -> np.ndarray:
+    rows = x.shape[0]
+    out = np.zeros(max(rows // 8, 1) * SBO, np.uint8)
+    raw = x.view(np.uint16)
+    for r in range(rows):
+        for k in range(16):
+            off = (r % 8) * 16 + (k % 8) * 2 + (k // 8) * LBO + (r // 8) * SBO
+            out[off:off + 2] = np.frombuffer(raw[r, k].tobytes(), np.uint8)
+    return out
+
+
+def _unfragment_f16(regs: np.ndarray) -> np.ndarray:
+    """D (64 x 8) f16 from each thread's two registers: register r holds the f32 layout's
+    elements 2r (low half) and 2r+1 (high half); element j is row 16w + l/4 + 8 (j // 2),
+    column 2 (l % 4) + j % 2."""
+    halves = regs.astype(np.uint32)
+    d = np.zeros((64, 8), np.float16)
+    for t in range(128):
+        w, lane = divmod(t, 32)
+        for j in range(4):
+            bits = (halves[t, j // 2] >> (16 * (j % 2))) & 0xFFFF
+            d[16 * w + lane // 4 + 8 * (j // 2), 2 * (lane % 4) + j % 2] = np.uint16(bits).view(np.float16)
+    return d
+
+
+@pytest.mark.parametrize("seed", [None, 1])
+def test_wgmma_f16_accumulator_packs_two_elements_a_register_and_rounds_each_mma(seed):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((64, 16)).astype(np.float16)
+    b = rng.standard_normal((8, 16)).astype(np.float16)
+    out = np.zeros((128, 4), np.uint32)
+    res = launch(_f16_ptx(), "wg16", 1, 128, [_core_layout(a), _core_layout(b), out], seed=seed)
+    exact = a.astype(np.float64) @ b.astype(np.float64).T
+    first = exact.astype(np.float16)
+    second = (first.astype(np.float64) - exact).astype(np.float16)
+    assert np.array_equal(_unfragment_f16(res.outputs[2][:, :2]), first)
+    got2 = _unfragment_f16(res.outputs[2][:, 2:])
+    assert np.array_equal(got2, second)
+    assert np.count_nonzero(second) > 100          # the rounding error is there to be seen
+
+
+def test_wgmma_f16_accumulator_with_bf16_inputs_is_refused():
+    with pytest.raises(EmuError, match=r"\.f16 accumulator with \.bf16 inputs"):
+        launch(_f16_ptx("f16.bf16.bf16"), "wg16", 1, 128,
+               [np.zeros(2048, np.uint8), np.zeros(256, np.uint8), np.zeros((128, 4), np.uint32)])
