@@ -125,3 +125,41 @@ def test_wgmma_f16_accumulator_with_bf16_inputs_is_refused():
     with pytest.raises(EmuError, match=r"\.f16 accumulator with \.bf16 inputs"):
         launch(_f16_ptx("f16.bf16.bf16"), "wg16", 1, 128,
                [np.zeros(2048, np.uint8), np.zeros(256, np.uint8), np.zeros((128, 4), np.uint32)])
+
+
+_ELECT_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry el(.param .u64 out_ptr)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out_ptr];
+  mov.u32 %r1, %tid.x;
+  elect.sync %r2|%p1, -1;
+  @!%p1 bra DONE;
+  shr.u32 %r3, %r1, 5;
+  mul.wide.u32 %rd2, %r3, 4;
+  add.u64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r2;
+DONE:
+  ret;
+}
+"""
+
+
+def test_elect_lowest_knob_elects_lane_zero_in_a_seeded_run(monkeypatch):
+    """CUTLASS's sm90 pipelines arm the full barrier from thread 0 while the lane elect.sync
+    picks issues the TMA: a seeded run elects random lanes (the ISA promises only a
+    deterministic choice) unless PORTER_EMU_ELECT=lowest, which keeps the random warp order."""
+    picks = set()
+    for seed in range(6):
+        out = np.full(4, 99, np.uint32)
+        picks.update(launch(_ELECT_PTX, "el", 1, 128, [out], seed=seed).outputs[0].tolist())
+    assert picks - {0}
+    monkeypatch.setenv("PORTER_EMU_ELECT", "lowest")
+    for seed in range(3):
+        out = np.full(4, 99, np.uint32)
+        assert launch(_ELECT_PTX, "el", 1, 128, [out], seed=seed).outputs[0].tolist() == [0, 0, 0, 0]

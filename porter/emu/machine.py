@@ -17,6 +17,7 @@ warp-instruction, jumping ahead when every warp sleeps.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -624,7 +625,10 @@ class Scheduler:
         self.resident: list[Cluster] = []
         self.all_ctas: list[CTA] = []
         self.max_resident = max_resident_clusters
-        self.random_elect = self.rng is not None
+        # elect.sync: a seeded run elects a random lane unless PORTER_EMU_ELECT=lowest (hardware
+        # elects the lowest active lane; CUTLASS's sm90 pipelines rely on it: the elected lane issues
+        # the TMA while thread 0 of the warpgroup arms the barrier)
+        self.random_elect = self.rng is not None and os.environ.get("PORTER_EMU_ELECT", "") != "lowest"
         # Set when a barrier phase completes: the running warp yields so its waiters run
         # before it goes on (as hardware wakes them at once), exposing early releases.
         self.yield_now = False
