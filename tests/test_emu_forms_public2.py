@@ -163,3 +163,48 @@ def test_elect_lowest_knob_elects_lane_zero_in_a_seeded_run(monkeypatch):
     for seed in range(3):
         out = np.full(4, 99, np.uint32)
         assert launch(_ELECT_PTX, "el", 1, 128, [out], seed=seed).outputs[0].tolist() == [0, 0, 0, 0]
+
+
+_ELECT_TWICE_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry el2(.param .u64 out_ptr)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out_ptr];
+  mov.u32 %r1, %tid.x;
+  shr.u32 %r3, %r1, 5;
+  mul.wide.u32 %rd2, %r3, 12;
+  add.u64 %rd3, %rd1, %rd2;
+  elect.sync %r2|%p1, -1;
+  elect.sync %r4|%p2, -1;
+  // a third election over the low half only: its own leader, inside the half
+  setp.lt.u32 %p3, %r1, 999;
+  and.b32 %r6, %r1, 31;
+  setp.lt.u32 %p3, %r6, 16;
+  @!%p3 bra SKIP;
+  elect.sync %r5|%p3, 0xffff;
+  st.global.u32 [%rd3+8], %r5;
+SKIP:
+  @!%p1 bra DONE;
+  st.global.u32 [%rd3], %r2;
+  st.global.u32 [%rd3+4], %r4;
+DONE:
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_elect_elects_the_same_leader_for_the_same_membermask(seed):
+    """PTX ISA elect.sync: "the same leader thread is elected for the same membermask every
+    time". DeepGEMM's sm100 GEMM issues tcgen05.mma under one elect_one_sync and the
+    tcgen05.commit under another; a fresh random choice per call made the commit's thread
+    one that issued no MMA."""
+    out = np.full((4, 3), 99, np.uint32)
+    got = launch(_ELECT_TWICE_PTX, "el2", 1, 128, [out], seed=seed).outputs[0]
+    assert (got[:, 0] == got[:, 1]).all() and (got[:, 0] == got[0, 0]).all()   # every warp, every call
+    assert (got[:, 2] < 16).all() and (got[:, 2] == got[0, 2]).all()

@@ -392,7 +392,14 @@ def build_elect(ins, d):
         if cands.size == 0:
             raise CheckFailed(f"elect.sync with no live lane in its member mask in {w.name}")
         rng = w.sched.rng
-        leader = int(cands[0]) if (rng is None or not w.sched.random_elect) else int(rng.choice(cands))
+        if rng is None or not w.sched.random_elect:
+            leader = int(cands[0])
+        else:       # PTX ISA elect.sync: "the same leader thread is elected for the same membermask every time"
+            key = int(np.sum(mm.astype(np.uint64) << LANES.astype(np.uint64)))
+            chosen = w.sched.__dict__.setdefault("elect_leaders", {})
+            leader = chosen.get(key)
+            if leader is None:
+                leader = chosen[key] = int(rng.choice(cands))
         if wp is not None:
             wp(w, LANES == leader, m)
         if wr is not None:
