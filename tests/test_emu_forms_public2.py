@@ -208,3 +208,164 @@ def test_elect_elects_the_same_leader_for_the_same_membermask(seed):
     got = launch(_ELECT_TWICE_PTX, "el2", 1, 128, [out], seed=seed).outputs[0]
     assert (got[:, 0] == got[:, 1]).all() and (got[:, 0] == got[0, 0]).all()   # every warp, every call
     assert (got[:, 2] < 16).all() and (got[:, 2] == got[0, 2]).all()
+
+
+_CLC_MULTICAST_PTX = """.version 8.7
+.target sm_100a
+.address_size 64
+
+.visible .entry clc2(.param .u64 out_ptr)
+{
+  .reg .pred %p<6>;
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<8>;
+  .reg .b128 %q<2>;
+  .shared .align 16 .b8 resp[16];
+  .shared .align 8 .b64 bar;
+  ld.param.u64 %rd1, [out_ptr];
+  mov.u32 %r0, %tid.x;
+  mov.u32 %r9, %cluster_ctarank;
+  mov.u32 %r1, bar;
+  mov.u32 %r2, resp;
+  setp.ne.u32 %p1, %r0, 0;
+  @%p1 bra INITED;
+  mbarrier.init.shared::cta.b64 [%r1], 1;
+  fence.mbarrier_init.release.cluster;
+INITED:
+  barrier.cluster.arrive.relaxed.aligned;
+  barrier.cluster.wait.aligned;
+  @%p1 bra DONE;
+  // each CTA arms its own barrier for the 16-byte response; CTA 0 asks for both
+  mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r1], 16;
+  setp.ne.u32 %p2, %r9, 0;
+  @%p2 bra WAIT;
+  clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 [%r2], [%r1];
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r1], 0;
+  @!%p3 bra WAIT;
+  ld.shared.b128 %q1, [%r2];
+  clusterlaunchcontrol.query_cancel.is_canceled.pred.b128 %p4, %q1;
+  selp.u32 %r5, 7, 1, %p4;
+  mul.wide.u32 %rd2, %r9, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  @%p2 bra DONE;
+  // CTA 0 runs on after CTA 1 (which only waited for the response) has exited
+  mov.u32 %r6, 0;
+SPIN:
+  add.u32 %r6, %r6, 1;
+  setp.lt.u32 %p5, %r6, 200;
+  @%p5 bra SPIN;
+DONE:
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_clc_multicast_response_orders_the_issue_before_the_peers_exit(seed):
+    """clusterlaunchcontrol.try_cancel ... .multicast::cluster::all writes the response into every
+    CTA of the cluster and completes each CTA's mbarrier (PTX ISA clusterlaunchcontrol.try_cancel);
+    a CTA that waited on it has seen the issuer's write, so it may exit while the issuer runs on
+    (CUTLASS's sm100 CLC scheduler, example 70). The issue's clock now travels with the response,
+    as a TMA's does; before, the exit was reported as an unordered peer access."""
+    out = np.zeros(2, np.uint32)
+    res = launch(_CLC_MULTICAST_PTX, "clc2", 2, 32, [out], cluster=2, seed=seed)
+    assert res.outputs[0].tolist() == [1, 1]            # nothing left to cancel: one cluster only
+
+
+_SWIZZLE32_PTX = """.version 8.7
+.target sm_100a
+.address_size 64
+.visible .entry sw32(.param .align 64 .b8 map_in[128], .param .align 64 .b8 map_out[128], .param .u64 raw_ptr)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<12>;
+  .shared .align 8 .b64 bar;
+  .shared .align 1024 .b8 tile[1024];
+  ld.param.u64 %rd6, [raw_ptr];
+  mov.u32 %r0, %tid.x;
+  mov.u32 %r1, tile;
+  mov.u32 %r9, bar;
+  setp.eq.u32 %p1, %r0, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
+  bar.sync 0;
+  mov.u64 %rd1, map_in;
+  cvta.param.u64 %rd1, %rd1;
+  mov.u64 %rd7, map_out;
+  cvta.param.u64 %rd7, %rd7;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], 1024;
+  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd1, {0, 0}], [%r9];
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
+  @!%p2 bra WAIT;
+  // the landed bytes as they lie in shared memory: 32 B per thread
+  shl.b32 %r3, %r0, 5;
+  add.u32 %r4, %r1, %r3;
+  ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r4];
+  cvt.u64.u32 %rd3, %r3;
+  add.s64 %rd4, %rd6, %rd3;
+  st.global.v4.u32 [%rd4], {%r10, %r11, %r12, %r13};
+  ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r4+16];
+  st.global.v4.u32 [%rd4+16], {%r10, %r11, %r12, %r13};
+  // and stored back through a map of the same swizzle: the round trip is the identity
+  @%p1 cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%rd7, {0, 0}], [%r1];
+  @%p1 cp.async.bulk.commit_group;
+  @%p1 cp.async.bulk.wait_group.read 0;
+  ret;
+}
+"""
+
+
+def test_tma_128b_swizzle_with_32_byte_atomicity_moves_32_byte_units():
+    """CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (CUTLASS's sm100 fp32 epilogue maps, example 70): in
+    each 128-byte row the four 32-byte units trade places by the row's address bits 7-8
+    (unit u lands at u ^ (row % 4)), CuTe's Swizzle<2,5,2>; a load then a store through such
+    maps returns the tensor unchanged."""
+    from porter.emu import tensor_map
+    from porter.runtime.tensormap import TensorMapParams
+
+    src = (np.arange(8 * 32, dtype=np.float32).reshape(8, 32) * 0.5 + 1).astype(np.float32)
+    dst = np.zeros_like(src)
+    raw = np.zeros(1024, np.uint8)
+    pin = TensorMapParams("in", "FLOAT32", dims=(32, 8), strides=(128,), box=(32, 8), swizzle="128B_ATOM_32B")
+    pout = TensorMapParams("out", "FLOAT32", dims=(32, 8), strides=(128,), box=(32, 8), swizzle="128B_ATOM_32B")
+    res = launch(_SWIZZLE32_PTX, "sw32", 1, 32, [tensor_map(pin, src), tensor_map(pout, dst), raw])
+    want = np.zeros(1024, np.uint8)
+    flat = src.view(np.uint8).reshape(8, 128)
+    for row in range(8):
+        for unit in range(4):
+            at = row * 128 + (unit ^ (row % 4)) * 32
+            want[at:at + 32] = flat[row, unit * 32:(unit + 1) * 32]
+    assert np.array_equal(res.outputs[2], want)
+    assert not np.array_equal(want, src.view(np.uint8).reshape(-1))     # the pattern is not the identity
+    assert np.array_equal(res.outputs[1], src)
+
+
+def test_tensormap_replace_swizzle_atomicity_32b_pairs_with_the_128b_swizzle():
+    """tensormap.replace .swizzle_atomicity (Table 33: 1 = 32 bytes) turns a 128B-swizzled map
+    into the 32-byte-atomicity one and 0 back; a later .swizzle_mode 128B keeps the atomicity;
+    the other atomicities (and 32 bytes with a narrower swizzle) stop in one line."""
+    from porter.emu.ops import tensormap as tm
+    from porter.emu.units import tma as tma_unit
+    from porter.runtime.tensormap import TensorMapParams
+
+    raw = tma_unit.encode(TensorMapParams("m", "FLOAT32", dims=(32, 8), strides=(128,), box=(32, 8),
+                                          swizzle="128B"), 0x1000)
+    f = tm._unpack(raw, "t")
+    name = lambda fields: tma_unit.SWIZZLES[fields[3]]         # noqa: E731
+    f = tm._replace(f, "swizzle_atomicity", None, 1, "t")
+    assert name(f) == "128B_ATOM_32B"
+    f = tm._replace(f, "swizzle_mode", None, 3, "t")
+    assert name(f) == "128B_ATOM_32B"
+    assert tma_unit.decode(tm._pack(f)).swizzle == "128B_ATOM_32B"
+    with pytest.raises(EmuError, match="only the 128B swizzle with 32-byte atomicity is in the simulator"):
+        tm._replace(list(f), "swizzle_mode", None, 2, "t")
+    f = tm._replace(f, "swizzle_atomicity", None, 0, "t")
+    assert name(f) == "128B"
+    with pytest.raises(EmuError, match="swizzle_atomicity 3"):
+        tm._replace(f, "swizzle_atomicity", None, 3, "t")
+    f = tm._replace(f, "swizzle_mode", None, 2, "t")
+    with pytest.raises(EmuError, match="swizzle_atomicity 1 with the 64B swizzle"):
+        tm._replace(f, "swizzle_atomicity", None, 1, "t")

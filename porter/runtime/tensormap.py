@@ -17,7 +17,7 @@ from porter.errors import PorterError
 DATA_TYPES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "INT64": 8,
               "FLOAT16": 2, "FLOAT32": 4, "FLOAT64": 8, "BFLOAT16": 2}
 # Swizzle name -> the span (bytes) one box row may cover.
-SWIZZLE_SPAN = {"NONE": None, "32B": 32, "64B": 64, "128B": 128}
+SWIZZLE_SPAN = {"NONE": None, "32B": 32, "64B": 64, "128B": 128, "128B_ATOM_32B": 128}
 MAX_RANK = 5
 MAX_BOX = 256
 GLOBAL_ALIGN = 16

@@ -71,11 +71,20 @@ def build_clusterlaunchcontrol(ins, d):
                 else:
                     data = _response(False)
 
-                def land(targets=targets, data=data):
+                race = sched.race       # the response is the issuing warp's write, at its clock at issue
+                issuer = (w.aid, w.vc.copy(), w.prog.line(w.cur), w.name) if race is not None else None
+
+                def land(targets=targets, data=data, issuer=issuer, race=race):
                     for cta, bar in targets:
                         if cta.done:
                             raise CheckFailed(f"{where}: try_cancel's response lands in {cta.name}, which has exited")
+                        if race is not None:
+                            aid, vc, line, who = issuer
+                            race.check_span(cta, a_off, a_off + 16, aid, vc, True, line,
+                                            f"the clusterlaunchcontrol.try_cancel issued by {who}")
                         cta.smem.data[a_off:a_off + 16] = data
+                        if race is not None:    # a waiter on the barrier is ordered after the issue
+                            race.release_clock(issuer[1], bar)
                         bar.complete_tx(16)
                 sched.engine.submit(sched.round, land, f"clusterlaunchcontrol.try_cancel -> 0x{a_off:x}")
         return try_cancel

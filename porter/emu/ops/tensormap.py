@@ -81,12 +81,27 @@ def _replace(fields: list, field: str, ord_: int | None, value: int, where: str)
         if value >= len(_SWIZZLE):
             raise EmuError(f"{where}: tensormap.replace .swizzle_mode {value} (96B, sm_103a) is outside the "
                            "simulator's tensor maps")
-        f[3] = tma_unit.SWIZZLES.index(_SWIZZLE[value])
+        new = _SWIZZLE[value]
+        if tma_unit.SWIZZLES[f[3]] == "128B_ATOM_32B":     # the atomicity field is kept
+            if new != "128B":
+                raise EmuError(f"{where}: tensormap.replace .swizzle_mode {new} on a map with 32-byte swizzle "
+                               "atomicity: only the 128B swizzle with 32-byte atomicity is in the simulator's tensor maps")
+            new = "128B_ATOM_32B"
+        f[3] = tma_unit.SWIZZLES.index(new)
     elif field == "fill_mode":
         if value >= len(_FILL):
             raise CheckFailed(f"{where}: tensormap.replace .fill_mode {value} is not a Table 33 code")
         f[4] = tma_unit.OOB_FILLS.index(_FILL[value])
-    elif field in ("interleave_layout", "swizzle_atomicity"):
+    elif field == "swizzle_atomicity":       # Table 33: 0 16B, 1 32B, 2 32B with 8B flip, 3 64B
+        cur = tma_unit.SWIZZLES[f[3]]
+        if value == 0:
+            f[3] = tma_unit.SWIZZLES.index("128B" if cur == "128B_ATOM_32B" else cur)
+        elif value == 1 and cur in ("128B", "128B_ATOM_32B"):
+            f[3] = tma_unit.SWIZZLES.index("128B_ATOM_32B")
+        else:
+            raise EmuError(f"{where}: tensormap.replace .swizzle_atomicity {value} with the {cur} swizzle: only "
+                           "16-byte atomicity, and 32-byte atomicity with the 128B swizzle, are in the simulator's tensor maps")
+    elif field == "interleave_layout":
         if value != 0:
             raise EmuError(f"{where}: tensormap.replace .{field} {value}: only the default (0) is in the "
                            "simulator's tensor maps")

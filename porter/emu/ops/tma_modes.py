@@ -39,7 +39,7 @@ def _gather4_box(tmap, col: int, rows, dst: int, gmem, where: str, read_spans) -
                            for r in rows])
     if not width:
         return data
-    landed = tma_unit._landed(dst, data.size, width)
+    landed = tma_unit._landed(dst, data.size, width, tma_unit.SWIZZLE_GRAIN.get(tmap.swizzle, 16))
     out = np.empty_like(data)
     out[landed] = data
     return out

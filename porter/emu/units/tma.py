@@ -72,8 +72,13 @@ _TYPE_CODES = {name: i for i, name in enumerate(DATA_TYPES)}
 _NAN_BITS = {"FLOAT16": (0x7E00, "<u2"), "BFLOAT16": (0x7FC0, "<u2"), "FLOAT32": (0x7FC00000, "<u4"),
              "FLOAT32_FTZ": (0x7FC00000, "<u4"), "TFLOAT32": (0x7FC00000, "<u4"),
              "TFLOAT32_FTZ": (0x7FC00000, "<u4"), "FLOAT64": (0x7FF8000000000000, "<u8")}
-SWIZZLES = ("NONE", "32B", "64B", "128B")
-SWIZZLE_WIDTH = {"NONE": 0, "32B": 32, "64B": 64, "128B": 128}
+SWIZZLES = ("NONE", "32B", "64B", "128B", "128B_ATOM_32B")
+SWIZZLE_WIDTH = {"NONE": 0, "32B": 32, "64B": 64, "128B": 128, "128B_ATOM_32B": 128}
+# The unit the swizzle moves (its atomicity): 16-byte chunks, but 32-byte ones for
+# CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (tensormap.replace's .swizzle_atomicity 32B): the four
+# 32-byte halves-of-lines of a 128-byte row XOR the row's bits 0-1, CuTe's Swizzle<2,5,2>,
+# which CUTLASS's sm100 fp32 epilogues pair with this mode (cute/atom/copy_traits_sm90_tma_swizzle.hpp)
+SWIZZLE_GRAIN = {"128B_ATOM_32B": 32}
 # The start address of each swizzle pattern's repetition (5.5.7).
 SWIZZLE_ATOM = {32: 256, 64: 512, 128: 1024}
 OOB_FILLS = ("NONE", "NAN_REQUEST_ZERO_FMA")
@@ -210,15 +215,18 @@ def decode(raw: bytes, where: str = "") -> TensorMap:
     return _validate(m, where)
 
 
-def swizzle_array(addresses: np.ndarray, width: int) -> np.ndarray:
-    """Vectorised ``swizzle`` for a width of 32, 64 or 128 bytes (0: identity)."""
+def swizzle_array(addresses: np.ndarray, width: int, grain: int = 16) -> np.ndarray:
+    """Vectorised ``swizzle`` for a width of 32, 64 or 128 bytes (0: identity), moving
+    ``grain``-byte units (16, or 32 for the 128-byte swizzle with 32-byte atomicity)."""
     a = np.asarray(addresses, dtype=np.int64)
     if width == 0:
         return a
     if width not in SWIZZLE_ATOM:
         raise EmuError(f"swizzle width {width} B is not 32, 64 or 128")
-    mask = width // 16 - 1
-    return a ^ (((a >> 7) & mask) << 4)
+    if grain not in (16, 32) or (grain == 32 and width != 128):
+        raise EmuError(f"swizzle atomicity {grain} B with a {width} B span is not simulated")
+    mask = width // grain - 1
+    return a ^ (((a >> 7) & mask) << grain.bit_length() - 1)
 
 
 def swizzle(address: int, mode: str) -> int:
@@ -226,7 +234,7 @@ def swizzle(address: int, mode: str) -> int:
     key = mode.upper()
     if key not in SWIZZLE_WIDTH:
         raise EmuError(f"swizzle mode {mode!r} unknown; use one of {', '.join(SWIZZLES)}")
-    return int(swizzle_array(np.int64(address), SWIZZLE_WIDTH[key]))
+    return int(swizzle_array(np.int64(address), SWIZZLE_WIDTH[key], SWIZZLE_GRAIN.get(key, 16)))
 
 
 def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[int, int], np.ndarray],
@@ -269,9 +277,9 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         data[at:at + nb] = np.asarray(read_global(ga, nb), dtype=np.uint8).reshape(-1)
     if not width:
         return data
-    landed = _landed(dst_address, data.size, width)
+    landed = _landed(dst_address, data.size, width, SWIZZLE_GRAIN.get(tmap.swizzle, 16))
     if dst_address % 128 == 0 and data.size % 128 == 0:
-        # the swizzle only permutes 16-byte chunks inside each 128-byte line, and twice is the
+        # the swizzle only permutes 16- (or 32-) byte units inside each 128-byte line, and twice is the
         # identity: on whole lines the landing map is its own inverse, so a gather places it
         return data[landed]
     out = np.empty_like(data)
@@ -310,11 +318,11 @@ def _row_arrays(tmap: TensorMap, coords: tuple[int, ...]):
 
 
 @functools.lru_cache(maxsize=1024)
-def _landed(address: int, size: int, width: int) -> np.ndarray:
+def _landed(address: int, size: int, width: int, grain: int = 16) -> np.ndarray:
     """Per byte of a box in its linear order: its offset from ``address`` once swizzled. The
     swizzle is a function of the shared-memory address bits (5.5.7), so a start that is not on
     the pattern's boundary gets the pattern shifted, as the hardware lays it out."""
-    out = swizzle_array(address + np.arange(size, dtype=np.int64), width) - address
+    out = swizzle_array(address + np.arange(size, dtype=np.int64), width, grain) - address
     out.flags.writeable = False             # cached: one per (destination, size, width)
     return out
 
@@ -358,7 +366,7 @@ def store_tile(tmap: TensorMap, coords: tuple[int, ...], smem_bytes: np.ndarray,
                           "only rows of exactly the swizzle width are simulated")
     data = np.asarray(smem_bytes, dtype=np.uint8).reshape(-1)
     if width:
-        data = data[_landed(src_address, data.size, width)]
+        data = data[_landed(src_address, data.size, width, SWIZZLE_GRAIN.get(tmap.swizzle, 16))]
     for row_at, gaddr, nbytes in _rows(tmap, coords):
         write_global(gaddr, data[row_at:row_at + nbytes])
 
