@@ -57,6 +57,14 @@ class Shadow:
         self.r_epoch = np.zeros(size, dtype=np.int64)
         self.r_line = np.zeros(size, dtype=np.int32)
         self._rows: dict[int, tuple] = {}
+        # By agent + 1: the largest epoch that agent ever stored in w_epoch / r_epoch, an upper
+        # bound of what the arrays hold of it (a write's zeroing of r_epoch only lowers them);
+        # ``version`` counts the changes of either. ``quiet``: per (agent, write) key, the
+        # limit table, version and outcome of the last bound test (RaceDetector._quiet).
+        self.w_top = np.zeros(1, dtype=np.int64)
+        self.r_top = np.zeros(1, dtype=np.int64)
+        self.version = 0
+        self.quiet: dict[int, tuple] = {}
 
     def rows(self, width: int) -> tuple:
         """The four arrays as rows of ``width`` bytes (views: the same memory), for accesses
@@ -159,6 +167,42 @@ class RaceDetector:
         w.vc = np.maximum(w.vc, self._fit(vc))
 
     # ---- accesses ---------------------------------------------------------------------------
+    def _quiet(self, s: Shadow, aid: int, limit: np.ndarray, write: bool) -> bool:
+        """True when no epoch the shadow holds can race with this access: every agent's largest
+        stored epoch (``Shadow.w_top``, and ``r_top`` for a write) is within ``limit``, so the
+        element-wise test of any bytes would find nothing (the usual case once the accessing
+        warp has acquired what the others stored). False says nothing: test the bytes. The
+        outcome is kept per limit table (a new array whenever the agent's clock is) and shadow
+        version, so a repeated access costs a dict look-up."""
+        key = aid + aid + write
+        q = s.quiet.get(key)
+        if q is not None and q[0] is limit and q[1] == s.version:
+            return q[2]
+        n1 = limit.size
+        if s.w_top.size < n1:
+            s.w_top = np.concatenate([s.w_top, np.zeros(n1 - s.w_top.size, dtype=np.int64)])
+        if s.r_top.size < n1:
+            s.r_top = np.concatenate([s.r_top, np.zeros(n1 - s.r_top.size, dtype=np.int64)])
+        ok = not np.count_nonzero(s.w_top > limit) and not (write and np.count_nonzero(s.r_top > limit))
+        s.quiet[key] = (limit, s.version, ok)
+        return ok
+
+    def _stored(self, s: Shadow, aid: int, epoch: int, write: bool) -> None:
+        """An access of ``aid`` stored ``epoch`` (in w_epoch for a write, else r_epoch): raise
+        that agent's bound."""
+        k = aid + 1
+        if write:
+            top = s.w_top
+            if k >= top.size:
+                top = s.w_top = np.concatenate([top, np.zeros(max(k + 1, self.n + 1) - top.size, dtype=np.int64)])
+        else:
+            top = s.r_top
+            if k >= top.size:
+                top = s.r_top = np.concatenate([top, np.zeros(max(k + 1, self.n + 1) - top.size, dtype=np.int64)])
+        if epoch > top[k]:
+            top[k] = epoch
+            s.version += 1
+
     def shadow(self, cta) -> Shadow:
         s = self.shadows.get(id(cta))
         if s is None:
@@ -168,32 +212,42 @@ class RaceDetector:
     def access(self, w, cta, offs: np.ndarray, write: bool, line: int, what: str = "") -> None:
         self.check(cta, offs, w.aid, w.vc, write, line, w.name, what)
 
-    def access_rows(self, w, cta, offs: np.ndarray, width: int, write: bool, line: int, what: str = "") -> None:
+    def access_rows(self, w, cta, offs: np.ndarray, width: int, write: bool, line: int, what: str = "",
+                    rows: np.ndarray | None = None) -> None:
         """``access`` of the bytes ``offs[lane] .. offs[lane] + width`` of each lane, ``offs``
         aligned to ``width``: the same bytes in the same order as ``access`` of their span,
         checked as rows of the shadow (one gather per lane, not per byte). A race found is
-        reported by ``access`` itself, so its message is the same."""
-        self.check_rows(cta, offs, width, w.aid, w.vc, write, line, w.name, what)
+        reported by ``access`` itself, so its message is the same. ``rows``: ``offs // width``
+        when the caller has it already."""
+        self.check_rows(cta, offs, width, w.aid, w.vc, write, line, w.name, what, None, rows)
 
     def check_rows(self, cta, offs: np.ndarray, width: int, aid: int, vc: np.ndarray, write: bool, line: int,
-                   who: str, what: str = "", report: np.ndarray | None = None) -> None:
+                   who: str, what: str = "", report: np.ndarray | None = None,
+                   rows: np.ndarray | None = None) -> None:
         """``check`` of the bytes ``offs[i] .. offs[i] + width`` for each i in order, ``offs``
         aligned to ``width`` (lanes' aligned accesses, cp.async landings, an operand's 16-byte
         chunks): one shadow row per offset. A race is re-reported by ``check`` on the bytes, so
         its message is the same; ``report``: the access's own byte offsets, in its order, when
-        the rows only cover the same set of bytes (a wgmma operand's sorted chunks)."""
+        the rows only cover the same set of bytes (a wgmma operand's sorted chunks); ``rows``:
+        ``offs // width`` when the caller has it already (ld/st.shared, ldmatrix)."""
         s = self.shadows.get(id(cta)) or self.shadow(cta)
         if vc.size != self.n:
             vc = self._fit(vc)
-        limit = self._limit_of(aid, vc)
-        rows = offs // width
-        w_epoch, _, r_epoch, _, w_epoch_v, w_line_v, r_epoch_v, r_line_v = s.rows(width)
-        # take, not fancy indexing: a quarter of the cost for rows of a 2-D array
-        e = w_epoch.take(rows, axis=0)
-        racy = np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
-        if write and not racy:
-            e = r_epoch.take(rows, axis=0)
+        cached = self._known.get(aid)           # (_limit_of's cache, tested here: one call fewer)
+        limit = cached[1] if cached is not None and cached[0] is vc else self._limit_of(aid, vc)
+        if rows is None:
+            rows = offs // width
+        views = s._rows.get(width) or s.rows(width)
+        w_epoch, _, r_epoch, _, w_epoch_v, w_line_v, r_epoch_v, r_line_v = views
+        if self._quiet(s, aid, limit, write):
+            racy = 0
+        else:
+            # take, not fancy indexing: a quarter of the cost for rows of a 2-D array
+            e = w_epoch.take(rows, axis=0)
             racy = np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
+            if write and not racy:
+                e = r_epoch.take(rows, axis=0)
+                racy = np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
         if racy:
             if report is None:
                 report = (offs[:, None] + np.arange(width)).reshape(-1)
@@ -211,10 +265,11 @@ class RaceDetector:
         if write:
             w_epoch_v[rows] = e_row
             w_line_v[rows] = l_row
-            r_epoch_v[rows] = _row_value(0, width, np.int64)
+            r_epoch_v[rows] = epochs.get(0) if epochs and 0 in epochs else _row_value(0, width, np.int64)
         else:
             r_epoch_v[rows] = e_row
             r_line_v[rows] = l_row
+        self._stored(s, aid, epoch, write)
 
     def access_span(self, w, cta, lo: int, hi: int, write: bool, line: int, what: str = "") -> None:
         """``access`` of the bytes lo .. hi - 1 (a bulk store's source)."""
@@ -231,7 +286,8 @@ class RaceDetector:
         if vc.size != self.n:
             vc = self._fit(vc)
         limit = self._limit_of(aid, vc)
-        racy = _any_beyond(s.w_epoch[lo:hi], limit) or (write and _any_beyond(s.r_epoch[lo:hi], limit))
+        racy = not self._quiet(s, aid, limit, write) and (
+            _any_beyond(s.w_epoch[lo:hi], limit) or (write and _any_beyond(s.r_epoch[lo:hi], limit)))
         if racy:
             self.check(cta, np.arange(lo, hi), aid, vc, write, line, who, what)
             raise AssertionError("race detector: a race found by span but not by bytes")   # (never)
@@ -243,6 +299,7 @@ class RaceDetector:
         else:
             s.r_epoch[lo:hi] = epoch
             s.r_line[lo:hi] = line
+        self._stored(s, aid, epoch, write)
 
     def _known_of(self, aid: int, vc: np.ndarray) -> np.ndarray:
         """known[agent + 1]: what an access of ``aid`` has acquired from that agent; index 0 (no
@@ -301,3 +358,4 @@ class RaceDetector:
         else:
             s.r_epoch[offs] = epoch
             s.r_line[offs] = line
+        self._stored(s, aid, epoch, write)

@@ -38,19 +38,23 @@ def _vector(parts: list[str]) -> int:
     return 1
 
 
-def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str, aligned: bool = True) -> None:
+def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str, aligned: bool = True,
+           rows: np.ndarray | None = None) -> None:
     """A shared-memory access as the checkers see it: the race detector (every byte of every
     lane), and for a store the generic-proxy mark the async proxy must not read past.
     ``aligned``: every offset is a multiple of ``nbytes`` (ld/st/atom check it), so the
-    bytes are whole rows of ``nbytes`` and are checked and marked a row per lane."""
+    bytes are whole rows of ``nbytes`` and are checked and marked a row per lane; ``rows``:
+    ``offs // nbytes`` when the caller has it already."""
     race = w.sched.race
     if race is None and not write:
         return
     if aligned:
+        if rows is None:
+            rows = offs // nbytes
         if race is not None:
-            race.access_rows(w, cta, offs, nbytes, write, w.prog.line(w.cur), what)
+            race.access_rows(w, cta, offs, nbytes, write, w.prog.line(w.cur), what, rows)
         if write:
-            _written_rows(cta, nbytes)[offs // nbytes] = True
+            _written_rows(cta, nbytes)[rows] = True
         return
     span = (offs[:, None] + np.arange(nbytes)).reshape(-1)
     if race is not None:
@@ -251,9 +255,10 @@ def build_ld(ins, d):
         offs, sel = _fast_shared_lanes(w, m, addr_fn, total)
         if offs is None:
             return ld(w, m)
+        rows = offs // total
         if w.sched.race is not None:
-            w.sched.race.access_rows(w, w.cta, offs, total, False, w.prog.line(w.cur), what)
-        vals = _rows_of(w.cta.smem, nbytes, nvec).take(offs // total, axis=0)
+            w.sched.race.access_rows(w, w.cta, offs, total, False, w.prog.line(w.cur), what, rows)
+        vals = _rows_of(w.cta.smem, nbytes, nvec).take(rows, axis=0)
         if sel is not None:
             full = np.zeros((32, nvec), dtype=vals.dtype)
             full[sel] = vals
@@ -318,9 +323,10 @@ def build_st(ins, d):
         if offs is None:
             return st(w, m)
         cta = w.cta
-        _track(w, cta, offs, total, True, what)
+        rows = offs // total
+        _track(w, cta, offs, total, True, what, True, rows)
         cols = _store_columns(w, readers, u, sel)
-        _rows_of(cta.smem, nbytes, nvec)[offs // total] = cols[0][:, None] if len(cols) == 1 else np.array(cols).T
+        _rows_of(cta.smem, nbytes, nvec)[rows] = cols[0][:, None] if len(cols) == 1 else np.array(cols).T
     return st_shared
 
 

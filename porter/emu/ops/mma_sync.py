@@ -271,7 +271,7 @@ def _fast_matrix_rows(w, addrs, n: int, space: str, store: bool, what: str):
     inflight = w.cta.units.get("cp_async_inflight")
     if inflight is not None and np.count_nonzero(inflight[:inflight.size - inflight.size % 16].reshape(-1, 16)[rows]):
         check_not_in_flight(w, offs, 16, what)
-    _track(w, w.cta, offs, 16, store, what)
+    _track(w, w.cta, offs, 16, store, what, True, rows)
     return offs, rows
 
 
