@@ -304,16 +304,25 @@ def _matrix_op(ins, d, store: bool):
         readers = [d.src(x, "b32") for x in regs_op.items]
     else:
         writers = [d.dst(x, "b32") for x in regs_op.items]
+        # each destination a 32-bit register (stored as uint32, as the rows are): stored directly
+        ids = ([d.rid(x) for x in regs_op.items]
+               if all(d.is_reg(x) and d.reg_bits[d.rid(x)] == 32 for x in regs_op.items) else None)
 
     def run(w, m):
-        res = _whole_warp(w, m, where, what)
-        if res is not None:
-            return res
+        if m is not None or not w.full:
+            res = _whole_warp(w, m, where, what)
+            if res is not None:
+                return res
         smem = w.cta.smem
         if not store:
             fast = _fast_matrix_rows(w, addr_fn(w), n_used, space, False, what)
             if fast is not None:             # what unit.ldmatrix gathers, as rows of eight b16
                 out = unit.ldmatrix_rows(_rows_of(smem, 2, 8), fast[1], num, trans)      # (num, 32)
+                if ids is not None and not w.poisoned:
+                    r = w.r
+                    for j, i in enumerate(ids):
+                        r[i] = out[j]            # what the writer stores: a uint32 row, never written in place
+                    return None
                 for j, wr in enumerate(writers):
                     wr(w, out[j], None)          # a row: contiguous, never written in place
                 return None

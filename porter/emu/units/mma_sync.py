@@ -163,10 +163,24 @@ def ldmatrix(smem: np.ndarray, addresses, num: int, trans: bool, where: str = ""
 def ldmatrix_rows(rows_b16: np.ndarray, rows: np.ndarray, num: int, trans: bool) -> np.ndarray:
     """``ldmatrix(..., reg_major=True)`` of rows already checked (16-byte aligned, inside shared
     memory): ``rows_b16`` is shared memory as rows of eight b16 elements (a view), ``rows`` the
-    first 8 * num lanes' row indices into it. uint32 (num, 32)."""
-    mats = rows_b16[rows].reshape(num, 64)
+    first 8 * num lanes' row indices into it. uint32 (num, 32). The rows are gathered with
+    ``take`` and each register half with one flat ``take`` (``_ldmatrix_flat_num``), not by
+    fancy indexing of a 2-D array: the same elements, half the cost."""
+    mats = rows_b16.take(rows, axis=0).reshape(-1)
+    lo, hi = _ldmatrix_flat_num(num, trans)
+    return (mats.take(lo) | (mats.take(hi).astype(np.uint32) << _SIXTEEN)).reshape(num, 32)
+
+
+_SIXTEEN = np.uint32(16)
+
+
+@functools.lru_cache(maxsize=8)
+def _ldmatrix_flat_num(num: int, trans: bool):
+    """``_ldmatrix_flat`` for ``num`` matrices flattened: matrix j's flat index + 64 j, so
+    element (j, lane) of each half is one ``take`` of the gathered rows."""
     lo, hi = _ldmatrix_flat(trans)
-    return mats[:, lo] | (mats[:, hi].astype(np.uint32) << np.uint32(16))
+    base = (np.arange(num) * 64)[:, None]
+    return (base + lo[None, :]).reshape(-1), (base + hi[None, :]).reshape(-1)
 
 
 @functools.lru_cache(maxsize=2)
