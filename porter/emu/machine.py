@@ -119,8 +119,10 @@ class Program:
         return regs
 
     def line(self, pc: int) -> int:
-        code = self.kernel.code
-        return code[pc].line if 0 <= pc < len(code) else 0
+        lines = self.__dict__.get("_lines")
+        if lines is None:
+            lines = self._lines = [ins.line for ins in self.kernel.code]
+        return lines[pc] if 0 <= pc < len(lines) else 0
 
     def where(self, pc: int) -> str:
         code = self.kernel.code
@@ -235,6 +237,7 @@ class Warp:
     def __init__(self, cta: "CTA", index: int, nthreads: int, prog: Program, sched: "Scheduler"):
         self.cta = cta
         self.index = index
+        self.name = f"{cta.name} warp {index}"      # (read by every shared access: built once)
         self.prog = prog
         self.sched = sched
         self.r = list(prog.zero_registers())   # shared zero arrays: never written in place
@@ -257,10 +260,6 @@ class Warp:
         self.tid = tid
         self.special = cta.special_regs(tid, lanes, index)
         self.units: dict = {}        # per-warp unit state (wgmma groups, ...)
-
-    @property
-    def name(self) -> str:
-        return f"{self.cta.name} warp {self.index}"
 
     def where(self) -> str:
         pc = self.pc if self.converged else min(g[0] for g in self.groups)

@@ -268,9 +268,14 @@ def _fast_matrix_rows(w, addrs, n: int, space: str, store: bool, what: str):
     if offs is None:
         return None
     rows = offs // 16
-    inflight = w.cta.units.get("cp_async_inflight")
-    if inflight is not None and np.count_nonzero(inflight[:inflight.size - inflight.size % 16].reshape(-1, 16)[rows]):
-        check_not_in_flight(w, offs, 16, what)
+    units = w.cta.units
+    inflight = units.get("cp_async_inflight")
+    if inflight is not None:
+        r16 = units.get("_cp_async_inflight16")     # its 16-byte rows (a view, rebuilt if replaced)
+        if r16 is None or r16[0] is not inflight:
+            r16 = units["_cp_async_inflight16"] = (inflight, inflight[:inflight.size - inflight.size % 16].reshape(-1, 16))
+        if np.count_nonzero(r16[1].take(rows, axis=0)):
+            check_not_in_flight(w, offs, 16, what)
     _track(w, w.cta, offs, 16, store, what, True, rows)
     return offs, rows
 
