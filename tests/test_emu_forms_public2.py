@@ -369,3 +369,56 @@ def test_tensormap_replace_swizzle_atomicity_32b_pairs_with_the_128b_swizzle():
     f = tm._replace(f, "swizzle_mode", None, 2, "t")
     with pytest.raises(EmuError, match="swizzle_atomicity 1 with the 64B swizzle"):
         tm._replace(f, "swizzle_atomicity", None, 1, "t")
+
+
+_NIBBLE_PTX = """.version 8.7
+.target sm_120a
+.address_size 64
+.visible .entry u4(.param .align 64 .b8 tmap[128], .param .u64 out_ptr, .param .u32 x0)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<8>;
+  .shared .align 8 .b64 bar;
+  .shared .align 128 .b8 tile[128];
+  ld.param.u64 %rd6, [out_ptr];
+  ld.param.u32 %r8, [x0];
+  mov.u32 %r0, %tid.x;
+  mov.u32 %r1, tile;
+  mov.u32 %r9, bar;
+  setp.eq.u32 %p1, %r0, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
+  bar.sync 0;
+  mov.u64 %rd1, tmap;
+  cvta.param.u64 %rd1, %rd1;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], 128;
+  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r8, 1}], [%r9];
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
+  @!%p2 bra WAIT;
+  shl.b32 %r3, %r0, 2;
+  add.u32 %r4, %r1, %r3;
+  ld.shared.u32 %r6, [%r4];
+  cvt.u64.u32 %rd3, %r3;
+  add.s64 %rd4, %rd6, %rd3;
+  st.global.u32 [%rd4], %r6;
+  ret;
+}
+"""
+
+
+def test_tma_16u4_align8b_counts_4_bit_elements_and_lands_packed():
+    """CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B (CUTLASS's sm120 nvfp4 GEMM, example 79a): dims, box and
+    coordinates count 4-bit elements, packed two to a byte in global and shared memory alike;
+    a box of 64 x 4 elements at x = 64, y = 1 is bytes 32..63 of rows 1..4 (128 bytes). Before,
+    the byte view a harness had to give made x = 64 land a byte tile further, out of bounds."""
+    from porter.emu import tensor_map
+    from porter.runtime.tensormap import TensorMapParams
+
+    src = np.arange(6 * 64, dtype=np.uint32).astype(np.uint8).reshape(6, 64)      # 128 nibbles a row
+    p = TensorMapParams("q", "16U4_ALIGN8B", dims=(128, 6), strides=(64,), box=(64, 4))
+    out = np.zeros(128, np.uint8)
+    got = launch(_NIBBLE_PTX, "u4", 1, 32, [tensor_map(p, src), out, np.uint32(64)]).outputs[1]
+    assert np.array_equal(got.reshape(4, 32), src[1:5, 32:64])
+    with pytest.raises(EmuError, match="16U4_ALIGN8B tensor coordinate 3 is odd"):
+        launch(_NIBBLE_PTX, "u4", 1, 32, [tensor_map(p, src), out, np.uint32(3)])

@@ -325,6 +325,7 @@ NOT_ISA: list[tuple[str, str]] = [
     ("below 2^40", "the CUDA driver API (cuTensorMapEncodeTiled: globalStrides multiples of 16 below 2^40)"),
     ("tensor map box size", "the CUDA driver API (cuTensorMapEncodeTiled: boxDim 1..256)"),
     ("tensor map data type", "the CUDA driver API (cuTensorMapEncodeTiled: CUtensorMapDataType)"),
+    ("16U4_ALIGN8B packs sixteen", "the CUDA driver API (cuTensorMapEncodeTiled: CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B packs 16 elements in 8 bytes)"),
     ("L2 promotion", "the CUDA driver API (cuTensorMapEncodeTiled: CUtensorMapL2promotion)"),
     ("not a map from porter's emulated host", "porter's emulated host encoding of tensor maps"),
     ("checksum mismatch", "porter's emulated host encoding of tensor maps"),

@@ -48,6 +48,7 @@ width is Unsupported (the ISA does not say how such rows are packed).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import struct
@@ -65,7 +66,12 @@ MAP_BYTES = 128
 # CUtensorMapDataType names, in the driver enum's order, with element bytes.
 DATA_TYPES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "INT64": 8,
               "FLOAT16": 2, "FLOAT32": 4, "FLOAT64": 8, "BFLOAT16": 2, "FLOAT32_FTZ": 4,
-              "TFLOAT32": 4, "TFLOAT32_FTZ": 4}
+              "TFLOAT32": 4, "TFLOAT32_FTZ": 4, "16U4_ALIGN8B": 1}
+# CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B: 4-bit elements, sixteen packed in 8 bytes in global and
+# (unlike 16U4_ALIGN16B, not simulated) in shared memory alike (CUTLASS's sm120 nvfp4 operands).
+# Dims, box and coordinates count 4-bit elements; its "element bytes" above is that of the byte
+# view each copy runs on (``_byte_view``: dim 0, box 0 and coordinate 0 halved).
+PACKED_4BIT = "16U4_ALIGN8B"
 _TYPE_CODES = {name: i for i, name in enumerate(DATA_TYPES)}
 # Quiet NaN bit patterns used for the NaN fill mode ("a special NaN called OOB-NaN";
 # the ISA does not give its bits).
@@ -125,7 +131,8 @@ class TensorMap:
 
     @property
     def box_bytes(self) -> int:
-        return math.prod(self.box_elements) * self.element_bytes
+        n = math.prod(self.box_elements) * self.element_bytes
+        return n // 2 if self.data_type == PACKED_4BIT else n
 
 
 def _validate(m: TensorMap, where: str) -> TensorMap:
@@ -153,6 +160,11 @@ def _validate(m: TensorMap, where: str) -> TensorMap:
         if not 1 <= e <= 8:
             raise EmuError(f"{w}tensor map element stride {e} in dim {i} must be in 1..8")
     row = m.box[0] * m.element_bytes
+    if m.data_type == PACKED_4BIT:
+        if m.dims[0] % 16:
+            raise EmuError(f"{w}tensor map dim 0 = {m.dims[0]} 4-bit elements: 16U4_ALIGN8B packs sixteen to 8 "
+                           "bytes, so it must be a multiple of 16 (CUDA driver API cuTensorMapEncodeTiled)")
+        row = m.box[0] // 2 if m.box[0] % 2 == 0 else 1
     if row % 16:
         raise EmuError(f"{w}tensor map inner box row is {row} B; the bounding box must be a multiple of 16 B")
     if m.swizzle not in SWIZZLES:
@@ -237,6 +249,19 @@ def swizzle(address: int, mode: str) -> int:
     return int(swizzle_array(np.int64(address), SWIZZLE_WIDTH[key], SWIZZLE_GRAIN.get(key, 16)))
 
 
+def _byte_view(tmap: TensorMap, coords, where: str):
+    """A 16U4_ALIGN8B map and its coordinates as the byte map they move (dim 0, box 0 and
+    coordinate 0 halved); other maps as they are."""
+    if tmap.data_type != PACKED_4BIT:
+        return tmap, coords
+    if int(coords[0]) % 2:
+        raise Unsupported(f"{_at(where)}16U4_ALIGN8B tensor coordinate {coords[0]} is odd: only copies starting "
+                          "on a byte are simulated")
+    half = dataclasses.replace(tmap, data_type="UINT8", dims=(tmap.dims[0] // 2,) + tmap.dims[1:],
+                               box=(tmap.box[0] // 2,) + tmap.box[1:])
+    return half, (int(coords[0]) // 2,) + tuple(coords[1:])
+
+
 def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[int, int], np.ndarray],
               dst_address: int, where: str = "", read_spans=None) -> np.ndarray:
     """The box at ``coords`` as it lands in shared memory at ``dst_address`` (uint8).
@@ -247,6 +272,7 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
     w = _at(where)
     if len(coords) != tmap.rank:
         raise EmuError(f"{w}cp.async.bulk.tensor gives {len(coords)} coordinates for a rank-{tmap.rank} map")
+    tmap, coords = _byte_view(tmap, coords, where)
     for c in coords:
         if not -(1 << 31) <= int(c) < 1 << 31:
             raise EmuError(f"{w}tensor coordinate {c} does not fit in .s32")
@@ -358,6 +384,7 @@ def store_tile(tmap: TensorMap, coords: tuple[int, ...], smem_bytes: np.ndarray,
     w = _at(where)
     if len(coords) != tmap.rank:
         raise EmuError(f"{w}cp.async.bulk.tensor gives {len(coords)} coordinates for a rank-{tmap.rank} map")
+    tmap, coords = _byte_view(tmap, coords, where)
     if src_address % SMEM_ALIGN:
         raise CheckFailed(f"{w}cp.async.bulk.tensor shared source {src_address:#x} is not {SMEM_ALIGN}-byte aligned")
     width = SWIZZLE_WIDTH[tmap.swizzle]
