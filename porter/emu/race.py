@@ -48,6 +48,12 @@ def _any_beyond(e: np.ndarray, limit: np.ndarray) -> bool:
     return bool(np.count_nonzero(e > limit[e >> AGENT_SHIFT]))
 
 
+# After the bound test fails for an agent's access, its next accesses with a new limit or
+# shadow version skip it this many times (where warps keep writing past each other's limits,
+# as a decode megakernel's reductions do, the bound rarely holds and its test is pure cost).
+_QUIET_BACKOFF = 8
+
+
 class Shadow:
     """Per byte of one CTA's shared memory: the last write and the last read."""
 
@@ -60,7 +66,7 @@ class Shadow:
         # By agent + 1: the largest epoch that agent ever stored in w_epoch / r_epoch, an upper
         # bound of what the arrays hold of it (a write's zeroing of r_epoch only lowers them);
         # ``version`` counts the changes of either. ``quiet``: per (agent, write) key, the
-        # limit table, version and outcome of the last bound test (RaceDetector._quiet).
+        # limit table, version, outcome of the last bound test and back-off left (RaceDetector._quiet).
         self.w_top = np.zeros(1, dtype=np.int64)
         self.r_top = np.zeros(1, dtype=np.int64)
         self.version = 0
@@ -176,15 +182,19 @@ class RaceDetector:
         version, so a repeated access costs a dict look-up."""
         key = aid + aid + write
         q = s.quiet.get(key)
-        if q is not None and q[0] is limit and q[1] == s.version:
-            return q[2]
+        if q is not None:
+            if q[0] is limit and q[1] == s.version:
+                return q[2]
+            if q[3]:                  # the bound failed lately: test the bytes (a guess costs only time)
+                s.quiet[key] = (q[0], q[1], q[2], q[3] - 1)
+                return False
         n1 = limit.size
         if s.w_top.size < n1:
             s.w_top = np.concatenate([s.w_top, np.zeros(n1 - s.w_top.size, dtype=np.int64)])
         if s.r_top.size < n1:
             s.r_top = np.concatenate([s.r_top, np.zeros(n1 - s.r_top.size, dtype=np.int64)])
         ok = not np.count_nonzero(s.w_top > limit) and not (write and np.count_nonzero(s.r_top > limit))
-        s.quiet[key] = (limit, s.version, ok)
+        s.quiet[key] = (limit, s.version, ok, 0 if ok else _QUIET_BACKOFF)
         return ok
 
     def _stored(self, s: Shadow, aid: int, epoch: int, write: bool) -> None:
