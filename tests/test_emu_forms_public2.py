@@ -150,19 +150,20 @@ DONE:
 """
 
 
-def test_elect_lowest_knob_elects_lane_zero_in_a_seeded_run(monkeypatch):
+def test_elect_elects_lane_zero_in_a_seeded_run_unless_asked_for_random(monkeypatch):
     """CUTLASS's sm90 pipelines arm the full barrier from thread 0 while the lane elect.sync
-    picks issues the TMA: a seeded run elects random lanes (the ISA promises only a
-    deterministic choice) unless PORTER_EMU_ELECT=lowest, which keeps the random warp order."""
+    picks issues the TMA: a seeded (shuffled) run still elects the lowest lane, as they
+    assume; PORTER_EMU_ELECT=random elects random leaders (the ISA promises only a fixed
+    choice per member mask) to find kernels that depend on it."""
+    for seed in range(3):
+        out = np.full(4, 99, np.uint32)
+        assert launch(_ELECT_PTX, "el", 1, 128, [out], seed=seed).outputs[0].tolist() == [0, 0, 0, 0]
+    monkeypatch.setenv("PORTER_EMU_ELECT", "random")
     picks = set()
     for seed in range(6):
         out = np.full(4, 99, np.uint32)
         picks.update(launch(_ELECT_PTX, "el", 1, 128, [out], seed=seed).outputs[0].tolist())
     assert picks - {0}
-    monkeypatch.setenv("PORTER_EMU_ELECT", "lowest")
-    for seed in range(3):
-        out = np.full(4, 99, np.uint32)
-        assert launch(_ELECT_PTX, "el", 1, 128, [out], seed=seed).outputs[0].tolist() == [0, 0, 0, 0]
 
 
 _ELECT_TWICE_PTX = """.version 8.0
@@ -199,11 +200,12 @@ DONE:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-def test_elect_elects_the_same_leader_for_the_same_membermask(seed):
+def test_elect_elects_the_same_leader_for_the_same_membermask(seed, monkeypatch):
     """PTX ISA elect.sync: "the same leader thread is elected for the same membermask every
     time". DeepGEMM's sm100 GEMM issues tcgen05.mma under one elect_one_sync and the
     tcgen05.commit under another; a fresh random choice per call made the commit's thread
     one that issued no MMA."""
+    monkeypatch.setenv("PORTER_EMU_ELECT", "random")
     out = np.full((4, 3), 99, np.uint32)
     got = launch(_ELECT_TWICE_PTX, "el2", 1, 128, [out], seed=seed).outputs[0]
     assert (got[:, 0] == got[:, 1]).all() and (got[:, 0] == got[0, 0]).all()   # every warp, every call

@@ -624,10 +624,12 @@ class Scheduler:
         self.resident: list[Cluster] = []
         self.all_ctas: list[CTA] = []
         self.max_resident = max_resident_clusters
-        # elect.sync: a seeded run elects a random lane unless PORTER_EMU_ELECT=lowest (hardware
-        # elects the lowest active lane; CUTLASS's sm90 pipelines rely on it: the elected lane issues
-        # the TMA while thread 0 of the warpgroup arms the barrier)
-        self.random_elect = self.rng is not None and os.environ.get("PORTER_EMU_ELECT", "") != "lowest"
+        # elect.sync elects the lowest member lane, whatever the warp order: the ISA promises only
+        # the same leader for the same membermask, and CUTLASS's sm90 pipelines rely on lane 0 (the
+        # elected lane issues the TMA while thread 0 of the warpgroup arms the barrier), so a random
+        # leader would stop kernels that run on GPUs. PORTER_EMU_ELECT=random (with a seeded order)
+        # elects a random leader per member mask, to find the kernels that depend on which.
+        self.random_elect = self.rng is not None and os.environ.get("PORTER_EMU_ELECT", "") == "random"
         # Set when a barrier phase completes: the running warp yields so its waiters run
         # before it goes on (as hardware wakes them at once), exposing early releases.
         self.yield_now = False
