@@ -172,10 +172,13 @@ def worker(seeds: int, quick: bool) -> int:
     for line in sys.stdin:
         arch_name, name = line.rstrip("\n").split("\t")
         if name in public:
+            # CPU time around the whole case (its PTX parse, launch and check): an older tree's
+            # run summary has no cpu_seconds, and both trees must be timed the same way
             wi = cpu = 0.0
             for seed in range(seeds):
+                t0 = time.process_time()
                 s = cases.run_case(public[name], seed=seed, quick=quick)
-                wi, cpu = wi + s.warp_instructions, cpu + getattr(s, "cpu_seconds", 0.0)
+                wi, cpu = wi + s.warp_instructions, cpu + time.process_time() - t0
         else:
             arch = load_arch(arch_name)
             spec = next(sp for fam in FAMILIES for sp in family_module(fam).variants(arch)
@@ -220,7 +223,10 @@ def bench_ab(args) -> int:
                         print(f"bench_emu: --ab: the worker for {trees[k]} stopped at {job[0]} {job[1]}", file=sys.stderr)
                         return 2
                     wi, cpu = json.loads(answer)
-                    if counts.setdefault(job, wi) != wi:
+                    if args.rates:          # each tree's rate on its own count: cpu scaled to this tree's count
+                        first = counts.setdefault(job, wi)
+                        cpu *= first / wi if wi else 1.0
+                    elif counts.setdefault(job, wi) != wi:
                         print(f"bench_emu: --ab: {job[0]} {job[1]}: {counts[job]:,.0f} warp-instructions here, "
                               f"{wi:,.0f} in {trees[k]}: not the same cases", file=sys.stderr)
                         return 1
@@ -263,6 +269,10 @@ def main(argv=None) -> int:
     which.add_argument("--porter-only", action="store_true", help="porter's kernels only")
     which.add_argument("--public-only", action="store_true", help="the public-style kernels only")
     p.add_argument("--ab", metavar="TREE", help="this tree's simulator against TREE's, case by case (CPU time)")
+    p.add_argument("--rates", action="store_true",
+                   help="with --ab: compare warp-instructions per CPU-second even where the two trees execute "
+                        "a case in a different number of warp-instructions (a simulator fix that changes a "
+                        "loop's trip count), instead of refusing")
     p.add_argument("--repeat", type=_positive, default=2, help="with --ab: repetitions per case (least CPU time kept)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
