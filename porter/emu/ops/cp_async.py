@@ -39,12 +39,18 @@ class _Copy:
     """One cp.async instruction: per lane a destination offset, the bytes to land and the
     destination's bytes at issue (they must not change while the copy is in flight)."""
 
-    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp", "distinct")
+    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp", "distinct", "arrive_clock", "arrive_lanes")
 
     def __init__(self, pending, group, dst, data, before, line, warp, distinct=False):
         self.pending, self.group, self.dst, self.data = pending, group, dst, data
         self.before, self.line, self.warp = before, line, warp
         self.distinct = distinct        # the lanes' destinations are known to be distinct
+        # the issuing warp's clock at the first cp.async.mbarrier.arrive that tracks this copy, and
+        # the lanes it tracks: wherever those lanes' bytes land (that arrive, a later arrive whose
+        # completion the engine ran first, a wait_group, the warp's exit), the write is ordered
+        # before the first arrive's mbarrier phase, so it is stamped with that clock
+        self.arrive_clock = None
+        self.arrive_lanes = None
 
 
 def inflight(cta) -> np.ndarray:
@@ -129,8 +135,17 @@ def _land(w, c: _Copy, due: np.ndarray, clock=None) -> None:
     rows = dst // n                 # each copy is n bytes at an n-aligned offset: one row of n bytes
     race = w.sched.race
     if race is not None:
-        race.check_rows(w.cta, dst, n, w.aid, w.vc if clock is None else clock, True, c.line,
-                        f"the cp.async of {w.name}", "cp.async landing")
+        if c.arrive_clock is not None:
+            # tracked lanes: the first arrive that tracked them (another thread's arrive, or a
+            # later arrive of this one that ran first, must not make the write look later)
+            tracked = c.arrive_lanes[lanes]
+            for sel, vc in ((tracked, c.arrive_clock), (~tracked, w.vc if clock is None else clock)):
+                if sel.any():
+                    race.check_rows(w.cta, dst[sel], n, w.aid, vc, True, c.line,
+                                    f"the cp.async of {w.name}", "cp.async landing")
+        else:
+            race.check_rows(w.cta, dst, n, w.aid, w.vc if clock is None else clock, True, c.line,
+                            f"the cp.async of {w.name}", "cp.async landing")
     _written_rows(w.cta, n)[rows] = True
     data = _rows_of(w.cta.smem, 1, n)
     now = data[rows]
@@ -359,6 +374,12 @@ def _mbarrier_arrive(ins, d):
             tracked = [(c, t) for c, t in tracked if t.any()]
             race = w.sched.race
             clock = w.vc.copy() if race is not None else None
+            if clock is not None:
+                for c, t in tracked:
+                    if c.arrive_clock is None:
+                        c.arrive_clock, c.arrive_lanes = clock, t.copy()
+                    else:
+                        c.arrive_lanes |= t
 
             def complete(w=w, bar=bar, tracked=tracked, lane=int(lane), clock=clock):
                 if w.cta.done:
