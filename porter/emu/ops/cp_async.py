@@ -39,18 +39,17 @@ class _Copy:
     """One cp.async instruction: per lane a destination offset, the bytes to land and the
     destination's bytes at issue (they must not change while the copy is in flight)."""
 
-    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp", "distinct", "arrive_clock", "arrive_lanes")
+    __slots__ = ("pending", "group", "dst", "data", "before", "line", "warp", "distinct", "arrive_clocks")
 
     def __init__(self, pending, group, dst, data, before, line, warp, distinct=False):
         self.pending, self.group, self.dst, self.data = pending, group, dst, data
         self.before, self.line, self.warp = before, line, warp
         self.distinct = distinct        # the lanes' destinations are known to be distinct
-        # the issuing warp's clock at the first cp.async.mbarrier.arrive that tracks this copy, and
-        # the lanes it tracks: wherever those lanes' bytes land (that arrive, a later arrive whose
-        # completion the engine ran first, a wait_group, the warp's exit), the write is ordered
-        # before the first arrive's mbarrier phase, so it is stamped with that clock
-        self.arrive_clock = None
-        self.arrive_lanes = None
+        # (lanes, clock) per cp.async.mbarrier.arrive that first tracked some of its lanes: the
+        # issuing warp's clock at that arrive. Wherever those lanes' bytes land (that arrive, a
+        # later arrive whose completion the engine ran first, a wait_group, the warp's exit), the
+        # write is ordered before that arrive's mbarrier phase, so it is stamped with that clock
+        self.arrive_clocks: list = []
 
 
 def inflight(cta) -> np.ndarray:
@@ -124,28 +123,24 @@ def check_not_in_flight(w, offs: np.ndarray, nbytes: int, what: str) -> None:
                       f"asynchronous copy is still writing{who}")
 
 
-def _land(w, c: _Copy, due: np.ndarray, clock=None) -> None:
+def _land(w, c: _Copy, due: np.ndarray) -> None:
     """Write copy ``c``'s bytes for the lanes ``due`` (bool (32,)) into shared memory. For the
-    race detector the write is the issuing warp's (``w``), at its clock now (the wait that makes
-    the bytes visible to it) or at ``clock`` (an mbarrier-tracked completion: its clock at the
-    cp.async.mbarrier.arrive). cp.async writes in the generic proxy."""
+    race detector the write is the issuing warp's (``w``): for lanes a cp.async.mbarrier.arrive
+    tracks, at its clock at that arrive (``c.arrive_clocks``), else at its clock now (the wait
+    that makes the bytes visible to it). cp.async writes in the generic proxy."""
     n = c.data.shape[1]
     lanes = np.nonzero(due)[0]
     dst = c.dst[lanes]
     rows = dst // n                 # each copy is n bytes at an n-aligned offset: one row of n bytes
     race = w.sched.race
     if race is not None:
-        if c.arrive_clock is not None:
-            # tracked lanes: the first arrive that tracked them (another thread's arrive, or a
-            # later arrive of this one that ran first, must not make the write look later)
-            tracked = c.arrive_lanes[lanes]
-            for sel, vc in ((tracked, c.arrive_clock), (~tracked, w.vc if clock is None else clock)):
-                if sel.any():
-                    race.check_rows(w.cta, dst[sel], n, w.aid, vc, True, c.line,
-                                    f"the cp.async of {w.name}", "cp.async landing")
-        else:
-            race.check_rows(w.cta, dst, n, w.aid, w.vc if clock is None else clock, True, c.line,
-                            f"the cp.async of {w.name}", "cp.async landing")
+        rest = np.ones(lanes.size, dtype=bool)
+        for tracked, vc in c.arrive_clocks + [(None, w.vc)]:
+            sel = rest if tracked is None else rest & tracked[lanes]
+            if sel.any():
+                race.check_rows(w.cta, dst[sel], n, w.aid, vc, True, c.line,
+                                f"the cp.async of {w.name}", "cp.async landing")
+                rest = rest & ~sel
     _written_rows(w.cta, n)[rows] = True
     data = _rows_of(w.cta.smem, 1, n)
     now = data[rows]
@@ -376,17 +371,18 @@ def _mbarrier_arrive(ins, d):
             clock = w.vc.copy() if race is not None else None
             if clock is not None:
                 for c, t in tracked:
-                    if c.arrive_clock is None:
-                        c.arrive_clock, c.arrive_lanes = clock, t.copy()
-                    else:
-                        c.arrive_lanes |= t
+                    new = t.copy()
+                    for seen, _ in c.arrive_clocks:
+                        new &= ~seen
+                    if new.any():
+                        c.arrive_clocks.append((new, clock))
 
             def complete(w=w, bar=bar, tracked=tracked, lane=int(lane), clock=clock):
                 if w.cta.done:
                     return
                 for c, t in tracked:
                     if c.pending[lane]:
-                        _land(w, c, t, clock)
+                        _land(w, c, t)
                 if clock is not None:
                     w.sched.race.release_clock(clock, bar)
                 st.copies = [c for c in st.copies if c.pending.any()]
