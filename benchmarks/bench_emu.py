@@ -223,7 +223,7 @@ def bench_ab(args) -> int:
                         print(f"bench_emu: --ab: the worker for {trees[k]} stopped at {job[0]} {job[1]}", file=sys.stderr)
                         return 2
                     wi, cpu = json.loads(answer)
-                    if args.rates:          # each tree's rate on its own count: cpu scaled to this tree's count
+                    if args.rates:          # cpu scaled to the case's first recorded count, so count / cpu is each tree's own rate
                         first = counts.setdefault(job, wi)
                         cpu *= first / wi if wi else 1.0
                     elif counts.setdefault(job, wi) != wi:
