@@ -54,6 +54,11 @@ def _any_beyond(e: np.ndarray, limit: np.ndarray) -> bool:
 _QUIET_BACKOFF = 8
 
 
+def _grown(top: np.ndarray, size: int) -> np.ndarray:
+    """A per-agent bound array (Shadow.w_top / r_top) padded with zeros to ``size`` agents + 1."""
+    return np.concatenate([top, np.zeros(size - top.size, dtype=np.int64)])
+
+
 class Shadow:
     """Per byte of one CTA's shared memory: the last write and the last read."""
 
@@ -190,9 +195,9 @@ class RaceDetector:
                 return False
         n1 = limit.size
         if s.w_top.size < n1:
-            s.w_top = np.concatenate([s.w_top, np.zeros(n1 - s.w_top.size, dtype=np.int64)])
+            s.w_top = _grown(s.w_top, n1)
         if s.r_top.size < n1:
-            s.r_top = np.concatenate([s.r_top, np.zeros(n1 - s.r_top.size, dtype=np.int64)])
+            s.r_top = _grown(s.r_top, n1)
         ok = not np.count_nonzero(s.w_top > limit) and not (write and np.count_nonzero(s.r_top > limit))
         s.quiet[key] = (limit, s.version, ok, 0 if ok else _QUIET_BACKOFF)
         return ok
@@ -201,14 +206,13 @@ class RaceDetector:
         """An access of ``aid`` stored ``epoch`` (in w_epoch for a write, else r_epoch): raise
         that agent's bound."""
         k = aid + 1
-        if write:
-            top = s.w_top
-            if k >= top.size:
-                top = s.w_top = np.concatenate([top, np.zeros(max(k + 1, self.n + 1) - top.size, dtype=np.int64)])
-        else:
-            top = s.r_top
-            if k >= top.size:
-                top = s.r_top = np.concatenate([top, np.zeros(max(k + 1, self.n + 1) - top.size, dtype=np.int64)])
+        top = s.w_top if write else s.r_top
+        if k >= top.size:
+            top = _grown(top, max(k + 1, self.n + 1))
+            if write:
+                s.w_top = top
+            else:
+                s.r_top = top
         if epoch > top[k]:
             top[k] = epoch
             s.version += 1
