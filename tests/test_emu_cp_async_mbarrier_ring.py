@@ -45,18 +45,14 @@ INITED:
   bar.sync 0;
   mov.u32 %r6, 0;
   setp.ge.u32 %p2, %r1, 32;
-  @%p2 bra CONSUMER;
-PRODUCE:
+ROUND:
+  // round r6: stage r7, its full / empty barriers r12 / r11, its slot r15, element r16
   and.b32 %r7, %r6, 1;
   shr.u32 %r8, %r6, 1;
   and.b32 %r8, %r8, 1;
-  xor.b32 %r9, %r8, 1;
   shl.b32 %r10, %r7, 3;
   add.u32 %r11, %r4, %r10;
   add.u32 %r12, %r3, %r10;
-PWAIT:
-  mbarrier.try_wait.parity.shared.b64 %p3, [%r11], %r9;
-  @!%p3 bra PWAIT;
   shl.b32 %r13, %r7, 7;
   shl.b32 %r14, %r2, 2;
   add.u32 %r15, %r13, %r14;
@@ -64,38 +60,28 @@ PWAIT:
   shl.b32 %r16, %r6, 5;
   add.u32 %r16, %r16, %r2;
   mul.wide.u32 %rd3, %r16, 4;
+  @%p2 bra CONSUME;
+  xor.b32 %r9, %r8, 1;
+PWAIT:
+  mbarrier.try_wait.parity.shared.b64 %p3, [%r11], %r9;
+  @!%p3 bra PWAIT;
   add.u64 %rd4, %rd1, %rd3;
   cp.async.ca.shared.global [%r15], [%rd4], 4;
   cp.async.mbarrier.arrive.noinc.shared.b64 [%r12];
   mbarrier.arrive.shared.b64 _, [%r12];
-  add.u32 %r6, %r6, 1;
-  setp.lt.u32 %p3, %r6, %ROUNDS;
-  @%p3 bra PRODUCE;
-  bra DONE;
-CONSUMER:
-  and.b32 %r7, %r6, 1;
-  shr.u32 %r8, %r6, 1;
-  and.b32 %r8, %r8, 1;
-  shl.b32 %r10, %r7, 3;
-  add.u32 %r11, %r4, %r10;
-  add.u32 %r12, %r3, %r10;
+  bra NEXT;
+CONSUME:
 CWAIT:
   mbarrier.try_wait.parity.shared.b64 %p3, [%r12], %r8;
   @!%p3 bra CWAIT;
-  shl.b32 %r13, %r7, 7;
-  shl.b32 %r14, %r2, 2;
-  add.u32 %r15, %r13, %r14;
-  add.u32 %r15, %r5, %r15;
   ld.shared.f32 %f1, [%r15];
   mbarrier.arrive.shared.b64 _, [%r11];
-  shl.b32 %r16, %r6, 5;
-  add.u32 %r16, %r16, %r2;
-  mul.wide.u32 %rd3, %r16, 4;
   add.u64 %rd4, %rd2, %rd3;
   st.global.f32 [%rd4], %f1;
+NEXT:
   add.u32 %r6, %r6, 1;
   setp.lt.u32 %p3, %r6, %ROUNDS;
-  @%p3 bra CONSUMER;
+  @%p3 bra ROUND;
 DONE:
   ret;
 }
