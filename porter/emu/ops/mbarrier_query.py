@@ -27,6 +27,12 @@ def token(bar, no_complete: bool) -> int:
     return (bar.phase & PHASE_MASK) | (bar.pending << _PENDING_SHIFT) | (_NO_COMPLETE if no_complete else 0)
 
 
+def tokens(bar, pending_before: np.ndarray) -> np.ndarray:
+    """``token`` of arrives on ``bar`` (none .noComplete) in its current phase that saw these
+    pending counts before them: uint64, one per arrive."""
+    return (pending_before.astype(np.uint64) << np.uint64(_PENDING_SHIFT)) | np.uint64(bar.phase & PHASE_MASK)
+
+
 def no_complete_completed(where: str, bar) -> None:
     raise CheckFailed(f"{where}: mbarrier.arrive.noComplete completed phase {bar.phase - 1} of the mbarrier at "
                       f"{bar.where} (its last pending arrival)")

@@ -17,8 +17,8 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed
-from porter.emu.ops.mbarrier_query import PHASE_MASK, no_complete_completed, token
-from porter.emu.units.mbarrier import MBarrier
+from porter.emu.ops.mbarrier_query import PHASE_MASK, no_complete_completed, token, tokens
+from porter.emu.units.mbarrier import TX_LIMIT, MBarrier
 
 WARP = 32
 
@@ -252,6 +252,59 @@ def _lane_addrs(w, m, addr_fn):
     return (a if m is None and w.full else a[sel]).tolist()      # (Python ints, as int(x) of each)
 
 
+def _one_value(v, sel, full: bool):
+    """The one value the lanes ``sel`` of ``v`` hold (a Python int), or None when they differ
+    (``full``: every lane is selected, so the 32 lanes' bytes are compared at once)."""
+    if type(v) is not np.ndarray or v.shape != (WARP,):
+        v = np.broadcast_to(np.asarray(v), (WARP,))
+    if full:
+        raw = v.tobytes()
+        return int(v[0]) if raw == raw[:v.itemsize] * WARP else None
+    a = v[sel]
+    if not a.size or np.count_nonzero(a != a[0]):
+        return None
+    return int(a[0])
+
+
+def _arrive_once(w, sel, a: int, vals, expect: bool, remote: bool, wd, m, where: str) -> bool:
+    """mbarrier.arrive of the lanes ``sel``, which all name the barrier at ``a``, as one update
+    of it: the same barrier state, state tokens and errors as the lanes' arrives one by one
+    (each token is the phase and pending count before that lane's arrive), when the lanes'
+    arrivals stay within the current phase and complete it, if at all, at the last lane.
+    False, with nothing changed, where they would not (the caller then takes them one by one)."""
+    if not remote and mem.split_cluster_address(a)[0] != w.cta.rank:
+        return False                         # (the per-lane path raises the ISA's error)
+    bar = _barrier_at(w, a, where)
+    if not bar.initialised:
+        return False
+    lanes = np.flatnonzero(sel)
+    n = lanes.size
+    if expect:
+        counts = None
+        total = n
+        tx = int(vals.sum(dtype=np.int64))
+        if bar.tx + tx > TX_LIMIT:
+            return False
+    else:
+        counts = vals.astype(np.int64) if vals is not None else None
+        total = int(counts.sum()) if counts is not None else n
+    if total > bar.pending or (total == bar.pending and counts is not None and counts[-1] == 0):
+        return False
+    race = w.sched.race
+    if race is not None:                     # one release stands for the lanes' (same clock joined)
+        race.release(w, bar)
+    if wd is not None:
+        before = np.arange(n, dtype=np.int64) if counts is None else np.cumsum(counts) - counts
+        state = np.zeros(WARP, dtype=np.uint64)
+        state[lanes] = tokens(bar, bar.pending - before)
+    if expect:
+        bar.expect_tx(tx)
+    bar.arrive(total, w.name)
+    if wd is not None:
+        wd(w, state, m)
+    return True
+
+
 def build_mbarrier(ins, d):
     parts = ins.parts
     kind = parts[1]
@@ -281,6 +334,10 @@ def build_mbarrier(ins, d):
         def arrive(w, m):
             sel = w.live if m is None else m
             vals = np.broadcast_to(np.asarray(extra(w)), (32,))[sel] if extra is not None else None
+            if kind == "arrive" and not no_complete:
+                a = _one_value(addr_fn(w), sel, m is None and w.full)
+                if a is not None and _arrive_once(w, sel, a, vals, expect, remote, wd, m, where):
+                    return None
             state = np.zeros(32, dtype=np.uint64)
             for j, a in enumerate(_lane_addrs(w, m, addr_fn)):
                 if not remote and mem.split_cluster_address(a)[0] != w.cta.rank:
@@ -339,13 +396,17 @@ def build_mbarrier(ins, d):
                 return bar.phase_done(p)
             return bar.phase > (p & PHASE_MASK)   # the state token from arrive holds the phase number
 
-        def try_wait(w, m):
-            sel = w.live if m is None else m
-            lanes = np.nonzero(sel)[0]
-            ph = np.broadcast_to(np.asarray(rphase(w)), (32,))[lanes].tolist()
-            # The lanes' (barrier, phase) pairs, each distinct pair once in the order of its first
-            # lane (the lanes of a warp usually wait on one): the same barriers looked up, the
-            # same first failure, the same outcome per lane, the same acquires (idempotent).
+        def lane_pairs(w, m, sel):
+            """The lanes' (barrier, phase) pairs, each distinct pair once in the order of its first
+            lane (the lanes of a warp usually wait on one: then one pair, ``which`` None), and
+            per lane the index of its pair: the same barriers looked up, the same first failure,
+            the same outcome per lane, the same acquires (idempotent) as lane by lane."""
+            full = m is None and w.full
+            a = _one_value(addr_fn(w), sel, full)
+            p = _one_value(rphase(w), sel, full) if a is not None else None
+            if p is not None:
+                return [(_barrier_at(w, a, where), p)], None
+            ph = np.broadcast_to(np.asarray(rphase(w)), (32,))[sel].tolist()
             first_of: dict = {}
             bars, which = [], []
             for a, p in zip(_lane_addrs(w, m, addr_fn), ph):
@@ -354,10 +415,18 @@ def build_mbarrier(ins, d):
                     k = first_of[(a, p)] = len(bars)
                     bars.append((_barrier_at(w, a, where), p))
                 which.append(k)
+            return bars, which
+
+        def try_wait(w, m):
+            sel = w.live if m is None else m
+            bars, which = lane_pairs(w, m, sel)
             ok = [done(b, p) for b, p in bars]
             if all(ok) or not blocking:
-                out = np.zeros(32, dtype=bool)
-                out[lanes] = [ok[k] for k in which]
+                if which is None:
+                    out = sel.copy() if ok[0] else np.zeros(32, dtype=bool)
+                else:
+                    out = np.zeros(32, dtype=bool)
+                    out[np.nonzero(sel)[0]] = [ok[k] for k in which]
                 wd(w, out, m)
                 if w.sched.race is not None:
                     for (b, _), o in zip(bars, ok):
