@@ -244,29 +244,40 @@ class RaceDetector:
         its message is the same; ``report``: the access's own byte offsets, in its order, when
         the rows only cover the same set of bytes (a wgmma operand's sorted chunks); ``rows``:
         ``offs // width`` when the caller has it already (ld/st.shared, ldmatrix)."""
+        if rows is None:
+            rows = offs // width
+        if not self.rows_quiet(cta, rows, aid, vc, write, width):
+            if report is None:
+                report = (offs[:, None] + np.arange(width)).reshape(-1)
+            self.check(cta, report, aid, vc, write, line, who, what)
+            raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
+        self.store_rows(cta, rows, width, aid, vc, write, line)
+
+    def rows_quiet(self, cta, rows: np.ndarray, aid: int, vc: np.ndarray, write: bool, width: int = 16) -> bool:
+        """Whether an access of ``aid`` to the shadow rows ``rows`` of ``width`` bytes finds no
+        race (nothing stored; ``check_rows`` reports one when this says False)."""
         s = self.shadows.get(id(cta)) or self.shadow(cta)
         if vc.size != self.n:
             vc = self._fit(vc)
         cached = self._known.get(aid)           # (_limit_of's cache, tested here: one call fewer)
         limit = cached[1] if cached is not None and cached[0] is vc else self._limit_of(aid, vc)
-        if rows is None:
-            rows = offs // width
-        views = s._rows.get(width) or s.rows(width)
-        w_epoch, _, r_epoch, _, w_epoch_v, w_line_v, r_epoch_v, r_line_v = views
         if self._quiet(s, aid, limit, write):
-            racy = 0
-        else:
-            # take, not fancy indexing: a quarter of the cost for rows of a 2-D array
-            e = w_epoch.take(rows, axis=0)
-            racy = np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
-            if write and not racy:
-                e = r_epoch.take(rows, axis=0)
-                racy = np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
-        if racy:
-            if report is None:
-                report = (offs[:, None] + np.arange(width)).reshape(-1)
-            self.check(cta, report, aid, vc, write, line, who, what)
-            raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
+            return True
+        views = s._rows.get(width) or s.rows(width)
+        # take, not fancy indexing: a quarter of the cost for rows of a 2-D array
+        e = views[0].take(rows, axis=0)
+        if np.count_nonzero(e > limit.take(e >> AGENT_SHIFT)):
+            return False
+        if write:
+            e = views[2].take(rows, axis=0)
+            return not np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
+        return True
+
+    def store_rows(self, cta, rows: np.ndarray, width: int, aid: int, vc: np.ndarray, write: bool, line: int) -> None:
+        """Record an access of ``aid`` at ``line`` to the shadow rows ``rows`` (checked already)."""
+        s = self.shadows.get(id(cta)) or self.shadow(cta)
+        views = s._rows.get(width) or s.rows(width)
+        _, _, _, _, w_epoch_v, w_line_v, r_epoch_v, r_line_v = views
         epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
         epochs = _ROW_VALUES.get((width, np.int64))
         lines = _ROW_VALUES.get((width, np.int32))

@@ -28,7 +28,7 @@ import numpy as np
 from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed
-from porter.emu.ops.memory import check_async_read_rows
+from porter.emu.ops.memory import _written_rows, check_async_read_rows
 from porter.emu.units import wgmma as unit
 
 _SHAPE = re.compile(r"m64n(\d+)k(\d+)")
@@ -49,6 +49,28 @@ def _operand(desc: int, rows: int, k: int, elem_bits: int, mn_major: bool, smem_
     addr.flags.writeable = False
     distinct = not any(kind == "alias" for kind, _ in notes)
     return addr, int(addr.min()), int(addr.max()) + 1, notes, chunk_rows(addr, distinct)
+
+
+_BOTH: dict = {}
+
+
+def _both_rows(b_rows, a_rows):
+    """B's and A's chunk rows as one array (None when either is not whole chunks), so an SS
+    wgmma's two operand reads are checked in one pass: reads never race with reads and both
+    store the same epoch and line, so one pass over both sets decides and stores as two do.
+    Cached by the arrays' identity (``_operand``'s cached, read-only results; the entry holds
+    them, so an id is not reused while its entry lives)."""
+    if b_rows is None or a_rows is None:
+        return None
+    hit = _BOTH.get((id(b_rows), id(a_rows)))
+    if hit is not None and hit[0] is b_rows and hit[1] is a_rows:
+        return hit[2]
+    rows = np.concatenate([b_rows, a_rows])
+    rows.flags.writeable = False
+    if len(_BOTH) > 4096:
+        _BOTH.clear()
+    _BOTH[(id(b_rows), id(a_rows))] = (b_rows, a_rows, rows)
+    return rows
 
 
 def chunk_rows(addr: np.ndarray, distinct: bool = False) -> np.ndarray | None:
@@ -73,6 +95,19 @@ def chunk_rows(addr: np.ndarray, distinct: bool = False) -> np.ndarray | None:
             return None
     rows.flags.writeable = False
     return rows
+
+
+def _checked_at_once(w, cta, rows: np.ndarray, race, line: int) -> bool:
+    """Both operands' proxy and race checks in one pass over their chunk ``rows`` when neither
+    finds anything (True: checked and stored); False, with nothing stored, when one would: the
+    caller then checks operand by operand, so the first finding and its message are the same."""
+    if np.count_nonzero(_written_rows(cta, 16)[rows]):
+        return False
+    if race is not None and not race.rows_quiet(cta, rows, w.aid, w.vc, False):
+        return False
+    if race is not None:
+        race.store_rows(cta, rows, 16, w.aid, w.vc, False, line)
+    return True
 
 
 def _warn_layout(launch, where: str, which: str, notes) -> None:
@@ -171,9 +206,13 @@ def build_wgmma(ins, d):
                 return DEFER
             n = int(np.asarray(rn(w)).reshape(-1)[0])
             st = _state(w)
+            ops = []
             while len(st.groups) > n:
-                for op in st.groups.pop(0):
-                    op(w)
+                ops += st.groups.pop(0)
+            carry = None
+            for i, op in enumerate(ops):
+                nxt = ops[i + 1].acc_key if i + 1 < len(ops) else None
+                carry = op(w, carry, nxt)
         return wait
     if kind != "mma_async":
         raise d.unsupported()
@@ -198,6 +237,7 @@ def build_wgmma(ins, d):
     if not isinstance(dvec, ptx.Vec) or len(dvec.items) != n_regs:
         raise d.unsupported(f"(expected {n_regs} accumulator registers)")
     acc_ids = [d.rid(x) for x in dvec.items]
+    acc_key = tuple(acc_ids)
     rs = isinstance(ops[1], ptx.Vec)
     if rs:
         a_ids = [d.rid(x) for x in ops[1].items]
@@ -251,16 +291,18 @@ def build_wgmma(ins, d):
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel, full)
         st = _state(w)
         race = w.sched.race
-        for addr, chunks in ((b_addr, b_rows), (a_addr, a_rows)):
-            if addr is not None:
-                check_async_read_rows(cta, addr, chunks, f"{where}: the wgmma.mma_async of {w.name}")
-                if race is None:
-                    continue
-                if chunks is not None:           # the same set of bytes, a row per chunk
-                    race.check_rows(cta, chunks * 16, 16, w.aid, w.vc, False, line, w.name, "a wgmma operand",
-                                    report=addr)
-                else:
-                    race.access(w, cta, addr, False, line, "a wgmma operand")
+        both = _both_rows(b_rows, a_rows) if a_addr is not None else None
+        if both is None or not _checked_at_once(w, cta, both, race, line):
+            for addr, chunks in ((b_addr, b_rows), (a_addr, a_rows)):
+                if addr is not None:
+                    check_async_read_rows(cta, addr, chunks, f"{where}: the wgmma.mma_async of {w.name}")
+                    if race is None:
+                        continue
+                    if chunks is not None:           # the same set of bytes, a row per chunk
+                        race.check_rows(cta, chunks * 16, 16, w.aid, w.vc, False, line, w.name, "a wgmma operand",
+                                        report=addr)
+                    else:
+                        race.access(w, cta, addr, False, line, "a wgmma operand")
         seq = st.issued                  # this warp's n-th mma_async: the warpgroup's n-th operation
         token = object()
         what = f"the wgmma.mma_async at line {line} ({w.name})"
@@ -288,7 +330,12 @@ def build_wgmma(ins, d):
         group = _collective(cta, w.index // 4, seq)
         group["reads"].append(reads_done)
 
-        def complete(w):
+        def complete(w, carry=None, next_key=None):
+            """Complete the operation. ``carry``: (accumulator key, D as float32 (16, n)) of the
+            operation completed just before in the same wait_group, whose registers were left
+            unwritten when they are this one's (its D is read from there: the same float32
+            values); ``next_key``: the next one's key there (this one then leaves them so).
+            Returns this one's carry."""
             for done in group["reads"]:      # the first wait of the warpgroup ends every warp's reads
                 done(w.name)
             group["reads"].clear()
@@ -308,7 +355,9 @@ def build_wgmma(ins, d):
                 avals = unit.decode_values(a_raw.reshape(16, -1), atype)
             idx = _acc_index(n, wq)
             dmat = None
-            if scale_d:
+            if scale_d and carry is not None and carry[0] == acc_key:
+                dmat = carry[1]
+            elif scale_d:
                 cur = np.array([w.r[i] for i in acc_ids]).astype(np.uint32)     # (regs, 32)
                 if half_d:       # register r: elements 2r (bits 0-15) and 2r+1 (bits 16-31)
                     cur = np.stack([cur & 0xFFFF, cur >> 16], axis=1).reshape(n // 2, 32)
@@ -319,20 +368,26 @@ def build_wgmma(ins, d):
                 dmat[idx] = cur
                 dmat = dmat.reshape(16, n)
             res = unit.mma(avals, bvals, dmat, scale_a, scale_b)
-            if half_d:
+            keep = not half_d and next_key == acc_key       # the next operation reads D from the carry
+            if keep:
+                out = None
+            elif half_d:
                 h = res.reshape(-1)[idx].astype(np.float16).view(np.uint16).astype(np.uint32)   # (n/2, 32)
                 out = np.ascontiguousarray(h[0::2] | (h[1::2] << 16))
             else:
                 out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
             regs, refs, poisoned = w.r, st.refs, w.poisoned
             for j, i in enumerate(acc_ids):
-                regs[i] = out[j]                # a row: contiguous, never written in place
+                if not keep:
+                    regs[i] = out[j]            # a row: contiguous, never written in place
                 left = refs[i] - 1
                 if left:
                     refs[i] = left
                 else:
                     del refs[i]
                     poisoned.pop(i, None)
+            return None if half_d else (acc_key, res)
+        complete.acc_key = acc_key
         st.open.append(complete)
         return _rendezvous(w, group, where)
     mma_async.n_dst = 0
