@@ -402,11 +402,14 @@ def build_mbarrier(ins, d):
             per lane the index of its pair: the same barriers looked up, the same first failure,
             the same outcome per lane, the same acquires (idempotent) as lane by lane."""
             full = m is None and w.full
+            phases = rphase(w)
+            if not parity:        # a state token: only its phase field names the phase waited on
+                phases = np.asarray(phases) & np.uint64(PHASE_MASK)
             a = _one_value(addr_fn(w), sel, full)
-            p = _one_value(rphase(w), sel, full) if a is not None else None
+            p = _one_value(phases, sel, full) if a is not None else None
             if p is not None:
                 return [(_barrier_at(w, a, where), p)], None
-            ph = np.broadcast_to(np.asarray(rphase(w)), (32,))[sel].tolist()
+            ph = np.broadcast_to(np.asarray(phases), (32,))[sel].tolist()
             first_of: dict = {}
             bars, which = [], []
             for a, p in zip(_lane_addrs(w, m, addr_fn), ph):
