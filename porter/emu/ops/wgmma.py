@@ -318,11 +318,16 @@ def build_wgmma(ins, d):
         w.sched.counters["wgmma"] += 1
         st.issued += 1
 
-        def reads_done(who):
-            """The operation's reads end: its operands must still hold what it read at issue."""
+        def reads_done(who, now: dict):
+            """The operation's reads end: its operands must still hold what it read at issue.
+            ``now``: the operand bytes as they are, by address array, gathered once for the
+            warpgroup's operations that end together (its warps read one B)."""
             for key in keys:
                 cta.inflight_reads.pop(key, None)
-            if not np.array_equal(smem[b_addr], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
+            b_now = now.get(id(b_addr))
+            if b_now is None or b_now[0] is not b_addr:
+                b_now = now[id(b_addr)] = (b_addr, smem[b_addr])
+            if not np.array_equal(b_now[1], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
                 raise CheckFailed(f"{where}: {who}: the shared memory this wgmma.mma_async reads changed before the "
                                   "wgmma.wait_group that covers it (its stage was released before the wait that covers it, "
                                   "or overwritten)")
@@ -336,10 +341,17 @@ def build_wgmma(ins, d):
             unwritten when they are this one's (its D is read from there: the same float32
             values); ``next_key``: the next one's key there (this one then leaves them so).
             Returns this one's carry."""
+            now: dict = {}
             for done in group["reads"]:      # the first wait of the warpgroup ends every warp's reads
-                done(w.name)
+                done(w.name, now)
             group["reads"].clear()
-            bvals = unit.decode_values(b_raw.reshape(n, -1), btype)
+            # B's values, decoded once for the warpgroup's operation: its warps' snapshots of one
+            # B are equal once the reads above passed (each was compared with the bytes as they are)
+            decoded = group.setdefault("b_values", {})
+            hit = decoded.get((id(b_addr), btype))
+            if hit is None or hit[0] is not b_addr:
+                hit = decoded[(id(b_addr), btype)] = (b_addr, unit.decode_values(b_raw.reshape(n, -1), btype))
+            bvals = hit[1]
             if rs:
                 rows, cols = _a_lanes(k, ea, wq)
                 per = 32 // ea
