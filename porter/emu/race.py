@@ -246,17 +246,21 @@ class RaceDetector:
         ``offs // width`` when the caller has it already (ld/st.shared, ldmatrix)."""
         if rows is None:
             rows = offs // width
-        if not self.rows_quiet(cta, rows, aid, vc, write, width):
+        s = self.shadows.get(id(cta)) or self.shadow(cta)      # looked up once for both halves
+        if not self.rows_quiet(cta, rows, aid, vc, write, width, s):
             if report is None:
                 report = (offs[:, None] + np.arange(width)).reshape(-1)
             self.check(cta, report, aid, vc, write, line, who, what)
             raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
-        self.store_rows(cta, rows, width, aid, vc, write, line)
+        self.store_rows(cta, rows, width, aid, vc, write, line, s)
 
-    def rows_quiet(self, cta, rows: np.ndarray, aid: int, vc: np.ndarray, write: bool, width: int = 16) -> bool:
+    def rows_quiet(self, cta, rows: np.ndarray, aid: int, vc: np.ndarray, write: bool, width: int = 16,
+                   s: Shadow | None = None) -> bool:
         """Whether an access of ``aid`` to the shadow rows ``rows`` of ``width`` bytes finds no
-        race (nothing stored; ``check_rows`` reports one when this says False)."""
-        s = self.shadows.get(id(cta)) or self.shadow(cta)
+        race (nothing stored; ``check_rows`` reports one when this says False). ``s``: the
+        CTA's shadow when the caller has it."""
+        if s is None:
+            s = self.shadows.get(id(cta)) or self.shadow(cta)
         if vc.size != self.n:
             vc = self._fit(vc)
         cached = self._known.get(aid)           # (_limit_of's cache, tested here: one call fewer)
@@ -273,9 +277,12 @@ class RaceDetector:
             return not np.count_nonzero(e > limit.take(e >> AGENT_SHIFT))
         return True
 
-    def store_rows(self, cta, rows: np.ndarray, width: int, aid: int, vc: np.ndarray, write: bool, line: int) -> None:
-        """Record an access of ``aid`` at ``line`` to the shadow rows ``rows`` (checked already)."""
-        s = self.shadows.get(id(cta)) or self.shadow(cta)
+    def store_rows(self, cta, rows: np.ndarray, width: int, aid: int, vc: np.ndarray, write: bool, line: int,
+                   s: Shadow | None = None) -> None:
+        """Record an access of ``aid`` at ``line`` to the shadow rows ``rows`` (checked already);
+        ``s`` as for ``rows_quiet``."""
+        if s is None:
+            s = self.shadows.get(id(cta)) or self.shadow(cta)
         views = s._rows.get(width) or s.rows(width)
         _, _, _, _, w_epoch_v, w_line_v, r_epoch_v, r_line_v = views
         epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])

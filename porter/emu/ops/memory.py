@@ -153,10 +153,14 @@ def check_async_read_rows(cta, addrs: np.ndarray, rows16: np.ndarray | None, wha
     """``check_async_read`` of ``addrs`` when they are whole 16-byte chunks ``rows16`` (chunk
     indices, in the order of ``addrs``; None: they are not): one flag row per chunk; a hit is
     reported by ``check_async_read`` on the bytes, so the message names the same address."""
-    if rows16 is None:
+    if rows16 is None or not async_read_clean(cta, rows16):
         check_async_read(cta, addrs, what)
-    elif np.count_nonzero(_written_rows(cta, 16)[rows16]):
-        check_async_read(cta, addrs, what)
+
+
+def async_read_clean(cta, rows16: np.ndarray) -> bool:
+    """True when no 16-byte chunk of ``rows16`` was written through the generic proxy since its
+    last proxy fence: an async-proxy read of them needs no check (one flag row per chunk)."""
+    return not np.count_nonzero(_written_rows(cta, 16)[rows16])
 
 
 def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):

@@ -28,7 +28,7 @@ import numpy as np
 from porter.emu import ptx
 from porter.emu.control import DEFER
 from porter.emu.errors import CheckFailed
-from porter.emu.ops.memory import _written_rows, check_async_read_rows
+from porter.emu.ops.memory import async_read_clean, check_async_read_rows
 from porter.emu.units import wgmma as unit
 
 _SHAPE = re.compile(r"m64n(\d+)k(\d+)")
@@ -101,7 +101,7 @@ def _checked_at_once(w, cta, rows: np.ndarray, race, line: int) -> bool:
     """Both operands' proxy and race checks in one pass over their chunk ``rows`` when neither
     finds anything (True: checked and stored); False, with nothing stored, when one would: the
     caller then checks operand by operand, so the first finding and its message are the same."""
-    if np.count_nonzero(_written_rows(cta, 16)[rows]):
+    if not async_read_clean(cta, rows):
         return False
     if race is not None and not race.rows_quiet(cta, rows, w.aid, w.vc, False):
         return False
