@@ -15,6 +15,8 @@ import pytest
 from porter.emu import launch
 from porter.emu.errors import EmuError
 
+from emu_tma_ptx import tma_load_and_wait
+
 LBO, SBO = 128, 256          # no swizzle, K-major: K core matrices 128 B apart, 8-row groups 256 B apart
 
 
@@ -287,21 +289,8 @@ _SWIZZLE32_PTX = """.version 8.7
   .shared .align 8 .b64 bar;
   .shared .align 1024 .b8 tile[1024];
   ld.param.u64 %rd6, [raw_ptr];
-  mov.u32 %r0, %tid.x;
-  mov.u32 %r1, tile;
-  mov.u32 %r9, bar;
-  setp.eq.u32 %p1, %r0, 0;
-  @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
-  bar.sync 0;
-  mov.u64 %rd1, map_in;
-  cvta.param.u64 %rd1, %rd1;
-  mov.u64 %rd7, map_out;
+""" + tma_load_and_wait(1024, "0, 0", tmap="map_in") + """  mov.u64 %rd7, map_out;
   cvta.param.u64 %rd7, %rd7;
-  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], 1024;
-  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd1, {0, 0}], [%r9];
-WAIT:
-  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
-  @!%p2 bra WAIT;
   // the landed bytes as they lie in shared memory: 32 B per thread
   shl.b32 %r3, %r0, 5;
   add.u32 %r4, %r1, %r3;
@@ -385,20 +374,7 @@ _NIBBLE_PTX = """.version 8.7
   .shared .align 128 .b8 tile[128];
   ld.param.u64 %rd6, [out_ptr];
   ld.param.u32 %r8, [x0];
-  mov.u32 %r0, %tid.x;
-  mov.u32 %r1, tile;
-  mov.u32 %r9, bar;
-  setp.eq.u32 %p1, %r0, 0;
-  @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
-  bar.sync 0;
-  mov.u64 %rd1, tmap;
-  cvta.param.u64 %rd1, %rd1;
-  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], 128;
-  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r8, 1}], [%r9];
-WAIT:
-  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
-  @!%p2 bra WAIT;
-  shl.b32 %r3, %r0, 2;
+""" + tma_load_and_wait(128, "%r8, 1") + """  shl.b32 %r3, %r0, 2;
   add.u32 %r4, %r1, %r3;
   ld.shared.u32 %r6, [%r4];
   cvt.u64.u32 %rd3, %r3;

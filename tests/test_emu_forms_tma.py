@@ -11,6 +11,10 @@ from porter import emu
 from porter.emu.errors import Unsupported
 from porter.runtime.tensormap import TensorMapParams
 
+from emu_tma_ptx import tma_load_and_wait
+
+GATHER4 = "cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes"
+
 KERNEL = """.version 8.7
 .target sm_100a
 .address_size 64
@@ -23,20 +27,7 @@ KERNEL = """.version 8.7
     .shared .align 128 .b8 tile[512];
     ld.param.u64 %rd6, [out];
     cvta.to.global.u64 %rd6, %rd6;
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r1, tile;
-    mov.u32 %r9, bar;
-    setp.eq.u32 %p1, %r0, 0;
-    @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
-    bar.sync 0;
-    mov.u64 %rd1, tmap;
-    cvta.param.u64 %rd1, %rd1;
-    @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], BYTES;
-    @%p1 cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes [%r1], [%rd1, {COORDS}], [%r9];
-WAIT:
-    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
-    @!%p2 bra WAIT;
-    mov.u32 %r2, 0;
+""" + tma_load_and_wait("BYTES", "COORDS", load=GATHER4) + """    mov.u32 %r2, 0;
 COPY:
     shl.b32 %r3, %r2, 5;
     add.u32 %r3, %r3, %r0;
@@ -97,8 +88,7 @@ def test_gather4_with_the_wrong_coordinate_count_is_one_line():
 
 def test_a_tile_load_with_cta_group_before_the_destination_space():
     # CUTLASS's order (.Nd.cta_group::N.shared::cluster.global...), which ptxas accepts
-    line = ("cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes "
-            "[%r1], [%rd1, {COORDS}], [%r9];")
+    line = f"{GATHER4} [%r1], [%rd1, {{COORDS}}], [%r9];"
     p = TensorMapParams("g", "UINT32", dims=(32, 64), strides=(128,), box=(32, 4), swizzle="NONE")
     text = KERNEL.replace("BYTES", "512").replace(line, "cp.async.bulk.tensor.2d.cta_group::1.shared::cluster.global"
                                                        ".mbarrier::complete_tx::bytes [%r1], [%rd1, {0, 8}], [%r9];")

@@ -9,6 +9,11 @@ import pytest
 
 from porter import emu
 
+from emu_tma_ptx import tma_load_and_wait
+
+# a tensor load without .tile (ptxas defaults the load mode to tile) into shared::cluster
+NO_TILE_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+
 HEAD = ".version 8.6\n.target sm_90a\n.address_size 64\n"
 DECLS = (".reg .pred %p<8>;\n.reg .b16 %rs<8>;\n.reg .b32 %r<64>;\n.reg .f32 %f<32>;\n"
          ".reg .b64 %rd<32>;\n")
@@ -343,20 +348,7 @@ def test_swizzled_tma_load_to_a_destination_off_the_pattern_boundary():
     .shared .align 8 .b64 bar;
     .shared .align 128 .b8 tile[1024];
     ld.param.u64 %rd9, [out];
-    mov.u32 %r0, %tid.x;
-    mov.u32 %r1, tile;
-    mov.u32 %r9, bar;
-    setp.eq.u32 %p1, %r0, 0;
-    @%p1 mbarrier.init.shared::cta.b64 [%r9], 1;
-    bar.sync 0;
-    mov.u64 %rd1, tmap;
-    cvta.param.u64 %rd1, %rd1;
-    @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r9], 1024;
-    @%p1 cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {{0, 0}}], [%r9];
-$w:
-    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r9], 0;
-    @!%p2 bra $w;
-    mov.u32 %r2, 0;
+{tma_load_and_wait(1024, "0, 0", load=NO_TILE_LOAD, label="$w")}    mov.u32 %r2, 0;
 $copy:                                   // out[i] = the tile's word i as it lies in shared memory
     shl.b32 %r3, %r2, 5;
     add.u32 %r3, %r3, %r0;
