@@ -32,7 +32,15 @@ from porter.emu.ops.memory import async_read_clean, check_async_read_rows
 from porter.emu.units import wgmma as unit
 
 _SHAPE = re.compile(r"m64n(\d+)k(\d+)")
-_ELEM_BITS = {"bf16": 16, "f16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8}
+_ELEM_BITS = {"bf16": 16, "f16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8, "s8": 8, "u8": 8}
+_INT_TYPES = ("s8", "u8")
+# PTX ISA 9.7.15.5.2 "wgmma.mma_async", its integer form: N of .m64nNk32 for .s32 D with .s8/.u8 inputs
+_INT_N = (8, 16, 24) + tuple(range(32, 257, 16))
+
+
+def _int_values(raw: np.ndarray, ty: str) -> np.ndarray:
+    """8-bit integer operand bytes (rows, k) as int64 values (.s8 two's complement, .u8 as is)."""
+    return (raw.view(np.int8) if ty == "s8" else raw).astype(np.int64)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -220,9 +228,22 @@ def build_wgmma(ins, d):
     if shape is None:
         raise d.unsupported("(shape)")
     n, k = map(int, _SHAPE.fullmatch(shape).groups())
-    types = [p for p in parts[parts.index(shape) + 1:]]
-    if len(types) != 3 or types[0] not in ("f32", "f16") or types[1] not in _ELEM_BITS or types[2] not in _ELEM_BITS:
-        raise d.unsupported("(only f32 or f16 accumulators with bf16/f16/tf32/e4m3/e5m2 inputs)")
+    # .satfinite: the integer form's qualifier, written before .s32 (the ISA's syntax) or after the types
+    saturate = "satfinite" in parts
+    types = [p for p in parts[parts.index(shape) + 1:] if p != "satfinite"]
+    integer = len(types) == 3 and types[0] == "s32"
+    if integer:
+        if types[1] not in _INT_TYPES or types[2] not in _INT_TYPES:
+            raise d.unsupported("(an .s32 accumulator takes .s8 or .u8 A and B; the .b1 form is not simulated)")
+        if k != 32 or n not in _INT_N:
+            raise d.unsupported(f"(shape {shape}: PTX ISA 9.7.15.5.2 \"wgmma.mma_async\" gives the integer form "
+                                f"m64nNk32 with N in {', '.join(map(str, _INT_N))})")
+    elif len(types) != 3 or types[0] not in ("f32", "f16") or types[1] not in _ELEM_BITS or types[2] not in _ELEM_BITS:
+        raise d.unsupported("(only f32 or f16 accumulators with bf16/f16/tf32/e4m3/e5m2 inputs, or s32 with s8/u8)")
+    elif saturate:
+        raise d.unsupported("(.satfinite: PTX ISA 9.7.15.5.2 gives it to the integer form only)")
+    elif types[1] in _INT_TYPES or types[2] in _INT_TYPES:
+        raise d.unsupported("(.s8/.u8 inputs need an .s32 accumulator)")
     atype, btype = types[1], types[2]
     # PTX ISA 9.7.15 "wgmma.mma_async" (its type table): an .f16 D goes with .f16 or .e4m3/.e5m2 inputs only;
     # its D fragment holds the f32 layout's elements two to a register (low half first), N/4 registers
@@ -250,7 +271,12 @@ def build_wgmma(ins, d):
     rscale_d = d.src(ops[3], "pred")
     imm = [int(o.value) for o in ops[4:]]
     sixteen = ea == 16
-    if rs:
+    if integer:          # d, a, b-desc, scale-d: no scale or transpose immediates, both K-major
+        if imm:
+            raise d.unsupported("(immediate operands: the integer form takes none after scale-d)")
+        scale_a = scale_b = 1
+        tnsp_a = tnsp_b = 0
+    elif rs:
         if len(imm) != (3 if sixteen else 2):
             raise d.unsupported("(immediate operands)")
         scale_a, scale_b = imm[0], imm[1]
@@ -335,6 +361,20 @@ def build_wgmma(ins, d):
         group = _collective(cta, w.index // 4, seq)
         group["reads"].append(reads_done)
 
+        def _complete_int(w, avals, bvals, idx, accumulate: bool, saturate: bool) -> None:
+            """The integer form: exact int64 products and sums, D = A.B^T (+ D), then wrapped
+            modulo 2^32 or, with .satfinite, clamped to the .s32 range (as integer mma.sync)."""
+            res = avals @ bvals.T                                        # (16, n) int64, exact
+            if accumulate:
+                cur = np.array([w.r[i] for i in acc_ids]).astype(np.uint32).view(np.int32)   # (regs, 32)
+                dmat = np.zeros(16 * n, dtype=np.int64)
+                dmat[idx] = cur
+                res = res + dmat.reshape(16, n)
+            if saturate:
+                res = np.clip(res, -(1 << 31), (1 << 31) - 1)
+            out = np.ascontiguousarray(res.reshape(-1)[idx].astype(np.uint32))   # wraps modulo 2^32
+            _write_back(w, st, acc_ids, out)
+
         def complete(w, carry=None, next_key=None):
             """Complete the operation. ``carry``: (accumulator key, D as float32 (16, n)) of the
             operation completed just before in the same wait_group, whose registers were left
@@ -350,7 +390,9 @@ def build_wgmma(ins, d):
             decoded = group.setdefault("b_values", {})
             hit = decoded.get((id(b_addr), btype))
             if hit is None or hit[0] is not b_addr:
-                hit = decoded[(id(b_addr), btype)] = (b_addr, unit.decode_values(b_raw.reshape(n, -1), btype))
+                b_mat = b_raw.reshape(n, -1)
+                values = _int_values(b_mat, btype) if integer else unit.decode_values(b_mat, btype)
+                hit = decoded[(id(b_addr), btype)] = (b_addr, values)
             bvals = hit[1]
             if rs:
                 rows, cols = _a_lanes(k, ea, wq)
@@ -362,10 +404,14 @@ def build_wgmma(ins, d):
                     pieces = np.stack([(lanes >> (8 * e)) & 0xFF for e in range(per)], axis=2).astype(np.uint8)
                 amat_raw = np.zeros((16, k), dtype=pieces.dtype)
                 amat_raw[rows, cols] = pieces
-                avals = unit.decode_values(amat_raw.view(np.uint8).reshape(16, -1), atype)
+                a_mat = amat_raw.view(np.uint8).reshape(16, -1)
             else:
-                avals = unit.decode_values(a_raw.reshape(16, -1), atype)
+                a_mat = a_raw.reshape(16, -1)
             idx = _acc_index(n, wq)
+            if integer:
+                _complete_int(w, _int_values(a_mat, atype), bvals, idx, bool(scale_d), saturate)
+                return None
+            avals = unit.decode_values(a_mat, atype)
             dmat = None
             if scale_d and carry is not None and carry[0] == acc_key:
                 dmat = carry[1]
@@ -388,22 +434,29 @@ def build_wgmma(ins, d):
                 out = np.ascontiguousarray(h[0::2] | (h[1::2] << 16))
             else:
                 out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
-            regs, refs, poisoned = w.r, st.refs, w.poisoned
-            for j, i in enumerate(acc_ids):
-                if not keep:
-                    regs[i] = out[j]            # a row: contiguous, never written in place
-                left = refs[i] - 1
-                if left:
-                    refs[i] = left
-                else:
-                    del refs[i]
-                    poisoned.pop(i, None)
+            _write_back(w, st, acc_ids, out)
             return None if half_d else (acc_key, res)
-        complete.acc_key = acc_key
+
+        complete.acc_key = None if integer else acc_key      # (integer D is never carried)
         st.open.append(complete)
         return _rendezvous(w, group, where)
     mma_async.n_dst = 0
     return mma_async
+
+
+def _write_back(w, st, acc_ids, out) -> None:
+    """The completed operation's accumulators: row j of ``out`` (None: left for the next
+    operation's carry) into register j, and the registers released from its poison."""
+    regs, refs, poisoned = w.r, st.refs, w.poisoned
+    for j, i in enumerate(acc_ids):
+        if out is not None:
+            regs[i] = out[j]            # a row: contiguous, never written in place
+        left = refs[i] - 1
+        if left:
+            refs[i] = left
+        else:
+            del refs[i]
+            poisoned.pop(i, None)
 
 
 def _collective(cta, wg: int, seq: int) -> dict:

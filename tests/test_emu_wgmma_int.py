@@ -1,0 +1,156 @@
+"""Integer wgmma (PTX ISA 9.7.15.5.2 "wgmma.mma_async", its integer form:
+``wgmma.mma_async.sync.aligned.m64nNk32{.satfinite}.s32.{s8,u8}.{s8,u8} d, a-desc, b-desc,
+scale-d``, as CUTLASS's Hopper int8 GEMMs issue it): exact products and sums, D wrapping
+modulo 2^32, or clamped to the .s32 range with .satfinite.
+
+The kernel (written for this test): one warpgroup copies a 64 x 32 A and an 8 x 32 B (8-bit,
+K-major, no swizzle, laid out by the test in the core-matrix layout) into shared memory, loads
+its four accumulators from C, runs one m64n8k32 with scale-d = 1 (D = A B^T + C) and stores
+them; compared with numpy's int64 product."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from porter.emu import launch
+from porter.emu.errors import Unsupported
+
+LBO, SBO = 128, 256          # K-direction core matrices 128 B apart, 8-row groups 256 B apart
+
+_DESC = ("  cvt.u64.u32 %rd10, {reg};\n  shr.u64 %rd10, %rd10, 4;\n  and.b64 %rd10, %rd10, 16383;\n"
+         f"  or.b64 {{out}}, %rd10, {(LBO >> 4) << 16 | (SBO >> 4) << 32};\n")
+
+_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+
+.visible .entry wgi(.param .u64 a_ptr, .param .u64 b_ptr, .param .u64 c_ptr, .param .u64 out_ptr)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<40>;
+  .reg .b64 %rd<20>;
+  .shared .align 1024 .b8 sa[2048];
+  .shared .align 256 .b8 sb[256];
+  ld.param.u64 %rd1, [a_ptr];
+  ld.param.u64 %rd2, [b_ptr];
+  ld.param.u64 %rd13, [c_ptr];
+  ld.param.u64 %rd3, [out_ptr];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, sa;
+  mov.u32 %r3, sb;
+  shl.b32 %r4, %r1, 4;
+  cvt.u64.u32 %rd4, %r4;
+  add.u64 %rd5, %rd1, %rd4;
+  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd5];
+  add.u32 %r5, %r2, %r4;
+  st.shared.v4.u32 [%r5], {%r10, %r11, %r12, %r13};
+  setp.lt.u32 %p1, %r1, 16;
+  @!%p1 bra COPIED;
+  add.u64 %rd6, %rd2, %rd4;
+  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd6];
+  add.u32 %r6, %r3, %r4;
+  st.shared.v4.u32 [%r6], {%r10, %r11, %r12, %r13};
+COPIED:
+  fence.proxy.async.shared::cta;
+  bar.sync 0;
+""" + _DESC.format(reg="%r2", out="%rd11") + _DESC.format(reg="%r3", out="%rd12") + """
+  add.u64 %rd14, %rd13, %rd4;
+  ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd14];
+  wgmma.fence.sync.aligned;
+  wgmma.mma_async.sync.aligned.m64n8k32FORM {%r20, %r21, %r22, %r23}, %rd11, %rd12, 1;
+  wgmma.commit_group.sync.aligned;
+  wgmma.wait_group.sync.aligned 0;
+  add.u64 %rd8, %rd3, %rd4;
+  st.global.v4.u32 [%rd8], {%r20, %r21, %r22, %r23};
+  ret;
+}
+"""
+
+
+def _core_layout(x: np.ndarray) -> np.ndarray:
+    """Rows x 32 bytes, K-major with no swizzle: element (r, k) at
+    (r % 8) * 16 + (k % 16) + (k // 16) * LBO + (r // 8) * SBO."""
+    rows = x.shape[0]
+    out = np.zeros(max(rows // 8, 1) * SBO, np.uint8)
+    raw = x.view(np.uint8)
+    for r in range(rows):
+        for k in range(32):
+            out[(r % 8) * 16 + (k % 16) + (k // 16) * LBO + (r // 8) * SBO] = raw[r, k]
+    return out
+
+
+def _fragment_position(t: int, j: int) -> tuple[int, int]:
+    """(row, column) of D held by thread t's accumulator j (the m64nNk16 f32 layout, which the
+    .s32 form shares): warp w, lane l: rows 16w + l/4 (+8), columns 2 (l % 4) (+1)."""
+    w, lane = divmod(t, 32)
+    return 16 * w + lane // 4 + 8 * (j // 2), 2 * (lane % 4) + j % 2
+
+
+def _fragment(d: np.ndarray) -> np.ndarray:
+    return np.array([[d[_fragment_position(t, j)] for j in range(4)] for t in range(128)], d.dtype)
+
+
+def _run(a, b, c, form):
+    out = np.zeros((128, 4), np.int32)
+    text = _PTX.replace("FORM", form)
+    res = launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), out])
+    d = np.zeros((64, 8), np.int64)
+    for t in range(128):
+        for j in range(4):
+            d[_fragment_position(t, j)] = res.outputs[3][t, j]
+    return d, res
+
+
+@pytest.mark.parametrize("atype,btype", [("s8", "s8"), ("u8", "s8"), ("s8", "u8"), ("u8", "u8")])
+def test_integer_wgmma_is_exact_for_each_signedness(atype, btype):
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (64, 32)).astype(np.uint8)
+    b = rng.integers(0, 256, (8, 32)).astype(np.uint8)
+    c = rng.integers(-1000, 1000, (64, 8)).astype(np.int32)
+    d, res = _run(a, b, c, f".s32.{atype}.{btype}")
+    av = a.view(np.int8) if atype == "s8" else a
+    bv = b.view(np.int8) if btype == "s8" else b
+    want = av.astype(np.int64) @ bv.astype(np.int64).T + c
+    np.testing.assert_array_equal(d, want)
+    assert res.summary.wgmma == 4
+
+
+@pytest.mark.parametrize("form", [".s32.u8.u8", ".satfinite.s32.u8.u8", ".s32.u8.u8.satfinite"])
+def test_integer_wgmma_wraps_or_saturates_at_the_s32_range(form):
+    a = np.full((64, 32), 255, np.uint8)                  # each product sum: 32 x 255 x 255 = 2,080,800
+    b = np.full((8, 32), 255, np.uint8)
+    c = np.full((64, 8), 2**31 - 1000, np.int32)          # C near the top: the sum overflows
+    c[:32] = -5                                           # half the rows stay in range
+    d, _ = _run(a, b, c, form)
+    exact = 32 * 255 * 255 + c.astype(np.int64)
+    if "satfinite" in form:
+        want = np.minimum(exact, 2**31 - 1)
+    else:
+        want = (exact & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
+    np.testing.assert_array_equal(d, want)
+    assert (d[32:] < 0).any() != ("satfinite" in form)     # wrapping turns the overflowed rows negative
+
+
+@pytest.mark.parametrize("form,match", [
+    (".s32.s8.s8 {%r20, %r21, %r22, %r23}, %rd11, %rd12, 1, 1, 1;", "no scale or transpose|takes none"),
+    (".satfinite.f32.bf16.bf16", "integer form only"),
+    (".f32.s8.s8", "need an .s32 accumulator"),
+    (".s32.e4m3.e4m3", "takes .s8 or .u8"),
+])
+def test_integer_wgmma_forms_the_isa_does_not_give_are_one_line(form, match):
+    a, b, c = np.zeros((64, 32), np.uint8), np.zeros((8, 32), np.uint8), np.zeros((64, 8), np.int32)
+    if form.startswith(".s32.s8.s8 {"):                    # extra immediates after scale-d
+        text = _PTX.replace("m64n8k32FORM {%r20, %r21, %r22, %r23}, %rd11, %rd12, 1;", "m64n8k32" + form)
+        with pytest.raises(Unsupported, match=match):
+            launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
+        return
+    with pytest.raises(Unsupported, match=match):
+        _run(a, b, c, form)
+
+
+def test_integer_wgmma_shape_outside_the_isa_list_is_one_line():
+    text = _PTX.replace("m64n8k32FORM", "m64n40k32.s32.s8.s8")
+    a, b, c = np.zeros((64, 32), np.uint8), np.zeros((8, 32), np.uint8), np.zeros((64, 8), np.int32)
+    with pytest.raises(Unsupported, match="integer form m64nNk32 with N in"):
+        launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
