@@ -154,3 +154,37 @@ def test_integer_wgmma_shape_outside_the_isa_list_is_one_line():
     a, b, c = np.zeros((64, 32), np.uint8), np.zeros((8, 32), np.uint8), np.zeros((64, 8), np.int32)
     with pytest.raises(Unsupported, match="integer form m64nNk32 with N in"):
         launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
+
+
+def _a_registers(a: np.ndarray) -> np.ndarray:
+    """A (64 x 32, 8-bit) as each thread's four A registers of the RS form (PTX ISA 9.7.15.5.1,
+    the 8-bit A fragment): warp w, lane l, register j holds row 16w + l/4 (+8 for j odd),
+    columns 4 (l % 4) .. +3 (+16 for j >= 2), the lowest column in the lowest byte."""
+    regs = np.zeros((128, 4), np.uint32)
+    for t in range(128):
+        w, lane = divmod(t, 32)
+        for j in range(4):
+            row = 16 * w + lane // 4 + 8 * (j % 2)
+            col = 4 * (lane % 4) + 16 * (j // 2)
+            regs[t, j] = int.from_bytes(a[row, col:col + 4].tobytes(), "little")
+    return regs
+
+
+def test_integer_wgmma_with_a_from_registers():
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, (64, 32)).astype(np.uint8)
+    b = rng.integers(0, 256, (8, 32)).astype(np.uint8)
+    c = rng.integers(-50, 50, (64, 8)).astype(np.int32)
+    text = _PTX.replace("m64n8k32FORM {%r20, %r21, %r22, %r23}, %rd11, %rd12, 1;",
+                        "m64n8k32.s32.s8.u8 {%r20, %r21, %r22, %r23}, {%r30, %r31, %r32, %r33}, %rd12, 1;")
+    text = text.replace("  ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd14];",
+                        "  ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd14];\n"
+                        "  ld.global.v4.u32 {%r30, %r31, %r32, %r33}, [%rd5];")     # this thread's A registers
+    out = np.zeros((128, 4), np.int32)
+    res = launch(text, "wgi", 1, 128, [_a_registers(a), _core_layout(b), _fragment(c), out])
+    d = np.zeros((64, 8), np.int64)
+    for t in range(128):
+        for j in range(4):
+            d[_fragment_position(t, j)] = res.outputs[3][t, j]
+    want = a.view(np.int8).astype(np.int64) @ b.astype(np.int64).T + c
+    np.testing.assert_array_equal(d, want)
