@@ -62,7 +62,7 @@ def build_mov(ins, d):
     dst, a = ins.operands
     if isinstance(a, ptx.Vec):                       # mov.b64 d, {lo, hi}: pack
         n = len(a.items)
-        part = {64: 32, 32: 16}[bits(t)] if n == 2 else bits(t) // n
+        part = bits(t) // n                     # (mov.b16 d, {a, b}: two .b8 halves)
         srcs = [d.src(x, f"b{part}") for x in a.items]
         wd = d.dst(dst, t)
         wide = UINT[bits(t)]
