@@ -374,6 +374,7 @@ class CTA:
         self.remote_where: dict[int, dict] = {}     # peer rank -> {that agent: where its last access was}
         # bytes of shared memory generic stores wrote since the last fence.proxy.async
         self.generic_written = np.zeros(self.smem.data.size, dtype=bool)
+        self.generic_dirty = False                  # any of them set (ops/memory.py keeps it)
         self.inflight_reads: dict = {}              # async reads of this shared memory: key -> (lo, hi, what)
 
     def special_regs(self, tid, lanes, warp_index) -> dict:

@@ -32,7 +32,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.errors import CheckFailed
 from porter.emu.ops import tma
-from porter.emu.ops.memory import _MAX, _MIN, _OR, _rows_of, _written_rows
+from porter.emu.ops.memory import _MAX, _MIN, _OR, _rows_of, mark_written_rows
 
 
 class _Copy:
@@ -141,7 +141,7 @@ def _land(w, c: _Copy, due: np.ndarray) -> None:
                 race.check_rows(w.cta, dst[sel], n, w.aid, vc, True, c.line,
                                 f"the cp.async of {w.name}", "cp.async landing")
                 rest = rest & ~sel
-    _written_rows(w.cta, n)[rows] = True
+    mark_written_rows(w.cta, n, rows)
     data = _rows_of(w.cta.smem, 1, n)
     now = data[rows]
     before = c.before[lanes]

@@ -12,6 +12,8 @@ correct kernel: here the release form clears them, as ``fence.proxy.async`` does
 
 from __future__ import annotations
 
+from porter.emu.ops.memory import clear_generic_written
+
 
 def build_fence_async_generic(ins, d):
     parts = ins.parts
@@ -21,7 +23,7 @@ def build_fence_async_generic(ins, d):
 
     def fence(w, m):
         if release:
-            w.cta.generic_written[:] = False
+            clear_generic_written(w.cta)
         return None
     return fence
 

@@ -54,13 +54,37 @@ def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str, aligne
         if race is not None:
             race.access_rows(w, cta, offs, nbytes, write, w.prog.line(w.cur), what, rows)
         if write:
-            _written_rows(cta, nbytes)[rows] = True
+            mark_written_rows(cta, nbytes, rows)
         return
     span = (offs[:, None] + np.arange(nbytes)).reshape(-1)
     if race is not None:
         race.access(w, cta, span, write, w.prog.line(w.cur), what)
     if write:
         cta.generic_written[span] = True
+        cta.generic_dirty = True
+
+
+def mark_written_rows(cta, width: int, rows: np.ndarray) -> None:
+    """Generic writes of the shared rows ``rows`` of ``width`` bytes (a store, a cp.async
+    landing): marked until the next proxy fence."""
+    _written_rows(cta, width)[rows] = True
+    cta.generic_dirty = True
+
+
+def _dirty(cta) -> bool:
+    """Whether a generic store marked any shared byte since the CTA's last proxy fence (the
+    marks are then all clear, and no async read needs its bytes looked at). An object with
+    no such flag (a test's stand-in) counts as marked."""
+    return getattr(cta, "generic_dirty", True)
+
+
+def clear_generic_written(cta) -> None:
+    """A ``fence.proxy.async`` (or ``fence.proxy.async::generic.release``): the generic
+    writes so far are visible to the async proxy; the marks are cleared (a CTA with none
+    set skips the pass over its shared memory)."""
+    if _dirty(cta):
+        cta.generic_written[:] = False
+        cta.generic_dirty = False
 
 
 def _written_rows(cta, width: int) -> np.ndarray:
@@ -135,6 +159,8 @@ def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
     """The async proxy (wgmma, tcgen05, TMA stores) reading shared memory that generic stores
     wrote with no ``fence.proxy.async`` since: the PTX ISA's memory consistency model gives
     no ordering between the two proxies without that fence."""
+    if not _dirty(cta):
+        return
     hit = cta.generic_written[np.asarray(addrs).reshape(-1)]
     if hit.any():
         addr = int(np.asarray(addrs).reshape(-1)[int(np.argmax(hit))])
@@ -145,7 +171,7 @@ def check_async_read(cta, addrs: np.ndarray, what: str) -> None:
 
 def check_async_read_span(cta, lo: int, hi: int, what: str) -> None:
     """``check_async_read`` of the bytes lo .. hi - 1 (a slice, no index array)."""
-    if np.count_nonzero(cta.generic_written[lo:hi]):
+    if _dirty(cta) and np.count_nonzero(cta.generic_written[lo:hi]):
         check_async_read(cta, np.arange(lo, hi), what)
 
 
@@ -160,7 +186,7 @@ def check_async_read_rows(cta, addrs: np.ndarray, rows16: np.ndarray | None, wha
 def async_read_clean(cta, rows16: np.ndarray) -> bool:
     """True when no 16-byte chunk of ``rows16`` was written through the generic proxy since its
     last proxy fence: an async-proxy read of them needs no check (one flag row per chunk)."""
-    return not np.count_nonzero(_written_rows(cta, 16)[rows16])
+    return not _dirty(cta) or not np.count_nonzero(_written_rows(cta, 16)[rows16])
 
 
 def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):

@@ -17,6 +17,7 @@ from porter.emu import memory as mem
 from porter.emu import ptx
 from porter.emu.control import DEFER, Park
 from porter.emu.errors import CheckFailed
+from porter.emu.ops.memory import clear_generic_written
 from porter.emu.ops.mbarrier_query import PHASE_MASK, no_complete_completed, token, tokens
 from porter.emu.units.mbarrier import TX_LIMIT, MBarrier
 
@@ -480,7 +481,7 @@ def build_fence(ins, d):
         def fence_proxy_async(w, m):
             # the executing thread's generic writes become visible to the async proxy; the
             # simulator clears the mark for the whole CTA (other threads order through a barrier)
-            w.cta.generic_written[:] = False
+            clear_generic_written(w.cta)
         return fence_proxy_async
 
     def fence(w, m):
