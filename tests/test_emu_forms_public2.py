@@ -16,13 +16,7 @@ from porter.emu import launch
 from porter.emu.errors import EmuError
 
 from emu_tma_ptx import tma_load_and_wait
-
-LBO, SBO = 128, 256          # no swizzle, K-major: K core matrices 128 B apart, 8-row groups 256 B apart
-
-
-def _desc(addr_reg: str, out: str) -> str:
-    return (f"  cvt.u64.u32 %rd10, {addr_reg};\n  shr.u64 %rd10, %rd10, 4;\n  and.b64 %rd10, %rd10, 16383;\n"
-            f"  or.b64 {out}, %rd10, {(LBO >> 4) << 16 | (SBO >> 4) << 32};\n")
+from emu_wgmma_ptx import OPERANDS_TO_SHARED, core_layout
 
 
 def _f16_ptx(types: str = "f16.f16.f16") -> str:
@@ -35,30 +29,7 @@ def _f16_ptx(types: str = "f16.f16.f16") -> str:
   .reg .pred %p<4>;
   .reg .b32 %r<40>;
   .reg .b64 %rd<20>;
-  .shared .align 1024 .b8 sa[2048];
-  .shared .align 256 .b8 sb[256];
-  ld.param.u64 %rd1, [a_ptr];
-  ld.param.u64 %rd2, [b_ptr];
-  ld.param.u64 %rd3, [out_ptr];
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, sa;
-  mov.u32 %r3, sb;
-  shl.b32 %r4, %r1, 4;
-  cvt.u64.u32 %rd4, %r4;
-  add.u64 %rd5, %rd1, %rd4;
-  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd5];
-  add.u32 %r5, %r2, %r4;
-  st.shared.v4.u32 [%r5], {%r10, %r11, %r12, %r13};
-  setp.lt.u32 %p1, %r1, 16;
-  @!%p1 bra COPIED;
-  add.u64 %rd6, %rd2, %rd4;
-  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd6];
-  add.u32 %r6, %r3, %r4;
-  st.shared.v4.u32 [%r6], {%r10, %r11, %r12, %r13};
-COPIED:
-  fence.proxy.async.shared::cta;
-  bar.sync 0;
-""" + _desc("%r2", "%rd11") + _desc("%r3", "%rd12") + f"""
+""" + OPERANDS_TO_SHARED + f"""  ld.param.u64 %rd3, [out_ptr];
   mov.b32 %r20, 0;
   mov.b32 %r21, 0;
   setp.ne.u32 %p2, %r1, 999;
@@ -82,17 +53,6 @@ COPIED:
 """
 
 
-def _core_layout(x: np.ndarray) -> np.ndarray:
-    rows = x.shape[0]
-    out = np.zeros(max(rows // 8, 1) * SBO, np.uint8)
-    raw = x.view(np.uint16)
-    for r in range(rows):
-        for k in range(16):
-            off = (r % 8) * 16 + (k % 8) * 2 + (k // 8) * LBO + (r // 8) * SBO
-            out[off:off + 2] = np.frombuffer(raw[r, k].tobytes(), np.uint8)
-    return out
-
-
 def _unfragment_f16(regs: np.ndarray) -> np.ndarray:
     """D (64 x 8) f16 from each thread's two registers: register r holds the f32 layout's
     elements 2r (low half) and 2r+1 (high half); element j is row 16w + l/4 + 8 (j // 2),
@@ -113,7 +73,7 @@ def test_wgmma_f16_accumulator_packs_two_elements_a_register_and_rounds_each_mma
     a = rng.standard_normal((64, 16)).astype(np.float16)
     b = rng.standard_normal((8, 16)).astype(np.float16)
     out = np.zeros((128, 4), np.uint32)
-    res = launch(_f16_ptx(), "wg16", 1, 128, [_core_layout(a), _core_layout(b), out], seed=seed)
+    res = launch(_f16_ptx(), "wg16", 1, 128, [core_layout(a), core_layout(b), out], seed=seed)
     exact = a.astype(np.float64) @ b.astype(np.float64).T
     first = exact.astype(np.float16)
     second = (first.astype(np.float64) - exact).astype(np.float16)

@@ -14,7 +14,8 @@ import pytest
 from porter.emu import launch
 from porter.emu.errors import CheckFailed
 
-from test_emu_wgmma_int import _PTX, _core_layout, _fragment
+from emu_wgmma_ptx import core_layout
+from test_emu_wgmma_int import _PTX, _fragment
 
 COPY = """  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd5];
   add.u32 %r5, %r2, %r4;
@@ -32,7 +33,7 @@ def _launch(copy: str, fence: str):
     assert (copy == COPY or CP_ASYNC in text) and (fence == FENCE or fence in text)
     a, b = np.ones((64, 32), np.uint8), np.ones((8, 32), np.uint8)
     out = np.zeros((128, 4), np.int32)
-    return launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(np.zeros((64, 8), np.int32)), out])
+    return launch(text, "wgi", 1, 128, [core_layout(a), core_layout(b), _fragment(np.zeros((64, 8), np.int32)), out])
 
 
 @pytest.mark.parametrize("copy", [COPY, CP_ASYNC], ids=["st.shared", "cp.async"])

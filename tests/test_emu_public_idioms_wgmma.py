@@ -18,13 +18,7 @@ import pytest
 
 from porter.emu import launch
 
-LBO, SBO = 128, 256          # K-direction core matrices 128 B apart, 8-row groups 256 B apart
-
-
-def _desc(addr_reg: str, out: str) -> str:
-    """PTX computing the no-swizzle shared-memory descriptor for the address in addr_reg."""
-    return (f"  cvt.u64.u32 %rd10, {addr_reg};\n  shr.u64 %rd10, %rd10, 4;\n  and.b64 %rd10, %rd10, 16383;\n"
-            f"  or.b64 {out}, %rd10, {(LBO >> 4) << 16 | (SBO >> 4) << 32};\n")
+from emu_wgmma_ptx import OPERANDS_TO_SHARED, core_layout
 
 
 _PTX = """.version 8.0
@@ -37,32 +31,7 @@ _PTX = """.version 8.0
   .reg .b32 %r<40>;
   .reg .f32 %f<8>;
   .reg .b64 %rd<20>;
-  .shared .align 1024 .b8 sa[2048];
-  .shared .align 256 .b8 sb[256];
-  ld.param.u64 %rd1, [a_ptr];
-  ld.param.u64 %rd2, [b_ptr];
-  ld.param.u64 %rd3, [out_ptr];
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, sa;
-  mov.u32 %r3, sb;
-  // A: 2048 B, 16 per thread; B: 256 B, threads 0..15
-  shl.b32 %r4, %r1, 4;
-  cvt.u64.u32 %rd4, %r4;
-  add.u64 %rd5, %rd1, %rd4;
-  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd5];
-  add.u32 %r5, %r2, %r4;
-  st.shared.v4.u32 [%r5], {%r10, %r11, %r12, %r13};
-  setp.lt.u32 %p1, %r1, 16;
-  @!%p1 bra COPIED;
-  add.u64 %rd6, %rd2, %rd4;
-  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd6];
-  add.u32 %r6, %r3, %r4;
-  st.shared.v4.u32 [%r6], {%r10, %r11, %r12, %r13};
-COPIED:
-  fence.proxy.async.shared::cta;
-  bar.sync 0;
-  // warp w's A descriptor points at rows 16w.. (two 8-row groups per warp, SBO apart)
-""" + _desc("%r2", "%rd11") + _desc("%r3", "%rd12") + """
+""" + OPERANDS_TO_SHARED + """  ld.param.u64 %rd3, [out_ptr];
   mov.f32 %f0, 0f00000000;
   mov.f32 %f1, 0f00000000;
   mov.f32 %f2, 0f00000000;
@@ -97,19 +66,6 @@ STORE:
 """
 
 
-def _core_layout(x: np.ndarray) -> np.ndarray:
-    """Rows x 16 bf16, K-major with no swizzle, as bytes: element (r, k) at
-    (r % 8) * 16 + (k % 8) * 2 + (k // 8) * LBO + (r // 8) * SBO."""
-    rows = x.shape[0]
-    out = np.zeros(max(rows // 8, 1) * SBO, np.uint8)
-    raw = x.view(np.uint16)
-    for r in range(rows):
-        for k in range(16):
-            off = (r % 8) * 16 + (k % 8) * 2 + (k // 8) * LBO + (r // 8) * SBO
-            out[off:off + 2] = np.frombuffer(raw[r, k].tobytes(), np.uint8)
-    return out
-
-
 def _unfragment(out: np.ndarray) -> np.ndarray:
     """D (64 x 8) from each thread's four registers (warp w, lane l: rows 16w + l/4 (+8),
     columns 2 (l % 4) (+1))."""
@@ -127,7 +83,7 @@ def test_a_waited_thread_rewrites_the_operands_its_siblings_read(seed):
     a = rng.standard_normal((64, 16)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((8, 16)).astype(ml_dtypes.bfloat16)
     out = np.zeros((128, 4), np.float32)
-    res = launch(_PTX, "wg", 1, 128, [_core_layout(a), _core_layout(b), out], seed=seed)
+    res = launch(_PTX, "wg", 1, 128, [core_layout(a), core_layout(b), out], seed=seed)
     want = a.astype(np.float64) @ b.astype(np.float64).T
     np.testing.assert_allclose(_unfragment(res.outputs[2]), want, rtol=1e-5, atol=1e-5)
     assert res.summary.wgmma == 4

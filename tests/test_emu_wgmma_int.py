@@ -16,10 +16,8 @@ import pytest
 from porter.emu import launch
 from porter.emu.errors import Unsupported
 
-LBO, SBO = 128, 256          # K-direction core matrices 128 B apart, 8-row groups 256 B apart
+from emu_wgmma_ptx import OPERANDS_TO_SHARED, core_layout
 
-_DESC = ("  cvt.u64.u32 %rd10, {reg};\n  shr.u64 %rd10, %rd10, 4;\n  and.b64 %rd10, %rd10, 16383;\n"
-         f"  or.b64 {{out}}, %rd10, {(LBO >> 4) << 16 | (SBO >> 4) << 32};\n")
 
 _PTX = """.version 8.0
 .target sm_90a
@@ -30,31 +28,8 @@ _PTX = """.version 8.0
   .reg .pred %p<4>;
   .reg .b32 %r<40>;
   .reg .b64 %rd<20>;
-  .shared .align 1024 .b8 sa[2048];
-  .shared .align 256 .b8 sb[256];
-  ld.param.u64 %rd1, [a_ptr];
-  ld.param.u64 %rd2, [b_ptr];
-  ld.param.u64 %rd13, [c_ptr];
+""" + OPERANDS_TO_SHARED + """  ld.param.u64 %rd13, [c_ptr];
   ld.param.u64 %rd3, [out_ptr];
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, sa;
-  mov.u32 %r3, sb;
-  shl.b32 %r4, %r1, 4;
-  cvt.u64.u32 %rd4, %r4;
-  add.u64 %rd5, %rd1, %rd4;
-  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd5];
-  add.u32 %r5, %r2, %r4;
-  st.shared.v4.u32 [%r5], {%r10, %r11, %r12, %r13};
-  setp.lt.u32 %p1, %r1, 16;
-  @!%p1 bra COPIED;
-  add.u64 %rd6, %rd2, %rd4;
-  ld.global.v4.u32 {%r10, %r11, %r12, %r13}, [%rd6];
-  add.u32 %r6, %r3, %r4;
-  st.shared.v4.u32 [%r6], {%r10, %r11, %r12, %r13};
-COPIED:
-  fence.proxy.async.shared::cta;
-  bar.sync 0;
-""" + _DESC.format(reg="%r2", out="%rd11") + _DESC.format(reg="%r3", out="%rd12") + """
   add.u64 %rd14, %rd13, %rd4;
   ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd14];
   wgmma.fence.sync.aligned;
@@ -66,18 +41,6 @@ COPIED:
   ret;
 }
 """
-
-
-def _core_layout(x: np.ndarray) -> np.ndarray:
-    """Rows x 32 bytes, K-major with no swizzle: element (r, k) at
-    (r % 8) * 16 + (k % 16) + (k // 16) * LBO + (r // 8) * SBO."""
-    rows = x.shape[0]
-    out = np.zeros(max(rows // 8, 1) * SBO, np.uint8)
-    raw = x.view(np.uint8)
-    for r in range(rows):
-        for k in range(32):
-            out[(r % 8) * 16 + (k % 16) + (k // 16) * LBO + (r // 8) * SBO] = raw[r, k]
-    return out
 
 
 def _fragment_position(t: int, j: int) -> tuple[int, int]:
@@ -94,7 +57,7 @@ def _fragment(d: np.ndarray) -> np.ndarray:
 def _run(a, b, c, form):
     out = np.zeros((128, 4), np.int32)
     text = _PTX.replace("FORM", form)
-    res = launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), out])
+    res = launch(text, "wgi", 1, 128, [core_layout(a), core_layout(b), _fragment(c), out])
     d = np.zeros((64, 8), np.int64)
     for t in range(128):
         for j in range(4):
@@ -143,7 +106,7 @@ def test_integer_wgmma_forms_the_isa_does_not_give_are_one_line(form, match):
     if form.startswith(".s32.s8.s8 {"):                    # extra immediates after scale-d
         text = _PTX.replace("m64n8k32FORM {%r20, %r21, %r22, %r23}, %rd11, %rd12, 1;", "m64n8k32" + form)
         with pytest.raises(Unsupported, match=match):
-            launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
+            launch(text, "wgi", 1, 128, [core_layout(a), core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
         return
     with pytest.raises(Unsupported, match=match):
         _run(a, b, c, form)
@@ -153,7 +116,7 @@ def test_integer_wgmma_shape_outside_the_isa_list_is_one_line():
     text = _PTX.replace("m64n8k32FORM", "m64n40k32.s32.s8.s8")
     a, b, c = np.zeros((64, 32), np.uint8), np.zeros((8, 32), np.uint8), np.zeros((64, 8), np.int32)
     with pytest.raises(Unsupported, match="integer form m64nNk32 with N in"):
-        launch(text, "wgi", 1, 128, [_core_layout(a), _core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
+        launch(text, "wgi", 1, 128, [core_layout(a), core_layout(b), _fragment(c), np.zeros((128, 4), np.int32)])
 
 
 def _a_registers(a: np.ndarray) -> np.ndarray:
@@ -181,7 +144,7 @@ def test_integer_wgmma_with_a_from_registers():
                         "  ld.global.v4.u32 {%r20, %r21, %r22, %r23}, [%rd14];\n"
                         "  ld.global.v4.u32 {%r30, %r31, %r32, %r33}, [%rd5];")     # this thread's A registers
     out = np.zeros((128, 4), np.int32)
-    res = launch(text, "wgi", 1, 128, [_a_registers(a), _core_layout(b), _fragment(c), out])
+    res = launch(text, "wgi", 1, 128, [_a_registers(a), core_layout(b), _fragment(c), out])
     d = np.zeros((64, 8), np.int64)
     for t in range(128):
         for j in range(4):
