@@ -11,6 +11,7 @@ numpy.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from porter import emu
 
@@ -59,3 +60,92 @@ def test_mov_b16_packs_an_e2m1x2_byte():
         return (8 if np.signbit(x) else 0) | code[min(abs(float(x)), 6.0)]
     want = [e2m1(h) << 4 | e2m1(l) for h, l in zip(hi, lo)]
     np.testing.assert_array_equal(got, want)
+
+
+# ---- .ftz on f32 (88_hopper_fmha is built with --use_fast_math: a quarter of its instructions
+# are add/sub/mul/max/setp/fma .ftz.f32). PTX ISA 9.7.3 "Floating-Point Instructions": .ftz
+# flushes subnormal inputs and results to sign-preserving zero. The plain builders computed
+# these as if .ftz were absent (1e-40 * 1e38 gave 0.01, setp.eq.ftz of 1e-40 and 0 was false).
+
+def _ftz(x):
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def _mixed_f32(seed: int) -> np.ndarray:
+    """32 f32 values: normals, zeros of both signs, subnormals of both signs, inf, NaN."""
+    rng = np.random.default_rng(seed)
+    v = (rng.standard_normal(32) * 4).astype(np.float32)
+    sub = (rng.integers(1, 1 << 23, 12) * rng.choice([-1, 1], 12)).astype(np.int64)
+    v[:12] = (np.abs(sub).astype(np.uint32) | np.where(sub < 0, np.uint32(1 << 31), np.uint32(0))).view(np.float32)
+    v[12], v[13], v[14], v[15] = 0.0, -0.0, np.inf, np.nan
+    return rng.permutation(v)
+
+
+def _bits(x) -> np.ndarray:
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def _same(got_bits, want) -> None:
+    """Bit-exact, except that any NaN matches any NaN."""
+    got = got_bits.view(np.float32)
+    want = np.asarray(want, np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got_bits[~nan], _bits(want)[~nan])
+
+
+@pytest.mark.parametrize("op,ref", [
+    ("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("min", np.fmin), ("max", np.fmax),
+    ("div.rn", np.divide)])
+def test_ftz_binary_flushes_inputs_and_result(op, ref):
+    a, b = _mixed_f32(1), _mixed_f32(2)
+    b[:6] = a[:6] * np.float32(1e30)          # subnormal * big: far from zero unless the input is flushed
+    got = _lanes(f"{op}.ftz.f32 %f3, %f1, %f2;\nmov.b32 %r3, %f3;", _bits(a), _bits(b))
+    with np.errstate(all="ignore"):
+        _same(got, _ftz(ref(_ftz(a), _ftz(b))))
+
+
+def test_ftz_mul_and_fma_flush_a_subnormal_result():
+    a = np.array([1e-20, -2e-19, 3e-20, 1.5, 1e-19, -1e-25] + [2.0] * 26, np.float32)
+    got = _lanes("mul.ftz.f32 %f3, %f1, %f1;\nfma.rn.ftz.f32 %f4, %f1, %f1, %f3;\nmov.b32 %r3, %f4;", _bits(a))
+    sq = _ftz(a * a)
+    _same(got, _ftz((a.astype(np.float64) * a + sq).astype(np.float32)))
+    plain = _lanes("mul.f32 %f3, %f1, %f1;\nmov.b32 %r3, %f3;", _bits(a))
+    assert plain.view(np.float32)[1] != 0          # the same product without .ftz stays subnormal
+
+
+def test_ftz_fma_with_an_immediate_flushes_a_subnormal_input():
+    a, c = _mixed_f32(3), _mixed_f32(4)
+    got = _lanes("fma.rn.ftz.f32 %f3, %f1, 0f7E967699, %f2;\nmov.b32 %r3, %f3;", _bits(a), _bits(c))
+    big = np.float32(1e38)
+    with np.errstate(all="ignore"):
+        _same(got, _ftz((_ftz(a).astype(np.float64) * big + _ftz(c)).astype(np.float32)))
+
+
+@pytest.mark.parametrize("op,ref", [("abs", np.abs), ("neg", np.negative)])
+def test_ftz_abs_neg(op, ref):
+    a = _mixed_f32(5)
+    _same(_lanes(f"{op}.ftz.f32 %f3, %f1;\nmov.b32 %r3, %f3;", _bits(a)), ref(_ftz(a)))
+
+
+@pytest.mark.parametrize("cmp,ref", [("eq", np.equal), ("ne", lambda x, y: (x < y) | (x > y)), ("lt", np.less),
+                                     ("ge", np.greater_equal), ("equ", lambda x, y: ~((x < y) | (x > y))),
+                                     ("gtu", lambda x, y: ~(x <= y))])
+def test_ftz_setp_compares_subnormals_as_zeros(cmp, ref):
+    a, b = _mixed_f32(6), _mixed_f32(7)
+    b[:8] = -a[:8]                             # -sub vs sub: equal once both are flushed
+    got = _lanes(f"setp.{cmp}.ftz.f32 %p1, %f1, %f2;\nselp.u32 %r3, 1, 0, %p1;", _bits(a), _bits(b))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got, ref(_ftz(a), _ftz(b)).astype(np.uint32))
+
+
+def test_ftz_cvt_between_f32_and_f64():
+    a = _mixed_f32(8)
+    got = _lanes(".reg .f64 %d1;\ncvt.ftz.f64.f32 %d1, %f1;\ncvt.rn.f32.f64 %f3, %d1;\nmov.b32 %r3, %f3;", _bits(a))
+    _same(got, _ftz(a))
+    # a normal f32 scaled into the subnormal range in f64, then narrowed with .ftz
+    small = np.array([1.0, 0.5, 0.25, 3.0, -0.75, 1.5] + [2.0] * 26, np.float32)
+    got = _lanes(".reg .f64 %d1;\ncvt.f64.f32 %d1, %f1;\nmul.f64 %d1, %d1, 0d3810000000000000;\n"
+                 "cvt.rn.ftz.f32.f64 %f3, %d1;\nmov.b32 %r3, %f3;", _bits(small))
+    _same(got, _ftz((small.astype(np.float64) * 2.0 ** -126).astype(np.float32)))

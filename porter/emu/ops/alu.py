@@ -53,6 +53,63 @@ def _unary(ins, d, f, t=None):
     return run
 
 
+_F32_LEAST_NORMAL = np.float32(np.finfo(np.float32).tiny)      # 2^-126
+
+
+def _flush32(x):
+    """``.ftz`` on f32 values: subnormals to a zero of their sign; zeros, normals, inf and NaN
+    unchanged (PTX ISA 9.7.3 "Floating-Point Instructions": .ftz flushes subnormal inputs and
+    results to sign-preserving zero). The usual case (no zero or subnormal lane) is two
+    ufuncs and a byte scan."""
+    small = np.abs(x) < _F32_LEAST_NORMAL
+    if 1 in small.tobytes():
+        return np.where(small, np.copysign(np.float32(0), x), x)
+    return x
+
+
+def _ftz32(ins) -> bool:
+    """An f32 instruction with .ftz (the plain builders compute without flushing)."""
+    return "ftz" in ins.parts and type_of(ins.parts) == "f32"
+
+
+_ABS_BITS, _SUB_MAX, _ONE32 = np.uint32(0x7FFFFFFF), np.uint32(0x7FFFFF), np.uint32(1)
+
+
+def _no_subnormal(*xs) -> bool:
+    """No lane of these f32 values is a nonzero subnormal (then .ftz changes nothing): the
+    arrays' bits under the sign, less one, below 0x7FFFFF, in one pass over all of them
+    (zeros wrap to the top, so they do not count); an immediate (a numpy scalar) by value."""
+    arrays = []
+    for x in xs:
+        if type(x) is np.ndarray and x.ndim == 1:
+            arrays.append(x)
+        elif x != 0 and abs(float(x)) < _F32_LEAST_NORMAL:
+            return False
+    if not arrays:
+        return True
+    u = (np.concatenate(arrays) if len(arrays) > 1 else arrays[0]).view(np.uint32)
+    return 1 not in (((u & _ABS_BITS) - _ONE32) < _SUB_MAX).tobytes()
+
+
+def _ftz_binary(f):
+    """f with its two inputs and its result flushed (add, sub, mul, div, min, max .ftz.f32):
+    f itself where no input or result lane is subnormal (the flushes change nothing there)."""
+    def g(a, b):
+        r = f(a, b)
+        if type(r) is np.ndarray and _no_subnormal(a, b, r):
+            return r
+        return _flush32(f(_flush32(a), _flush32(b)))
+    return g
+
+
+def _ftz_unary(f):
+    def g(a):
+        if _no_subnormal(a):
+            return f(a)                 # (neg and abs of a normal, zero, inf or NaN: no subnormal out)
+        return _flush32(f(_flush32(a)))
+    return g
+
+
 def _shift_amount(x, width):
     return np.minimum(np.asarray(x).astype(np.uint32), np.uint32(width))
 
@@ -127,6 +184,8 @@ def build_mul(ins, d):
     t = type_of(ins.parts)
     mode = ins.parts[1] if len(ins.parts) > 2 else ""
     if is_float(t):
+        if _ftz32(ins):
+            return _binary(ins, d, _ftz_binary(np.multiply))
         return _binary(ins, d, np.multiply if t in ("f16", "f32", "f64") else (lambda a, b: a * b))
     if mode == "wide":
         dst, a, b = ins.operands
@@ -190,6 +249,18 @@ def build_fma(ins, d):
         def fma64(w, m):
             wd(w, ra(w) * rb(w) + rc(w), m)
         return fma64
+    if "ftz" in ins.parts:
+        def fma_ftz(w, m):              # inputs and result flushed; the same double rounding as fma
+            a, b, c = ra(w), rb(w), rc(w)
+            p = np.multiply(a, b, dtype=np.float64)
+            p += c
+            r = p.astype(np.float32)
+            if not _no_subnormal(a, b, c, r):
+                p = np.multiply(_flush32(a), _flush32(b), dtype=np.float64)
+                p += _flush32(c)
+                r = _flush32(p.astype(np.float32))
+            wd(w, r, m)
+        return fma_ftz
 
     # the f32 product is exact in f64; one f64 add then one rounding to f32 (a double
     # rounding that can differ from a fused f32 FMA in the last ulp in rare ties)
@@ -229,7 +300,7 @@ def build_div(ins, d):
         def fdiv(a, b):
             with np.errstate(all="ignore"):
                 return (a * (np.float32(1) / b)) if approx else a / b
-        return _binary(ins, d, fdiv)
+        return _binary(ins, d, _ftz_binary(fdiv) if _ftz32(ins) else fdiv)
     where = d.where(ins)
 
     def idiv(a, b, sel):
@@ -263,11 +334,15 @@ def build_rem(ins, d):
 
 def build_min(ins, d):
     t = type_of(ins.parts)
+    if _ftz32(ins):
+        return _binary(ins, d, _ftz_binary(np.fmin))
     return _binary(ins, d, np.fmin if is_float(t) else np.minimum)
 
 
 def build_max(ins, d):
     t = type_of(ins.parts)
+    if _ftz32(ins):
+        return _binary(ins, d, _ftz_binary(np.fmax))
     return _binary(ins, d, np.fmax if is_float(t) else np.maximum)
 
 
@@ -457,6 +532,13 @@ def build_setp(ins, d):
         if cmp not in _CMP:
             raise d.unsupported()
         f = _CMP[cmp]
+    if _ftz32(ins):                      # setp.ftz.f32: subnormal inputs compare as zeros of their sign
+        cmp_f = f
+
+        def f(x, y):
+            if _no_subnormal(x, y):
+                return cmp_f(x, y)
+            return cmp_f(_flush32(x), _flush32(y))
     comb = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(combine)
     if comb is None and wd2 is None:
         fast = fastpath.compare(d, t, dst, a, b, f)
@@ -729,6 +811,9 @@ def _table_builder(make, f, raw=None, ufunc=None):
         t = type_of(ins.parts)
         if raw is not None and not is_float(t):
             return make(ins, d, f, raw)
+        if make is not _float_unary and _ftz32(ins):     # add/sub/neg/abs.ftz.f32 (_float_unary flushes itself)
+            g = ufunc or f
+            return make(ins, d, _ftz_binary(g) if make is _binary else _ftz_unary(g))
         if ufunc is not None and t in ("f16", "f32", "f64"):
             return make(ins, d, ufunc)
         return make(ins, d, f)
