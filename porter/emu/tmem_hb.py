@@ -32,6 +32,7 @@ from porter.emu.race import AGENT_SHIFT, _any_beyond
 
 LANES, COLUMNS = 128, 512
 _NEVER = np.iinfo(np.int64).max
+_CLEAR = (0, 0, 0)
 _KINDS = ("tcgen05.ld", "tcgen05.st", "tcgen05.mma", "tcgen05.cp", "tcgen05.shift")
 
 
@@ -85,20 +86,159 @@ class UniformRects:
         self.rects = keep
 
 
+class Cells:
+    """A 2-D grid (``a`` x ``b``) of cells each holding one record (a value per field, e.g.
+    the epoch, PTX line and kind of a cell's last write), written by rectangular fills.
+
+    Kept as disjoint rectangles of one record each over a background record while that
+    describes the grid exactly (TMEM is accessed by rectangles: an MMA's accumulator, a
+    warp's lane quarter), and as arrays, one per field, only once something needs the cells
+    themselves (``arrays()``: a scan of a region of several records) or the rectangles grow
+    past ``LAZY_KEEP``. A CTA's shadow of the usual kernel never needs them: no allocation
+    of the grid, no pages touched. Then, as ``UniformRects``, the rectangles of the latest
+    fills answer ``value`` (a region one of them covers) without a scan.
+
+    ``value`` is exact: the record every cell of the region holds, or None. Regions are
+    numpy slices of the grid (starts >= 0; ends past the grid are clipped, as numpy
+    does); a negative start makes the arrays and writes them as numpy would."""
+
+    __slots__ = ("a", "b", "dtypes", "bg", "rects", "arrs")
+    KEEP = 16          # rectangles kept beside the arrays (older ones dropped: only a cache then)
+    LAZY_KEEP = 32     # rectangles before the arrays are made (exact: none may be dropped)
+
+    def __init__(self, a: int, b: int, fields):
+        """``fields``: ((dtype, background value), ...)."""
+        self.a, self.b = a, b
+        self.dtypes = tuple(np.dtype(dt) for dt, _ in fields)
+        self.bg = tuple(v for _, v in fields)
+        self.rects: list = []             # (a0, a1, b0, b1, record); disjoint while arrs is None
+        self.arrs = None
+
+    def value(self, a0: int, a1: int, b0: int, b1: int):
+        """The one record of the region, or None (several, an empty or wrapped region, or
+        none of the rectangles kept beside the arrays covers it)."""
+        if a0 < 0 or b0 < 0:
+            return None
+        if a1 > self.a:
+            a1 = self.a
+        if b1 > self.b:
+            b1 = self.b
+        if a0 >= a1 or b0 >= b1:
+            return None
+        rects = self.rects
+        for r in rects:
+            if r[0] <= a0 and a1 <= r[1] and r[2] <= b0 and b1 <= r[3]:
+                return r[4]
+        if self.arrs is not None:
+            return None
+        rec, covered = None, 0
+        for r in rects:
+            if r[0] < a1 and a0 < r[1] and r[2] < b1 and b0 < r[3]:
+                if rec is None:
+                    rec = r[4]
+                elif r[4] != rec:
+                    return None
+                covered += (min(a1, r[1]) - max(a0, r[0])) * (min(b1, r[3]) - max(b0, r[2]))
+        if rec is None:
+            return self.bg
+        if rec == self.bg or covered == (a1 - a0) * (b1 - b0):
+            return rec
+        return None
+
+    def records(self, a0: int, a1: int, b0: int, b1: int):
+        """The distinct records the region's cells hold (a list, in no particular order), or
+        None when that is not known without the arrays (they exist, and no rectangle kept
+        covers the region) or the region is empty or wrapped."""
+        if a0 < 0 or b0 < 0:
+            return None
+        if a1 > self.a:
+            a1 = self.a
+        if b1 > self.b:
+            b1 = self.b
+        if a0 >= a1 or b0 >= b1:
+            return None
+        if self.arrs is not None:
+            v = self.value(a0, a1, b0, b1)
+            return None if v is None else [v]
+        out, covered = [], 0
+        for r in self.rects:
+            if r[0] < a1 and a0 < r[1] and r[2] < b1 and b0 < r[3]:
+                if r[4] not in out:
+                    out.append(r[4])
+                covered += (min(a1, r[1]) - max(a0, r[0])) * (min(b1, r[3]) - max(b0, r[2]))
+        if covered < (a1 - a0) * (b1 - b0) and self.bg not in out:
+            out.append(self.bg)
+        return out
+
+    def arrays(self) -> tuple:
+        """The grid as one array per field (made, from the rectangles, on first use)."""
+        if self.arrs is None:
+            arrs = tuple(np.full((self.a, self.b), v, dtype=dt) for dt, v in zip(self.dtypes, self.bg))
+            for a0, a1, b0, b1, rec in self.rects:
+                for arr, v in zip(arrs, rec):
+                    arr[a0:a1, b0:b1] = v
+            self.arrs = arrs
+            del self.rects[:-self.KEEP]
+        return self.arrs
+
+    def fill(self, a0: int, a1: int, b0: int, b1: int, rec: tuple) -> None:
+        """Every cell of the region holds ``rec`` (a tuple, one value per field)."""
+        if a0 < 0 or b0 < 0:              # (a slice from a negative start wraps: not a rectangle)
+            for arr, v in zip(self.arrays(), rec):
+                arr[a0:a1, b0:b1] = v
+            self.rects = []
+            return
+        if a1 > self.a:
+            a1 = self.a
+        if b1 > self.b:
+            b1 = self.b
+        if a0 >= a1 or b0 >= b1:
+            return
+        if self.value(a0, a1, b0, b1) == rec:
+            return
+        rects = self.rects
+        if self.arrs is not None:
+            for arr, v in zip(self.arrs, rec):
+                arr[a0:a1, b0:b1] = v
+            keep = [r for r in rects if r[1] <= a0 or a1 <= r[0] or r[3] <= b0 or b1 <= r[2]]
+            keep.append((a0, a1, b0, b1, rec))
+            if len(keep) > self.KEEP:
+                del keep[0]
+            self.rects = keep
+            return
+        bg = self.bg
+        keep = []
+        for r in rects:
+            if r[1] <= a0 or a1 <= r[0] or r[3] <= b0 or b1 <= r[2]:
+                keep.append(r)
+                continue
+            r0, r1, r2, r3, v = r             # the parts of r outside the fill keep v
+            if r0 < a0:
+                keep.append((r0, a0, r2, r3, v))
+            if a1 < r1:
+                keep.append((a1, r1, r2, r3, v))
+            m0, m1 = max(r0, a0), min(r1, a1)
+            if r2 < b0:
+                keep.append((m0, m1, r2, b0, v))
+            if b1 < r3:
+                keep.append((m0, m1, b1, r3, v))
+        if rec != bg:                         # (cells in no rectangle hold the background)
+            keep.append((a0, a1, b0, b1, rec))
+        self.rects = keep
+        if len(keep) > self.LAZY_KEEP:
+            self.arrays()
+
+
 class Shadow:
-    """Per TMEM cell (lane, column) of one CTA: the last write and the last read."""
+    """Per TMEM cell (lane, column) of one CTA: the last write and the last read, each a
+    record (epoch, PTX line, kind code) of ``Cells``. A write clears the read record to
+    (0, 0, 0): epoch 0 is no access (never a race), whose line and kind are never read."""
+
+    FIELDS = ((np.int64, 0), (np.int32, 0), (np.int8, 0))
 
     def __init__(self):
-        shape = (LANES, COLUMNS)
-        self.w_epoch = np.zeros(shape, dtype=np.int64)
-        self.r_epoch = np.zeros(shape, dtype=np.int64)
-        self.w_uniform = UniformRects(LANES, COLUMNS, 0)     # what w_epoch / r_epoch's fills left
-        self.r_uniform = UniformRects(LANES, COLUMNS, 0)
-        self.line_kind_uniform = [UniformRects(LANES, COLUMNS, 0) for _ in range(4)]   # w/r line, w/r kind
-        self.w_line = np.zeros(shape, dtype=np.int32)
-        self.r_line = np.zeros(shape, dtype=np.int32)
-        self.w_kind = np.zeros(shape, dtype=np.int8)
-        self.r_kind = np.zeros(shape, dtype=np.int8)
+        self.w = Cells(LANES, COLUMNS, self.FIELDS)
+        self.r = Cells(LANES, COLUMNS, self.FIELDS)
 
 
 def _shadow(cta) -> Shadow:
@@ -168,16 +308,17 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
     s = _shadow(cta)
     vc = race._fit(vc)
     limit = race._limit_of(aid, vc)
-    for prior, epochs, lines, kinds, uniform in (("write", s.w_epoch, s.w_line, s.w_kind, s.w_uniform),
-                                                 ("read", s.r_epoch, s.r_line, s.r_kind, s.r_uniform)):
+    for prior, cells in (("write", s.w), ("read", s.r)):
         if prior == "read" and not write:
             break
-        u = uniform.value(l0, l1, c0, c1)
-        if u is not None:                     # (the usual region: one earlier fill's, no scan)
-            if u <= limit[u >> AGENT_SHIFT]:
+        recs = cells.records(l0, l1, c0, c1)
+        if recs is not None:                  # (the usual region: a few records, no scan)
+            if all(u[0] <= limit[u[0] >> AGENT_SHIFT] for u in recs):
                 continue
+            epochs, lines, kinds = cells.arrays()
             e = epochs[l0:l1, c0:c1]
         else:
+            epochs, lines, kinds = cells.arrays()
             e = epochs[l0:l1, c0:c1]
             if not _any_beyond(e, limit):     # (one agent's region: two reductions)
                 continue
@@ -197,15 +338,9 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
                 f"{'write' if write else 'read'} by {who} at {prev.prog.file}:{line} and an earlier {prior} by {by} "
                 f"at {prev.prog.file}:{int(lines[lane, col])}, with no mbarrier phase, barrier or cluster barrier "
                 f"ordering them{hint} (PTX ISA 9.7.16.6)")
-    epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
-    code = _KINDS.index(kind)
-    wl, rl, wk, rk = s.line_kind_uniform
+    rec = (((aid + 1) << AGENT_SHIFT) | int(vc[aid]), line, _KINDS.index(kind))
     if write:
-        s.w_uniform.fill(s.w_epoch, l0, l1, c0, c1, epoch)
-        wl.fill(s.w_line, l0, l1, c0, c1, line)
-        wk.fill(s.w_kind, l0, l1, c0, c1, code)
-        s.r_uniform.fill(s.r_epoch, l0, l1, c0, c1, 0)
+        s.w.fill(l0, l1, c0, c1, rec)
+        s.r.fill(l0, l1, c0, c1, _CLEAR)
     else:
-        s.r_uniform.fill(s.r_epoch, l0, l1, c0, c1, epoch)
-        rl.fill(s.r_line, l0, l1, c0, c1, line)
-        rk.fill(s.r_kind, l0, l1, c0, c1, code)
+        s.r.fill(l0, l1, c0, c1, rec)

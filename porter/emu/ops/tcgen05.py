@@ -69,6 +69,9 @@ class _UnwaitedLd(str):
 
 # ---- per-CTA state ------------------------------------------------------------------------------
 
+_WHO_FIELDS = ((np.int16, NO_AGENT), (np.int32, -1))     # (agent, its fence::before count then)
+
+
 class CtaTc:
     """One CTA's TMEM and the bookkeeping of the checkers."""
 
@@ -77,17 +80,11 @@ class CtaTc:
         self.tmem = tmem_unit.TensorMemory(cta.name)
         self.inflight: list = []          # async operations touching this TMEM, not yet complete
         self.pending_st: list = []        # (warp index, region, where): tcgen05.st before wait::st
-        # column-major (column, lane): a region of whole lanes is one contiguous block to scan
-        self.writer = np.full((512, 128), NO_AGENT, dtype=np.int16)
-        self.reader = np.full((512, 128), NO_AGENT, dtype=np.int16)
-        self.writer_ep = np.full((512, 128), -1, dtype=np.int32)   # the writer's fence::before count then
-        self.reader_ep = np.full((512, 128), -1, dtype=np.int32)
-        # what the four arrays' fills left (tmem_hb.UniformRects): a region one fill covered is
-        # judged by that fill's value, without scanning it; every write goes through fill
-        self.writer_u = tmem_hb.UniformRects(512, 128, NO_AGENT)
-        self.reader_u = tmem_hb.UniformRects(512, 128, NO_AGENT)
-        self.writer_ep_u = tmem_hb.UniformRects(512, 128, -1)
-        self.reader_ep_u = tmem_hb.UniformRects(512, 128, -1)
+        # per TMEM cell, column-major (column, lane): the agent that last wrote / read it and that
+        # agent's fence::before count then (tmem_hb.Cells: rectangles of one record, arrays
+        # only when a region of several records must be scanned); every write goes through fill
+        self.writer = tmem_hb.Cells(512, 128, _WHO_FIELDS)
+        self.reader = tmem_hb.Cells(512, 128, _WHO_FIELDS)
         self.access_where: dict[int, str] = {}
         # collector buffers (tcgen05.mma .collector::a::*, .ws .collector::bN::*): at issue, whether
         # a ::fill / ::use left the buffer holding an operand; at completion, that operand's bytes
@@ -149,24 +146,33 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
     waited = w.units.get("mbarrier_waited")
     after_missing = waited is not None and bool((waited[0] & lanes).any())
     epochs = None
-    for arr, eps, arr_u, eps_u, how in (((st.writer, st.writer_ep, st.writer_u, st.writer_ep_u, "wrote"),)
-                                        + (((st.reader, st.reader_ep, st.reader_u, st.reader_ep_u, "read"),)
-                                           if writes else ())):
-        u = arr_u.value(c0, c1, l0, l1)
-        if u is not None:                   # one earlier fill covers the region: its agent
-            lo = hi = u
+    for cells, how in (((st.writer, "wrote"),) + (((st.reader, "read"),) if writes else ())):
+        # the (agent, fence::before count) records the region holds, without the arrays while
+        # the rectangles tell (the usual case: one record); else a scan of the arrays
+        recs = cells.records(c0, c1, l0, l1)
+        if recs is not None:
+            if len(recs) == 1:
+                if recs[0][0] == NO_AGENT or recs[0][0] == me:
+                    continue
+                agents = (recs[0][0],)
+            else:
+                agents = sorted({a for a, _ in recs if a != NO_AGENT and a != me})
+                if not agents:
+                    continue
+            other = None
         else:
+            arr, eps = cells.arrays()
             block = arr[c0:c1, l0:l1]
             lo, hi = int(block.min()), int(block.max())
-        if lo == hi:                        # one agent (or none) holds the whole region: the usual case
-            if lo == NO_AGENT or lo == me:
-                continue
-            other, agents = None, (lo,)
-        else:
-            other = (block != NO_AGENT) & (block != me)
-            if not other.any():
-                continue
-            agents = np.unique(block[other])
+            if lo == hi:                    # one agent (or none) holds the whole region
+                if lo == NO_AGENT or lo == me:
+                    continue
+                other, agents = None, (lo,)
+            else:
+                other = (block != NO_AGENT) & (block != me)
+                if not other.any():
+                    continue
+                agents = np.unique(block[other])
         if after_missing:
             raise CheckFailed(
                 f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
@@ -174,13 +180,13 @@ def _check_handoff(w, lanes, st: CtaTc, region, writes: bool, what: str, where: 
                 "tcgen05.fence::after_thread_sync in between (a TMEM hand-off across threads needs "
                 "fence::before_thread_sync, the sync, then fence::after_thread_sync)")
         epochs = epochs if epochs is not None else _epochs(w.cta.cluster)
-        blk_eps = eps[c0:c1, l0:l1]
         for a in agents:
-            if other is None:
-                last = eps_u.value(c0, c1, l0, l1)
-                last = int(blk_eps.max()) if last is None else last
+            if recs is not None:
+                last = max(ep for x, ep in recs if x == a)
+            elif other is None:
+                last = int(eps[c0:c1, l0:l1].max())
             else:
-                last = int(blk_eps[other & (block == a)].max())
+                last = int(eps[c0:c1, l0:l1][other & (block == a)].max())
             if last >= 0 and epochs.get(int(a), 0) <= last:
                 raise CheckFailed(
                     f"{where}: {w.name}: {what} accesses TMEM ({st.cta.name} {_region_text(region)}) that "
@@ -195,12 +201,7 @@ def _note_access(st: CtaTc, region, agent: int, writes: bool, w=None, where: str
     commit fences it)."""
     l0, l1, c0, c1 = region
     ep = -1 if w is None else _epochs(w.cta.cluster).get(agent, 0)
-    if writes:
-        st.writer_u.fill(st.writer, c0, c1, l0, l1, agent)
-        st.writer_ep_u.fill(st.writer_ep, c0, c1, l0, l1, ep)
-    else:
-        st.reader_u.fill(st.reader, c0, c1, l0, l1, agent)
-        st.reader_ep_u.fill(st.reader_ep, c0, c1, l0, l1, ep)
+    (st.writer if writes else st.reader).fill(c0, c1, l0, l1, (agent, ep))
     if w is not None:
         st.access_where[agent] = where
 
