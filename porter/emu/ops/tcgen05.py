@@ -231,13 +231,18 @@ def _check_inflight(st: CtaTc, region, writes: bool, what: str, where: str, w, o
 
 class AsyncOp:
     """An issued tcgen05.mma / tcgen05.cp: ``regions`` [(cta, (l0, l1, c0, c1), writes)]
-    fenced off until ``complete()``; ``snapshots`` [(cta, addresses, bytes)]."""
+    fenced off until ``complete()``; ``snapshots`` [(cta, addresses, bytes)].
 
-    def __init__(self, name: str, where: str, issuer: str, regions, snapshots, run, tcs):
+    ``chained``: ``run(chain)`` takes the dict its commit group's operations pass on, one to
+    the next as they complete back to back (an MMA's D values, for the next MMA on the same
+    D); any other operation's completion empties it."""
+
+    def __init__(self, name: str, where: str, issuer: str, regions, snapshots, run, tcs, chained: bool = False):
         self.name, self.where, self.issuer = name, where, issuer
         self.regions, self.snapshots, self.run, self.tcs = regions, snapshots, run, tcs
+        self.chained = chained
 
-    def complete(self) -> None:
+    def complete(self, chain: dict | None = None) -> None:
         for cta, addr, raw in self.snapshots:
             if not np.array_equal(cta.smem.data[addr], raw):
                 raise CheckFailed(
@@ -247,7 +252,12 @@ class AsyncOp:
         for st in self.tcs:
             if self in st.inflight:
                 st.inflight.remove(self)
-        self.run()
+        if self.chained:
+            self.run({} if chain is None else chain)
+        else:
+            if chain:
+                chain.clear()
+            self.run()
 
 
 class Group:
@@ -265,8 +275,9 @@ class Pipe:
         while not group.done:
             g = self.fifo.pop(0)
             g.done = True
+            chain: dict = {}
             for op in g.ops:
-                op.complete()
+                op.complete(chain)
             for bar in g.bars:
                 tmem_hb.complete(getattr(g, "hb", None), bar)
                 bar.arrive(1, f"the tcgen05.commit at {g.where}")
@@ -297,6 +308,14 @@ def _warp_exit_check(w) -> None:
 
 def _whole_warp(w, m) -> bool:
     return m is None or bool((m == w.live).all())
+
+
+def _lanes32(v) -> np.ndarray:
+    """An operand's 32 lane values (a register's (32,) array as it is; one value for all
+    lanes broadcast)."""
+    if type(v) is np.ndarray and v.shape == (32,):
+        return v
+    return np.broadcast_to(np.asarray(v), (32,))
 
 
 def _uniform(v, sel, what: str, where: str) -> int:
@@ -674,16 +693,16 @@ def _build_mma(ins, d, g: int):
     def mma(w, m):
         sel = w.live if m is None else m
         lanes = np.nonzero(sel)[0]
-        dv = np.broadcast_to(np.asarray(d_fn(w)), (32,))
-        av = np.broadcast_to(np.asarray(a_fn(w)), (32,))
-        bv = np.broadcast_to(np.asarray(b_fn(w)), (32,))
-        iv = np.broadcast_to(np.asarray(i_fn(w)), (32,))
-        pv = np.broadcast_to(np.asarray(p_fn(w)), (32,))
-        zv = np.broadcast_to(np.asarray(zmask_fn(w)), (32,)) if zmask_fn is not None else None
-        mv = [np.broadcast_to(np.asarray(f(w)), (32,)) for f in mask_fns] if mask_fns is not None else None
+        dv = _lanes32(d_fn(w))
+        av = _lanes32(a_fn(w))
+        bv = _lanes32(b_fn(w))
+        iv = _lanes32(i_fn(w))
+        pv = _lanes32(p_fn(w))
+        zv = _lanes32(zmask_fn(w)) if zmask_fn is not None else None
+        mv = [_lanes32(f(w)) for f in mask_fns] if mask_fns is not None else None
         if block_scale:
-            sav = np.broadcast_to(np.asarray(sfa_fn(w)), (32,))
-            sbv = np.broadcast_to(np.asarray(sfb_fn(w)), (32,))
+            sav = _lanes32(sfa_fn(w))
+            sbv = _lanes32(sfb_fn(w))
         ctas = _group_ctas(w, g, where)
         tcs = [_ctatc(c) for c in ctas]
         me = _agent(w)
@@ -769,20 +788,35 @@ def _build_mma(ins, d, g: int):
             tmems = [t.tmem for t in tcs]
             smems = [c.smem.data for c in ctas]
 
-            def run(instr=instr, d_addr=d_addr, b_desc=b_desc, a_desc=a_desc, a_addr=a_addr, enable_d=enable_d,
-                    sfa=sfa, sfb=sfb, who=who, disabled=disabled, from_buf=from_buf, st0=tcs[0]):
+            # the operands' bytes as the snapshots hold them (B's rows, then A's, per CTA): at
+            # completion they equal shared memory (compared first), so the MMA reads them there
+            split = _snapshot_split(instr, a_desc is not None and not a_from_buf, not b_from_buf)
+            d_key = (d_addr, instr.m, instr.n, instr.cta_group, instr.ws, instr.d_format)
+
+            def run(chain, instr=instr, d_addr=d_addr, b_desc=b_desc, a_desc=a_desc, a_addr=a_addr,
+                    enable_d=enable_d, sfa=sfa, sfb=sfb, who=who, disabled=disabled, from_buf=from_buf, st0=tcs[0],
+                    snapshots=snapshots, split=split, d_key=d_key):
                 keep = {} if coll is not None else None
                 raw = st0.collector.get(coll[0]) if from_buf else None
                 a_raw = raw if raw is not None and coll[0] == "a" else None
                 b_raw = raw if raw is not None and coll[0] != "a" else None
-                _wrap(where, who, lambda: tc.run_mma(instr, tmems, smems, d_addr, b_desc, a_desc=a_desc,
-                                                     a_tmem=a_addr, enable_input_d=enable_d,
-                                                     sfa_address=sfa, sfb_address=sfb, scale_input_d=scale_in,
-                                                     a_raw=a_raw, b_raw=b_raw, keep=keep,
-                                                     disabled_lanes=disabled))
+                if split is not None:
+                    a_snap, b_snap = _snapshot_operands(snapshots, split)
+                    a_raw = a_snap if a_snap is not None else a_raw
+                    b_raw = b_snap if b_snap is not None else b_raw
+                prev = chain.get("d")
+                d_in = prev[1] if prev is not None and prev[0] == d_key and prev[2] is tmems[0] else None
+                chain.clear()
+                out = _wrap(where, who, lambda: tc.run_mma(instr, tmems, smems, d_addr, b_desc, a_desc=a_desc,
+                                                           a_tmem=a_addr, enable_input_d=enable_d,
+                                                           sfa_address=sfa, sfb_address=sfb, scale_input_d=scale_in,
+                                                           a_raw=a_raw, b_raw=b_raw, keep=keep,
+                                                           disabled_lanes=disabled, d_in=d_in))
                 if coll is not None:
                     _collector_complete(st0, coll, keep)
-            op = AsyncOp(name, where, who, all_regions, snapshots, run, tcs)
+                if disabled is None and instr.d_format in ("f32", "s32"):
+                    chain["d"] = (d_key, out, tmems[0])
+            op = AsyncOp(name, where, who, all_regions, snapshots, run, tcs, chained=True)
             for t in tcs:
                 t.inflight.append(op)
             _pipe(w, lane).open.append(op)
@@ -790,6 +824,35 @@ def _build_mma(ins, d, g: int):
         return None
     mma.n_dst = 0
     return mma
+
+
+def _snapshot_split(instr, a_in_snapshot: bool, b_in_snapshot: bool):
+    """How an MMA's snapshot (``_smem_addrs``: B's bytes, then A's) splits into the operands
+    ``units.tcgen05.run_mma`` reads from each CTA's shared memory: (B rows, A rows, row
+    bytes, which are present), or None where the shapes differ from what run_mma reads (it
+    reads B with A's row bytes)."""
+    g = instr.cta_group
+    kb = instr.k * tc.FORMAT_BITS[instr.a_format] // 8
+    if instr.k * tc.FORMAT_BITS[instr.b_format] // 8 != kb:
+        return None
+    return instr.n // g, instr.m // g, kb, a_in_snapshot, b_in_snapshot
+
+
+def _snapshot_operands(snapshots, split):
+    """(A raw, B raw) from the snapshots: each (rows, row bytes) uint8 of every CTA, even
+    first, as run_mma would read them; None for an operand not in them."""
+    nb, na, kb, with_a, with_b = split
+    a_parts, b_parts = [], []
+    for _, _, raw in snapshots:
+        off = 0
+        if with_b:
+            b_parts.append(raw[:nb * kb].reshape(nb, kb))
+            off = nb * kb
+        if with_a:
+            a_parts.append(raw[off:off + na * kb].reshape(na, kb))
+    a = (a_parts[0] if len(a_parts) == 1 else np.concatenate(a_parts)) if with_a else None
+    b = (b_parts[0] if len(b_parts) == 1 else np.concatenate(b_parts)) if with_b else None
+    return a, b
 
 
 def _check_inflight_mma(st: CtaTc, region, where: str, w, name: str) -> None:
@@ -815,8 +878,8 @@ def _build_commit(ins, d, g: int):
     def commit(w, m):
         sel = w.live if m is None else m
         lanes = np.nonzero(sel)[0]
-        bars_v = np.broadcast_to(np.asarray(bar_fn(w)), (32,))
-        masks = np.broadcast_to(np.asarray(mask_fn(w)), (32,)) if multicast else None
+        bars_v = _lanes32(bar_fn(w))
+        masks = _lanes32(mask_fn(w)) if multicast else None
         for lane in lanes:
             lane = int(lane)
             addr = int(bars_v[lane])
@@ -991,8 +1054,8 @@ def _build_cp(ins, d, g: int):
 
     def cp(w, m):
         sel = w.live if m is None else m
-        av = np.broadcast_to(np.asarray(a_fn(w)), (32,))
-        sv = np.broadcast_to(np.asarray(s_fn(w)), (32,))
+        av = _lanes32(a_fn(w))
+        sv = _lanes32(s_fn(w))
         ctas = _group_ctas(w, g, where)
         tcs = [_ctatc(c) for c in ctas]
         for lane in np.nonzero(sel)[0]:
@@ -1051,7 +1114,7 @@ def _build_shift(ins, d, g: int):
 
     def shift(w, m):
         sel = w.live if m is None else m
-        av = np.broadcast_to(np.asarray(a_fn(w)), (32,))
+        av = _lanes32(a_fn(w))
         ctas = _group_ctas(w, g, where)
         tcs = [_ctatc(c) for c in ctas]
         me = _agent(w)

@@ -725,7 +725,10 @@ def mma(instr: InstrDesc, a_vals: np.ndarray, b_vals: np.ndarray, d: np.ndarray 
         # made whole-product calls 20-100x slower on a loaded 2-core machine
         acc = abt(a, b)
         if d is not None:
-            acc = acc + np.asarray(d, dtype=np.float64) * 2.0 ** (-int(scale_input_d))
+            if int(scale_input_d) == 0:   # (D * 2^0 is D: added as it is, in place; the same sums)
+                np.add(acc, np.asarray(d), out=acc, dtype=np.float64)
+            else:
+                acc = acc + np.asarray(d, dtype=np.float64) * 2.0 ** (-int(scale_input_d))
         if instr.d_format == "f16":
             return acc.astype(np.float16).astype(np.float32)
         return acc.astype(np.float32)
@@ -764,7 +767,7 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
             a_desc: int | None = None, a_tmem: int | None = None, enable_input_d: bool = True,
             sfa_address: int | None = None, sfb_address: int | None = None,
             scale_input_d: int = 0, a_raw: np.ndarray | None = None, b_raw: np.ndarray | None = None,
-            keep: dict | None = None, disabled_lanes=None) -> np.ndarray:
+            keep: dict | None = None, disabled_lanes=None, d_in: np.ndarray | None = None) -> np.ndarray:
     """One ``tcgen05.mma``: reads the operands, scales and D, writes D; returns D (M, N).
 
     ``tmems`` / ``smems``: the TMEM and shared memory (uint8) of each CTA taking part, even CTA
@@ -772,7 +775,10 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
     rows 0..M/2-1 of A and rows 0..N/2-1 of B, the odd CTA the rest, each from its own shared
     memory at the same descriptor (porter's emulator notes; the ISA says the MMA "is performed
     on the Tensor Memory of the executing thread's CTA and its peer CTA"); each CTA scales its
-    D rows with the scale factors in its own TMEM."""
+    D rows with the scale factors in its own TMEM.
+
+    ``d_in``: D's values (M, N) as the previous MMA of this commit group returned them, given
+    when it wrote the same D (every lane) right before: what reading them back would give."""
     g = instr.cta_group
     if len(tmems) != g or len(smems) != g:
         raise EmuError(f"tcgen05.mma.cta_group::{g}: needs {g} TMEM(s) and shared memories")
@@ -803,7 +809,12 @@ def run_mma(instr: InstrDesc, tmems, smems, d_address: int, b_desc: int,
         keep["a"], keep["b"] = a_raw, b_raw
     a_vals = operand_values(a_raw, instr.a_format)
     b_vals = operand_values(b_raw, instr.b_format)
-    d = _words_to_d(read_d(tmems, d_address, layout), instr.d_format) if enable_input_d else None
+    if not enable_input_d:
+        d = None
+    elif d_in is not None:
+        d = d_in
+    else:
+        d = _words_to_d(read_d(tmems, d_address, layout), instr.d_format)
     if instr.scale_vec is None:
         out = mma(instr, a_vals, b_vals, d, scale_input_d=scale_input_d)
     else:
