@@ -149,3 +149,37 @@ def test_ftz_cvt_between_f32_and_f64():
     got = _lanes(".reg .f64 %d1;\ncvt.f64.f32 %d1, %f1;\nmul.f64 %d1, %d1, 0d3810000000000000;\n"
                  "cvt.rn.ftz.f32.f64 %f3, %d1;\nmov.b32 %r3, %f3;", _bits(small))
     _same(got, _ftz((small.astype(np.float64) * 2.0 ** -126).astype(np.float32)))
+
+
+# ---- cvt.rn.f32.s64 / .u64 (88_hopper_fmha): PTX ISA 9.7.9.21 "cvt": .rn rounds to nearest even,
+# once. Through f64 a magnitude of 2^53 or more was rounded twice (2^60 + 2^36 + 1 gave 2^60).
+
+def _f32_of_int(v: int) -> np.float32:
+    """v rounded to nearest even into f32, with Python integers (exact)."""
+    m = abs(v)
+    shift = m.bit_length() - 24
+    if shift > 0:
+        q, rem = divmod(m, 1 << shift)
+        if rem > 1 << (shift - 1) or (rem == 1 << (shift - 1) and q & 1):
+            q += 1
+        m = q << shift
+    return np.float32(float(-m if v < 0 else m))
+
+
+@pytest.mark.parametrize("typ", ["s64", "u64"])
+def test_cvt_f32_from_64_bit_int_rounds_once(typ):
+    rng = np.random.default_rng(11 if typ == "s64" else 12)
+    if typ == "s64":
+        vals = [int(v) for v in rng.integers(-2 ** 63, 2 ** 63 - 1, 16, dtype=np.int64)]
+        vals += [2 ** 60 + 2 ** 36 + 1, -(2 ** 60 + 2 ** 36 + 1), -2 ** 63, 2 ** 63 - 1, 0, -1, 2 ** 53 + 1, -(2 ** 24 + 1)]
+    else:
+        vals = [int(v) for v in rng.integers(0, 2 ** 64 - 1, 16, dtype=np.uint64)]
+        vals += [2 ** 64 - 1, 2 ** 60 + 2 ** 36 + 1, 2 ** 63, 0, 1, 2 ** 53 + 1, 2 ** 24 + 1, 2 ** 54 + 3]
+    for i in range(8):              # exact halfway cases, and one above halfway, at several scales
+        shift = int(rng.integers(30, 39))
+        vals[i] = int(rng.integers(2 ** 23, 2 ** 24)) << shift | 1 << (shift - 1) | (i & 1)
+    words = np.array([v & (2 ** 64 - 1) for v in vals], np.uint64)
+    lo, hi = (words & np.uint64(0xFFFFFFFF)).astype(np.uint32), (words >> np.uint64(32)).astype(np.uint32)
+    got = _lanes(f".reg .b64 %x1;\nmov.b64 %x1, {{%r1, %r2}};\ncvt.rn.f32.{typ} %f3, %x1;\nmov.b32 %r3, %f3;", lo, hi)
+    want = np.array([_f32_of_int(v) for v in vals], np.float32)
+    np.testing.assert_array_equal(got, want.view(np.uint32))

@@ -664,6 +664,28 @@ def _build_cvt_fp8(ins, d):
     raise d.unsupported()
 
 
+_STICKY_LOW = np.uint64((1 << 29) - 1)
+
+
+def _int64_to_f32(x):
+    """``cvt.rn.f32.{s64,u64}``: rounded to nearest even once. Through f64 alone a magnitude of
+    2^53 or more is rounded twice (2^60 + 2^36 + 1 became 2^60, not 2^60 + 2^37). There the f32
+    guard bit is at 2^29 or above, so the bits below 2^29 matter only as a sticky bit: they
+    are replaced by one bit at 2^28, which leaves at most 36 significant bits (exact in f64)
+    and the f64 -> f32 rounding the same as the direct one."""
+    x = np.asarray(x)
+    signed = x.dtype.kind == "i"
+    u = x.astype(np.int64 if signed else np.uint64).view(np.uint64)
+    neg = (x < 0) if signed else None
+    mag = np.where(neg, ~u + np.uint64(1), u) if signed else u      # |-2^63| is 2^63 as a uint64
+    big = mag >= np.uint64(1 << 53)
+    if 1 in np.asarray(big).tobytes():
+        sticky = np.where((mag & _STICKY_LOW) != 0, np.uint64(1 << 28), np.uint64(0))
+        mag = np.where(big, (mag & ~_STICKY_LOW) | sticky, mag)
+    f = mag.astype(np.float64).astype(np.float32)
+    return np.where(neg, -f, f) if signed else f
+
+
 def build_cvt(ins, d):
     parts = ins.parts
     if any(p in _FP8 for p in parts):
@@ -729,6 +751,8 @@ def build_cvt(ins, d):
     ndt = NP[dt]
     if is_float(dt) and is_float(st):
         return lambda w, m: wd(w, np.asarray(ra(w)).astype(ndt), m)
+    if is_float(dt) and dt == "f32" and bits(st) == 64:     # 64-bit int -> f32: one rounding, not two
+        return lambda w, m: wd(w, _int64_to_f32(np.asarray(ra(w))), m)
     if is_float(dt):                                # int -> float (round to nearest)
         return lambda w, m: wd(w, np.asarray(ra(w)).astype(np.float64).astype(ndt), m)
     if is_float(st):                                # float -> int: round, saturate, NaN -> 0
