@@ -183,3 +183,49 @@ def test_cvt_f32_from_64_bit_int_rounds_once(typ):
     got = _lanes(f".reg .b64 %x1;\nmov.b64 %x1, {{%r1, %r2}};\ncvt.rn.f32.{typ} %f3, %x1;\nmov.b32 %r3, %f3;", lo, hi)
     want = np.array([_f32_of_int(v) for v in vals], np.float32)
     np.testing.assert_array_equal(got, want.view(np.uint32))
+
+
+# ---- fma.rn.f64 is fused (88_hopper_fmha's f64 math: rcp.approx.ftz.f64 refined by Newton steps
+# e = fma(-x, r, 1)). PTX ISA 9.7.3 "fma": the product in infinite precision, one rounding. The
+# simulator computed a * b + c in numpy, rounding the product first.
+
+def _fused(a: float, b: float, c: float) -> float:
+    from fractions import Fraction
+    if not all(np.isfinite([a, b, c])):
+        return a * b + c
+    x = Fraction(a) * Fraction(b) + Fraction(c)
+    return float(x) if x != 0 else a * b + c
+
+
+def test_fma_f64_rounds_once():
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal(32) * 2.0 ** rng.integers(-40, 40, 32)
+    b = rng.standard_normal(32)
+    c = rng.standard_normal(32)
+    c[:12] = -(a[:12] * b[:12])                       # the rounded product: the fused result is its error
+    a[12:16] = 1 + 2.0 ** -30
+    b[12:16] = 1 + 2.0 ** -30
+    c[12:16] = -(1 + 2.0 ** -29)                      # exact a * b - c = 2^-60; unfused: 0
+    a[16:20] = rng.integers(1, 2 ** 27, 4) * 2.0 ** -20     # short significands: exact ties of p + c
+    b[16:20] = rng.integers(1, 2 ** 27, 4) * 2.0 ** -7
+    c[16:20] = rng.integers(-2 ** 40, 2 ** 40, 4) * 2.0 ** -30
+    a[20], b[20], c[20] = np.inf, 0.0, 1.0            # NaN
+    a[21], b[21], c[21] = -0.0, 5.0, 0.0              # +0
+    got = _run_fma64(a, b, c)
+    want = np.array([_fused(float(x), float(y), float(z)) for x, y, z in zip(a, b, c)])
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint64), want[~nan].view(np.uint64))
+
+
+def _run_fma64(a, b, c) -> np.ndarray:
+    src = HEAD + (
+        ".visible .entry f(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 po)\n{\n"
+        ".reg .b32 %r<4>;\n.reg .b64 %rd<16>;\n.reg .f64 %d<4>;\n"
+        "ld.param.u64 %rd1, [pa];\nld.param.u64 %rd2, [pb];\nld.param.u64 %rd3, [pc];\nld.param.u64 %rd4, [po];\n"
+        "mov.u32 %r1, %tid.x;\nmul.wide.u32 %rd5, %r1, 8;\n"
+        "add.s64 %rd6, %rd1, %rd5;\nadd.s64 %rd7, %rd2, %rd5;\nadd.s64 %rd8, %rd3, %rd5;\nadd.s64 %rd9, %rd4, %rd5;\n"
+        "ld.global.f64 %d1, [%rd6];\nld.global.f64 %d2, [%rd7];\nld.global.f64 %d3, [%rd8];\n"
+        "fma.rn.f64 %d1, %d1, %d2, %d3;\nst.global.f64 [%rd9], %d1;\nret;\n}\n")
+    out = np.zeros(32, np.float64)
+    return emu.launch(src, "f", grid=1, block=32, args=[a, b, c, out]).outputs[3]

@@ -247,7 +247,7 @@ def build_fma(ins, d):
     ra, rb, rc, wd = d.src(a, t), d.src(b, t), d.src(c, t), d.dst(dst, t)
     if t == "f64":
         def fma64(w, m):
-            wd(w, ra(w) * rb(w) + rc(w), m)
+            wd(w, fma_f64(ra(w), rb(w), rc(w)), m)
         return fma64
     if "ftz" in ins.parts:
         def fma_ftz(w, m):              # inputs and result flushed; the same double rounding as fma
@@ -271,6 +271,60 @@ def build_fma(ins, d):
         wd(w, p.astype(np.float32), m)
     fast = fastpath.fma32(d, dst, a, b, c, fma)
     return fast if fast is not None else fma
+
+
+_SPLIT = np.float64(134217729.0)              # 2^27 + 1: Veltkamp's splitter for 53-bit significands
+
+
+def _two_sum(x, y):
+    """(s, e): s = x + y rounded, e its exact error (Knuth)."""
+    s = x + y
+    bb = s - x
+    return s, (x - (s - bb)) + (y - bb)
+
+
+def fma_f64(a, b, c):
+    """``fma.rn.f64``: a * b + c rounded once (PTX ISA 9.7.3 "fma": "computes the product of a and b
+    to infinite precision and then adds c to this product, again in infinite precision"); the
+    product rounded first, as ``a * b + c`` in numpy, loses what the fused form keeps (the
+    residual of a Newton step, fma(-x, r, 1)). With error-free transformations: a * b = p + e
+    exactly (Dekker), p + c = s + t, t + e = u + v, s + u = r + w, all exact; r is the fused
+    result unless r + w + v lies within |v| of a rounding boundary of r, and those lanes (and
+    any where a split or the product's error could overflow or underflow) are computed with
+    exact rationals. inf and NaN operands: numpy's unfused result (the same specials)."""
+    a, b, c = (np.broadcast_to(np.asarray(x, np.float64), (32,)) for x in (a, b, c))
+    with np.errstate(all="ignore"):
+        naive = a * b + c
+        p = a * b
+        ta, tb = _SPLIT * a, _SPLIT * b
+        ah, bh = ta - (ta - a), tb - (tb - b)
+        al, bl = a - ah, b - bh
+        e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+        s, t = _two_sum(p, c)
+        u, v = _two_sum(t, e)
+        r, wres = _two_sum(s, u)
+        half = np.spacing(np.abs(r)) * 0.5
+        aw, av = np.abs(wres), 2 * np.abs(v)
+        risky = (v != 0) & ((np.abs(aw - half) <= av) | (np.abs(aw - half * 0.5) <= av))
+        finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+        ap = np.abs(p)
+        risky |= finite & ~(np.isfinite(r) & np.isfinite(e) & (np.abs(a) < 2.0 ** 995) & (np.abs(b) < 2.0 ** 995)
+                            & ((ap == 0) | (ap > 2.0 ** -968)))
+        out = np.where(finite & np.isfinite(r), r, naive)
+    lanes = np.flatnonzero(risky & finite)
+    if lanes.size:
+        from fractions import Fraction
+        out = out.copy()
+        for i in lanes:
+            x = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+            if x == 0:
+                out[i] = naive[i]          # an exact zero: the IEEE sign rules, as the unfused sum has them
+                continue
+            try:
+                out[i] = float(x)          # int / int: correctly rounded, subnormals too
+            except OverflowError:
+                out[i] = np.inf if x > 0 else -np.inf
+    return out
 
 
 def _lane_pair(a, b):
