@@ -229,3 +229,34 @@ def _run_fma64(a, b, c) -> np.ndarray:
         "fma.rn.f64 %d1, %d1, %d2, %d3;\nst.global.f64 [%rd9], %d1;\nret;\n}\n")
     out = np.zeros(32, np.float64)
     return emu.launch(src, "f", grid=1, block=32, args=[a, b, c, out]).outputs[3]
+
+
+# ---- rcp.approx.ftz.f64 (88_hopper_fmha's f64 math): .ftz flushes f64 subnormals (below
+# 2^-1022), PTX ISA 9.7.3 "rcp.approx.ftz.f64". The simulator flushed every input and result
+# below f32's least normal (2^-126): 1/1e300 came out 0 and 1/1e-300 infinite.
+
+def test_rcp_approx_ftz_f64_flushes_f64_subnormals_only():
+    x = np.array([1e-300, 1e-40, 3.0, 1e300, 1e-310, -1e-45, 0.0, 2.0 ** -130, -2.0 ** 1023, 5e-324] * 3 + [7.0, -0.0])
+    src = HEAD + (
+        ".visible .entry f(.param .u64 pa, .param .u64 po)\n{\n.reg .b32 %r<4>;\n.reg .b64 %rd<8>;\n"
+        ".reg .f64 %d<4>;\nld.param.u64 %rd1, [pa];\nld.param.u64 %rd2, [po];\nmov.u32 %r1, %tid.x;\n"
+        "mul.wide.u32 %rd3, %r1, 8;\nadd.s64 %rd4, %rd1, %rd3;\nadd.s64 %rd5, %rd2, %rd3;\n"
+        "ld.global.f64 %d1, [%rd4];\nrcp.approx.ftz.f64 %d2, %d1;\nst.global.f64 [%rd5], %d2;\nret;\n}\n")
+    got = emu.launch(src, "f", grid=1, block=32, args=[x, np.zeros(32)]).outputs[1]
+    tiny = np.finfo(np.float64).tiny
+    flushed = np.where(np.abs(x) < tiny, np.copysign(0.0, x), x)
+    with np.errstate(divide="ignore", over="ignore"):
+        want = 1.0 / flushed
+    want = np.where(np.abs(want) < tiny, np.copysign(0.0, want), want)
+    np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+def test_rcp_rsqrt_sqrt_ftz_f32_keep_the_sign_of_zero():
+    # -0.0 is not a subnormal: rcp(-0) = -inf, rsqrt(-0) = -inf, sqrt(-0) = -0 (PTX ISA 9.7.3 rcp,
+    # rsqrt, sqrt); the flush made -0.0 +0.0 first. A negative subnormal flushes to -0.0 the same way.
+    x = np.array([-0.0, 0.0, -1e-40, 1e-40, 4.0, 0.25, -np.inf, np.inf] * 4, np.float32)
+    for op, ref in [("rcp.approx.ftz", lambda v: np.float32(1) / v), ("rsqrt.approx.ftz", lambda v: np.float32(1) / np.sqrt(v)),
+                    ("sqrt.approx.ftz", np.sqrt), ("rcp.rn.ftz", lambda v: np.float32(1) / v)]:
+        got = _lanes(f"{op}.f32 %f3, %f1;\nmov.b32 %r3, %f3;", _bits(x))
+        with np.errstate(all="ignore"):
+            _same(got, _ftz(ref(_ftz(x))))

@@ -623,10 +623,15 @@ def _float_unary(ins, d, f):
     ftz = "ftz" in ins.parts
     out_t = NP[t]
 
+    # the least normal of the instruction's type: rcp/rsqrt.approx.ftz.f64 flush f64 subnormals
+    # (below 2^-1022), not everything below f32's 2^-126 (1/1e300 was 0, 1/1e-300 inf)
+    tiny = np.float64(np.finfo(np.float64).tiny) if t == "f64" else _F32_TINY
+
     def flush(x):                       # subnormals to a zero of their sign (zeros stay)
-        small = np.abs(x) < _F32_TINY
+        small = np.abs(x) < tiny
         # (a bool array's bytes hold a 1 where it is true: ~8x cheaper than count_nonzero)
-        return np.where(small, np.float32(0) * np.sign(x), x) if 1 in small.tobytes() else x
+        # (copysign: a -0.0 input stays -0.0, so rcp/rsqrt.approx.ftz of -0.0 is -inf, as rcp of -0.0 is)
+        return np.where(small, np.copysign(np.float32(0), x), x) if 1 in small.tobytes() else x
 
     def g(a):                           # (inf/NaN without warnings: off in the scheduler)
         a = np.asarray(a)
