@@ -157,11 +157,14 @@ class Cells:
             b1 = self.b
         if a0 >= a1 or b0 >= b1:
             return None
+        rects = self.rects
+        for r in rects:
+            if r[0] <= a0 and a1 <= r[1] and r[2] <= b0 and b1 <= r[3]:
+                return [r[4]]
         if self.arrs is not None:
-            v = self.value(a0, a1, b0, b1)
-            return None if v is None else [v]
+            return None
         out, covered = [], 0
-        for r in self.rects:
+        for r in rects:
             if r[0] < a1 and a0 < r[1] and r[2] < b1 and b0 < r[3]:
                 if r[4] not in out:
                     out.append(r[4])
@@ -275,8 +278,15 @@ def issue(w, cta, region, write: bool, line: int, kind: str) -> None:
     if race is None:
         return
     p = _pipeline(w)
-    p.vc = np.maximum(race._fit(p.vc), race._fit(w.vc))
+    p.vc = _joined(race, p.vc, w.vc)
     _check(race, cta, region, p.aid, p.vc, write, line, kind, f"the {kind} issued by {w.name}")
+
+
+def _joined(race, pv, wv):
+    """max(pv, wv): ``pv`` itself (fitted) when ``wv`` adds nothing (the issuer acquired nothing
+    since the last issue), so the detector's limit cached for that clock array still serves."""
+    pv, wv = race._fit(pv), race._fit(wv)
+    return pv if (wv <= pv).all() else np.maximum(pv, wv)
 
 
 def commit(w):
@@ -286,7 +296,7 @@ def commit(w):
     if race is None:
         return None
     p = _pipeline(w)
-    p.vc = np.maximum(race._fit(p.vc), race._fit(w.vc))
+    p.vc = _joined(race, p.vc, w.vc)
     clock = p.vc.copy()
     p.vc[p.aid] += 1                      # operations issued after this commit are not covered by it
     return race, clock

@@ -285,19 +285,26 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         if row_bytes != width:
             raise Unsupported(f"{w}{tmap.swizzle} swizzle with a {row_bytes} B inner box row: only rows of exactly "
                               f"the swizzle width are simulated")
-    data = np.zeros(tmap.box_bytes, dtype=np.uint8)
-    if tmap.oob_fill != "NONE":
-        bits, dt = _NAN_BITS[tmap.data_type]
-        data.view(dt)[:] = bits
+    size = tmap.box_bytes
+    fill = _NAN_BITS[tmap.data_type] if tmap.oob_fill != "NONE" else None
+
+    def blank():                                    # the box before any row lands: zeros, or the NaN fill
+        data = np.zeros(size, dtype=np.uint8)
+        if fill is not None:
+            data.view(fill[1])[:] = fill[0]
+        return data
     if _int64_safe(tmap, coords):
         row_at, gaddr, nbytes = _row_arrays(tmap, tuple(int(c) for c in coords))
         spans = read_spans(gaddr, nbytes) if read_spans is not None and row_at.size else None
         rows = () if spans is not None else zip(row_at.tolist(), gaddr.tolist(), [nbytes] * row_at.size)
-        if spans is not None and nbytes == row_bytes and spans.size == data.size:
+        if spans is not None and nbytes == row_bytes and spans.size == size:
             data = spans.reshape(-1)                # every row whole and inside: the box as read
-        elif spans is not None:
-            data[row_at[:, None] + np.arange(nbytes)] = spans
+        else:
+            data = blank()
+            if spans is not None:
+                data[row_at[:, None] + np.arange(nbytes)] = spans
     else:                                           # addresses beyond int64: Python integers
+        data = blank()
         rows = _rows(tmap, coords)
     for at, ga, nb in rows:
         data[at:at + nb] = np.asarray(read_global(ga, nb), dtype=np.uint8).reshape(-1)
@@ -321,9 +328,18 @@ def _int64_safe(tmap: TensorMap, coords) -> bool:
     return reach < 1 << 62
 
 
+@functools.lru_cache(maxsize=1024)
 def _row_arrays(tmap: TensorMap, coords: tuple[int, ...]):
     """``_rows`` as arrays, in the same order: (box byte offsets, global addresses, bytes per row)
-    of the box rows whose span is inside the tensor."""
+    of the box rows whose span is inside the tensor. Cached per (map, coordinates), read-only:
+    the CTAs of a GEMM load the same boxes (an A tile per N-tile, a B tile per M-tile)."""
+    at, addr, nbytes = _row_arrays_of(tmap, coords)
+    at.flags.writeable = False
+    addr.flags.writeable = False
+    return at, addr, nbytes
+
+
+def _row_arrays_of(tmap: TensorMap, coords: tuple[int, ...]):
     n = tmap.box_elements
     eb = tmap.element_bytes
     row_bytes = tmap.box[0] * eb
