@@ -4,8 +4,12 @@ project notes, cutlass_forms.md). Each test kernel is written here; results are 
 numpy.
 
 - ``mov.b16 d, {a, b}`` with two .b8 operands (one may be an immediate): the inline asm that
-  packs one ``cvt.rn.satfinite.e2m1x2.f32`` byte into a 16-bit register. PTX ISA 9.7.9.10 "mov":
-  a vector of two .b8 packs into .b16, the first element in the low byte.
+  packs one ``cvt.rn.satfinite.e2m1x2.f32`` byte into a 16-bit register (79b, 79d). PTX ISA
+  9.7.9.10 "mov": a vector of two .b8 packs into .b16, the first element in the low byte.
+- ``.ftz`` on f32 add/sub/mul/div/min/max/abs/neg/fma/setp and cvt between f32 and f64 (88,
+  built with --use_fast_math); ``cvt.rn.f32.{s64,u64}`` rounded once; ``fma.rn.f64`` fused;
+  ``rcp.approx.ftz.f64`` flushing f64 (not f32) subnormals, and the sign of a zero kept by the
+  ``.ftz`` flush of rcp/rsqrt/sqrt. Each was decoded but computed differently from the ISA.
 """
 
 from __future__ import annotations
