@@ -93,6 +93,8 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
                       "attention.hd64": "FAULT",
                       "attention.hd64[o_store=tma]": "FAULT",   # AB_FORMS (o_store=tma); the fault is injected by kernel name
                       "attention.hd64.causal": "HANG", "attention.hd128": "passed",
+                      "attention.hd128[o_store=tma]": "passed",          # AB_FORMS (6ea26df)
+                      "attention.hd128[tile_order=q_inner]": "passed",   # AB_FORMS (6ea26df)
                       "attention.hd128.causal": "FAILED", "megakernel.llama-decode": "passed"}, status
     # pass: validated at every shape (smoke first, the smallest), then benchmarked
     bf16 = k["gemm.bf16"]
@@ -138,10 +140,11 @@ def test_rehearsal_reports_each_kernel_alone(tmp_path):
     rehearsed = lines[lines.index(next(x for x in lines if x.startswith("porter device check:"))):]
     assert len(rehearsed) <= 100
     phases = [x.split()[0] for x in rehearsed if x.startswith("  validate ") or x.startswith("  bench ")]
-    # 7 kernels + the AB_FORMS forms of gemm.fp8 and attention.hd64 validate; 4 + fp8's benchmark
-    assert phases == ["validate"] * 9 + ["bench"] * 5, phases
+    # 7 kernels + the AB_FORMS forms of gemm.fp8, attention.hd64 and attention.hd128 (two) validate;
+    # the 7 that pass benchmark
+    assert phases == ["validate"] * 11 + ["bench"] * 7, phases
     table = rehearsed[rehearsed.index(next(x for x in rehearsed if x.startswith("==== porter device check"))):]
-    assert table[-1].startswith("5 of 9 kernels passed") and len(table) < 25   # 9: with the A/B forms
+    assert table[-1].startswith("7 of 11 kernels passed") and len(table) < 25   # 11: with the A/B forms
     assert any(x.startswith("attention.hd64.causal     HANG") for x in table)
     assert table[-2].startswith(f"* predicted: {PREDICTED_LABEL}")
     log = (tmp_path / "results" / "run.log").read_text()
