@@ -4,7 +4,9 @@
   just before) instead of gathered again (ops.tcgen05._snapshot_operands);
 * an MMA whose commit group's previous MMA wrote the same D takes D's values from it instead
   of reading TMEM back (run_mma's ``d_in``);
-* D * 2^0 is added in place (units.tcgen05.mma).
+* D * 2^0 is added in place (units.tcgen05.mma);
+* the snapshot is a copy of the span of shared memory holding the bytes read, compared whole
+  at completion (ops.tcgen05._SpanSnapshot; a change inside the span decides by the bytes read).
 
 Porter's Blackwell kernels (every GEMM kind, the CTA pair, attention's MMA with A in TMEM)
 run with and without the first two: every MMA's result and the kernels' checks are the same;
@@ -24,8 +26,10 @@ KERNELS = ["gemm.bf16", "gemm.fp8.pair", "gemm.mxfp8", "gemm.nvfp4.pair", "atten
 
 
 def _straightforward(monkeypatch):
-    """Operands gathered from shared memory, D read from TMEM, for every MMA."""
+    """Operands gathered from shared memory, D read from TMEM, snapshots gathered, for every MMA."""
     monkeypatch.setattr(ops, "_snapshot_split", lambda *a: None)
+    smem_addrs = ops._smem_addrs
+    monkeypatch.setattr(ops, "_smem_addrs", lambda *a: smem_addrs(*a)[:3] + (None,))
     complete = ops.AsyncOp.complete
     monkeypatch.setattr(ops.AsyncOp, "complete", lambda self, chain=None: complete(self, None))
 
@@ -152,3 +156,32 @@ def test_an_mma_with_disabled_lanes_passes_no_d_on(monkeypatch):
         np.testing.assert_allclose(res.outputs[1], want, rtol=1e-6, atol=1e-5)
         outs.append(res.outputs[1].view(np.uint32).copy())
     assert np.array_equal(outs[0], outs[1])
+
+
+def test_span_snapshots_report_a_change_exactly_when_a_byte_read_changed():
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(11)
+    changed = unchanged = 0
+    for _ in range(400):
+        data = rng.integers(0, 256, 4096).astype(np.uint8)
+        lo = int(rng.integers(0, 2048))
+        addrs = np.unique(rng.integers(lo, lo + int(rng.integers(1, 1500)), int(rng.integers(1, 300))))
+        addrs = addrs[rng.permutation(addrs.size)]          # (any order, as the operands' rows give them)
+        cta = SimpleNamespace(smem=SimpleNamespace(data=data))
+        snap = ops._SpanSnapshot(cta, addrs, addrs - int(addrs.min()), int(addrs.min()), int(addrs.max()))
+        before = data[addrs].copy()
+        k = int(rng.integers(0, 3))
+        if k == 1:                                           # a byte of the span, read or not
+            at = int(rng.integers(addrs.min(), addrs.max() + 1))
+            data[at] ^= int(rng.integers(1, 256))
+        elif k == 2:                                         # a byte outside it
+            at = int(rng.choice([rng.integers(0, addrs.min() + 1) - 1, rng.integers(addrs.max() + 1, 4097)]))
+            if 0 <= at < 4096 and not (addrs.min() <= at <= addrs.max()):
+                data[at] ^= 1
+        want = not np.array_equal(data[addrs], before)
+        assert snap.changed() == want
+        assert np.array_equal(snap.bytes(), before)
+        changed += want
+        unchanged += not want
+    assert changed > 20 and unchanged > 100

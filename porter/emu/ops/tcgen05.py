@@ -231,7 +231,7 @@ def _check_inflight(st: CtaTc, region, writes: bool, what: str, where: str, w, o
 
 class AsyncOp:
     """An issued tcgen05.mma / tcgen05.cp: ``regions`` [(cta, (l0, l1, c0, c1), writes)]
-    fenced off until ``complete()``; ``snapshots`` [(cta, addresses, bytes)].
+    fenced off until ``complete()``; ``snapshots`` [(cta, addresses, bytes) or _SpanSnapshot].
 
     ``chained``: ``run(chain)`` takes the dict its commit group's operations pass on, one to
     the next as they complete back to back (an MMA's D values, for the next MMA on the same
@@ -243,8 +243,13 @@ class AsyncOp:
         self.chained = chained
 
     def complete(self, chain: dict | None = None) -> None:
-        for cta, addr, raw in self.snapshots:
-            if not np.array_equal(cta.smem.data[addr], raw):
+        for snap in self.snapshots:
+            if type(snap) is _SpanSnapshot:
+                cta, changed = snap.cta, snap.changed()
+            else:
+                cta, addr, raw = snap
+                changed = not np.array_equal(cta.smem.data[addr], raw)
+            if changed:
                 raise CheckFailed(
                     f"{self.where}: {self.issuer}: the shared memory of {cta.name} this {self.name} reads changed "
                     "before the operation completed (a stage released or overwritten before the mbarrier of "
@@ -258,6 +263,30 @@ class AsyncOp:
             if chain:
                 chain.clear()
             self.run()
+
+
+class _SpanSnapshot:
+    """The shared bytes an MMA reads (``addrs``, ``rel`` = addrs - lo), kept as a copy of the
+    span lo..hi that holds them: one copy at issue and one comparison at completion instead of
+    gathers; when some byte of the span changed, whether one it reads did decides (exact)."""
+    __slots__ = ("cta", "addrs", "rel", "lo", "span", "raw")
+
+    def __init__(self, cta, addrs, rel, lo: int, hi: int):
+        self.cta, self.addrs, self.rel, self.lo = cta, addrs, rel, lo
+        self.span = cta.smem.data[lo:hi + 1].tobytes()
+        self.raw = None
+
+    def bytes(self) -> np.ndarray:
+        """The bytes at ``addrs`` when the snapshot was taken (uint8, read-only)."""
+        if self.raw is None:
+            self.raw = np.frombuffer(self.span, dtype=np.uint8).take(self.rel)
+        return self.raw
+
+    def changed(self) -> bool:
+        data = self.cta.smem.data
+        if data[self.lo:self.lo + len(self.span)].tobytes() == self.span:
+            return False
+        return not np.array_equal(data[self.addrs], self.bytes())
 
 
 class Group:
@@ -385,10 +414,16 @@ def _smem_addrs(instr, b_desc: int, a_desc, with_a: bool = True, with_b: bool = 
                                                         else [])
     if not parts:
         out = np.zeros(0, np.int64)
-        return out, mem.SHARED_RESERVED, mem.SHARED_RESERVED
+        return out, mem.SHARED_RESERVED, mem.SHARED_RESERVED, None
     out = np.concatenate(parts)
     out.flags.writeable = False
-    return out, int(out.min()), int(out.max())
+    lo, hi = int(out.min()), int(out.max())
+    # (the bytes as one span to copy, their offsets in it, where it is at most 8x as many bytes)
+    rel = None
+    if hi - lo + 1 <= 8 * out.size:
+        rel = out - lo
+        rel.flags.writeable = False
+    return out, lo, hi, rel
 
 
 @functools.lru_cache(maxsize=256)
@@ -765,8 +800,8 @@ def _build_mma(ins, d, g: int):
                         raise CheckFailed(f"{where}: {who}: tcgen05.mma writes TMEM ({cta.name} {_region_text(r)}) "
                                           f"written by the tcgen05.st at {st_where} of warp {widx} before that "
                                           "warp's tcgen05.wait::st")
-            addrs, a_lo, a_hi = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc, not a_from_buf,
-                                                                      not b_from_buf))
+            addrs, a_lo, a_hi, rel = _wrap(where, who, lambda: _smem_addrs(instr, b_desc, a_desc, not a_from_buf,
+                                                                           not b_from_buf))
             snapshots = []
             for cta in ctas:
                 if a_hi >= cta.smem.data.size or a_lo < mem.SHARED_RESERVED:
@@ -775,7 +810,10 @@ def _build_mma(ins, d, g: int):
                 # the MMA reads its shared operands through the async proxy (PTX ISA "Memory
                 # Consistency Model: Proxies"): generic stores to them need a fence.proxy.async
                 check_async_read(cta, addrs, f"{where}: the tcgen05.mma of {who}")
-                snapshots.append((cta, addrs, cta.smem.data[addrs]))        # a gather: already a copy
+                if rel is not None:
+                    snapshots.append(_SpanSnapshot(cta, addrs, rel, a_lo, a_hi))
+                else:
+                    snapshots.append((cta, addrs, cta.smem.data[addrs]))    # a gather: already a copy
             for cta, r in reads:
                 _note_access(tcs[ctas.index(cta)], r, me, False)
             for cta, r, _ in regions:
@@ -843,7 +881,8 @@ def _snapshot_operands(snapshots, split):
     first, as run_mma would read them; None for an operand not in them."""
     nb, na, kb, with_a, with_b = split
     a_parts, b_parts = [], []
-    for _, _, raw in snapshots:
+    for snap in snapshots:
+        raw = snap.bytes() if type(snap) is _SpanSnapshot else snap[2]
         off = 0
         if with_b:
             b_parts.append(raw[:nb * kb].reshape(nb, kb))
