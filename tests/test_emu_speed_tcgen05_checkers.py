@@ -171,3 +171,21 @@ def test_the_usual_kernel_makes_no_arrays():
                            False, 20, "tcgen05.ld", a.name)
     s = tmem_hb._shadow(cta)
     assert s.w.arrs is None and s.r.arrs is None
+
+
+def test_a_race_of_an_issued_mma_names_its_pipeline():
+    """The accessor's name of an MMA's pipeline is built only for the message: the same text."""
+    race = RaceDetector(None)
+    prog = SimpleNamespace(file="k.ptx")
+    cta = SimpleNamespace(name="CTA 0", units={})
+    warps = [SimpleNamespace(name=f"CTA 0 warp {i}", prog=prog, units={}, sched=SimpleNamespace(race=race))
+             for i in range(2)]
+    for w in warps:
+        race.add_warp(w)
+    race.start()
+    tmem_hb.access(warps[1], cta, (0, 32, 0, 16), True, 5, "tcgen05.st")
+    with pytest.raises(CheckFailed) as e:
+        tmem_hb.issue(warps[0], cta, (0, 128, 0, 64), True, 7, "tcgen05.mma")
+    assert str(e.value).startswith(
+        "TMEM hand-off race in CTA 0 at lane 0, column 0: write by the tcgen05.mma issued by CTA 0 warp 0 at k.ptx:7 "
+        "and an earlier write by CTA 0 warp 1's tcgen05.st at k.ptx:5, with no mbarrier phase")

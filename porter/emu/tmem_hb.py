@@ -34,6 +34,7 @@ LANES, COLUMNS = 128, 512
 _NEVER = np.iinfo(np.int64).max
 _CLEAR = (0, 0, 0)
 _KINDS = ("tcgen05.ld", "tcgen05.st", "tcgen05.mma", "tcgen05.cp", "tcgen05.shift")
+_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
 
 
 class PipelineAgent:
@@ -279,7 +280,7 @@ def issue(w, cta, region, write: bool, line: int, kind: str) -> None:
         return
     p = _pipeline(w)
     p.vc = _joined(race, p.vc, w.vc)
-    _check(race, cta, region, p.aid, p.vc, write, line, kind, f"the {kind} issued by {w.name}")
+    _check(race, cta, region, p.aid, p.vc, write, line, kind, ("the {} issued by {}", kind, w.name))
 
 
 def _joined(race, pv, wv):
@@ -310,7 +311,8 @@ def complete(token, bar) -> None:
         race.release_clock(clock, bar)
 
 
-def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, who: str) -> None:
+def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, who) -> None:
+    """``who``: the accessor as the message names it (a str, or (format, *args) to build it)."""
     l0, l1, c0, c1 = (max(0, int(region[0])), min(LANES, int(region[1])),
                       max(0, int(region[2])), min(COLUMNS, int(region[3])))
     if l0 >= l1 or c0 >= c1:
@@ -323,7 +325,11 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
             break
         recs = cells.records(l0, l1, c0, c1)
         if recs is not None:                  # (the usual region: a few records, no scan)
-            if all(u[0] <= limit[u[0] >> AGENT_SHIFT] for u in recs):
+            if len(recs) == 1:
+                e0 = recs[0][0]
+                if e0 <= limit[e0 >> AGENT_SHIFT]:
+                    continue
+            elif all(u[0] <= limit[u[0] >> AGENT_SHIFT] for u in recs):
                 continue
             epochs, lines, kinds = cells.arrays()
             e = epochs[l0:l1, c0:c1]
@@ -338,6 +344,8 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
             lane, col = l0 + i, c0 + j
             prev = race.agents[int(e[i, j] >> AGENT_SHIFT) - 1]
             pkind = _KINDS[int(kinds[lane, col])]
+            if isinstance(who, tuple):        # (a format and its arguments: built only for the message)
+                who = who[0].format(*who[1:])
             by = (f"the {pkind} issued by {prev.warp.name}" if isinstance(prev, PipelineAgent)
                   else f"{prev.name}'s {pkind}")
             hint = (" (wait on the mbarrier of the tcgen05.commit that covers it)" if isinstance(prev, PipelineAgent)
@@ -348,7 +356,7 @@ def _check(race, cta, region, aid: int, vc, write: bool, line: int, kind: str, w
                 f"{'write' if write else 'read'} by {who} at {prev.prog.file}:{line} and an earlier {prior} by {by} "
                 f"at {prev.prog.file}:{int(lines[lane, col])}, with no mbarrier phase, barrier or cluster barrier "
                 f"ordering them{hint} (PTX ISA 9.7.16.6)")
-    rec = (((aid + 1) << AGENT_SHIFT) | int(vc[aid]), line, _KINDS.index(kind))
+    rec = (((aid + 1) << AGENT_SHIFT) | int(vc[aid]), line, _KIND_CODE[kind])
     if write:
         s.w.fill(l0, l1, c0, c1, rec)
         s.r.fill(l0, l1, c0, c1, _CLEAR)
