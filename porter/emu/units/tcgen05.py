@@ -735,19 +735,21 @@ def mma(instr: InstrDesc, a_vals: np.ndarray, b_vals: np.ndarray, d: np.ndarray 
 
 
 def _words_to_d(words: np.ndarray, fmt: str) -> np.ndarray:
+    """(A view of ``words`` where no conversion is needed: run_mma's are its own fresh arrays.)"""
     if fmt == "f32":
-        return words.astype(np.uint32).view(np.float32)
+        return np.asarray(words, dtype=np.uint32).view(np.float32)
     if fmt == "f16":   # ISA 9.7.16.10.4.1: one 16-bit element in the low half of a word
         return (words.astype(np.uint32) & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
-    return words.astype(np.uint32).view(np.int32)
+    return np.asarray(words, dtype=np.uint32).view(np.int32)
 
 
 def _d_to_words(vals: np.ndarray, fmt: str) -> np.ndarray:
+    """(A view of ``vals`` where no conversion is needed: write_d copies them into TMEM.)"""
     if fmt == "f32":
-        return vals.astype(np.float32).view(np.uint32)
+        return np.asarray(vals, dtype=np.float32).view(np.uint32)
     if fmt == "f16":
         return vals.astype(np.float16).view(np.uint16).astype(np.uint32)
-    return vals.astype(np.int32).view(np.uint32)
+    return np.asarray(vals, dtype=np.int32).view(np.uint32)
 
 
 def mma_smem_addresses(instr: InstrDesc, b_desc: int, a_desc: int | None = None) -> dict:
