@@ -310,10 +310,15 @@ def load_tile(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[i
         data[at:at + nb] = np.asarray(read_global(ga, nb), dtype=np.uint8).reshape(-1)
     if not width:
         return data
-    landed = _landed(dst_address, data.size, width, SWIZZLE_GRAIN.get(tmap.swizzle, 16))
+    grain = SWIZZLE_GRAIN.get(tmap.swizzle, 16)
+    landed = _landed(dst_address, data.size, width, grain)
     if dst_address % 128 == 0 and data.size % 128 == 0:
         # the swizzle only permutes 16- (or 32-) byte units inside each 128-byte line, and twice is the
-        # identity: on whole lines the landing map is its own inverse, so a gather places it
+        # identity: on whole lines the landing map is its own inverse, so a gather places it (as
+        # whole units where the map moves units intact: a gather of size / grain rows)
+        units = _landed_units(dst_address, data.size, width, grain)
+        if units is not None:
+            return data.reshape(-1, grain)[units].reshape(-1)
         return data[landed]
     out = np.empty_like(data)
     out[landed] = data
@@ -367,6 +372,21 @@ def _landed(address: int, size: int, width: int, grain: int = 16) -> np.ndarray:
     out = swizzle_array(address + np.arange(size, dtype=np.int64), width, grain) - address
     out.flags.writeable = False             # cached: one per (destination, size, width)
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _landed_units(address: int, size: int, width: int, grain: int):
+    """``_landed`` as a map of whole ``grain``-byte units (unit j of the result is unit
+    units[j] of the box), or None where it does not move whole units intact; checked
+    against the byte map itself."""
+    landed = _landed(address, size, width, grain)
+    if size % grain:
+        return None
+    units = landed[::grain] // grain
+    if not np.array_equal(landed, (units[:, None] * grain + np.arange(grain)).reshape(-1)):
+        return None
+    units.flags.writeable = False
+    return units
 
 
 def _rows(tmap: TensorMap, coords: tuple[int, ...]):
