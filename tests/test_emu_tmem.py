@@ -128,7 +128,17 @@ def test_num_must_fit_table_47():
     with pytest.raises(EmuError, match="Table 47"):
         t.ld(0, 0, "32x32b", 3)
     with pytest.raises(Unsupported):
-        t.ld(0, 0, "16x32bx2", 1)
+        t.ld(0, 0, "16x16b", 1)                    # no such shape
+
+
+def test_16x32bx2_round_trips_through_its_two_blocks():
+    t = TensorMemory()
+    t.alloc(0, 64)
+    vals = np.arange(32 * 4, dtype=np.uint32).reshape(32, 4) + 1
+    t.st(1, (32 + 8) << 16 | 2, "16x32bx2", 4, vals, split=20)    # warp 1: lanes 40..55, columns 2.. and 22..
+    assert (t.ld(1, (32 + 8) << 16 | 2, "16x32bx2", 4, split=20) == vals).all()
+    assert (t.cells[40:56, 2:6] == vals[:16]).all() and (t.cells[40:56, 22:26] == vals[16:]).all()
+    assert not t.defined[40:56, 6:22].any()                       # nothing between the blocks
 
 
 @pytest.mark.parametrize("shape,num,regs", [("16x64b", 2, 2), ("16x128b", 2, 4), ("16x256b", 1, 4)])

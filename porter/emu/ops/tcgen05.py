@@ -52,7 +52,7 @@ from porter.emu.ops.memory import check_async_read
 from porter.emu.units import tcgen05 as tc
 from porter.emu.units import tmem as tmem_unit
 
-_LD_SHAPE = re.compile(r"(\d+x\d+b)")
+_LD_SHAPE = re.compile(r"(\d+x\d+b(?:x2)?)")        # .16x32bx2: two blocks
 _NUM = re.compile(r"x(\d+)")
 NO_AGENT = -1
 LATE_ROUNDS = 2000       # a "late" commit group: when every warp is parked, at the latest this many rounds on
@@ -974,10 +974,35 @@ def _ld_region(w, addr: int, shape: str, num: int):
     return (lane0, lane0 + nl, col, col + ncols)
 
 
+def _ld_regions(w, addr: int, shape: str, num: int, split: int) -> tuple:
+    """The rectangles a tcgen05.ld / st touches: one, or .16x32bx2's two blocks (16 lanes x
+    num columns at the address and ``split`` columns after it)."""
+    first = _ld_region(w, addr, shape, num)
+    if shape != "16x32bx2":
+        return (first,)
+    lo, hi, col, end = first
+    return (first, (lo, hi, col + split, end + split))
+
+
+def _split_offset(ins, d, shape: str, at: int) -> int:
+    """.16x32bx2's immHalfSplitoff, the operand at ``at`` (PTX ISA 9.7.16.8.3 / 9.7.16.8.4:
+    an immediate); 0 for the other shapes, which take none."""
+    ops = ins.operands
+    if shape != "16x32bx2":
+        return 0
+    if len(ops) != 3 or not isinstance(ops[at], ptx.Imm):
+        raise d.unsupported("(.16x32bx2 takes the immHalfSplitoff immediate after the address, PTX ISA 9.7.16.8.3)")
+    split = int(ops[at].value)
+    if split < 0:
+        raise d.unsupported(f"(.16x32bx2 immHalfSplitoff {split}: a column offset, not negative)")
+    return split
+
+
 def _build_ld(ins, d):
     where = d.where(ins)
     shape, num = _shape_num(ins.parts, d)
     dvec, aop = ins.operands[0], ins.operands[1]
+    split = _split_offset(ins, d, shape, 2)
     if not isinstance(dvec, ptx.Vec):
         raise d.unsupported("(destination must be a vector)")
     ids = [d.rid(x) for x in dvec.items]
@@ -993,12 +1018,14 @@ def _build_ld(ins, d):
         sel = w.live
         addr = _uniform(a_fn(w), sel, "tcgen05.ld address", where) & 0xFFFFFFFF
         st = _ctatc(w.cta)
-        region = _ld_region(w, addr, shape, num)
-        _check_inflight(st, region, False, "tcgen05.ld", where, w)
-        _check_handoff(w, sel, st, region, False, "tcgen05.ld", where)
-        vals = _wrap(where, w.name, lambda: st.tmem.ld(w.index, addr, shape, num))
-        _note_access(st, region, _agent(w), False, w, where)
-        tmem_hb.access(w, w.cta, region, False, line, "tcgen05.ld")
+        regions = _ld_regions(w, addr, shape, num, split)
+        for region in regions:
+            _check_inflight(st, region, False, "tcgen05.ld", where, w)
+            _check_handoff(w, sel, st, region, False, "tcgen05.ld", where)
+        vals = _wrap(where, w.name, lambda: st.tmem.ld(w.index, addr, shape, num, split))
+        for region in regions:
+            _note_access(st, region, _agent(w), False, w, where)
+            tmem_hb.access(w, w.cta, region, False, line, "tcgen05.ld")
         # the ISA states no rule against reading it before the wait (a warning, not an error)
         pending = _UnwaitedLd(f"the destination of the tcgen05.ld at line {line}, before the tcgen05.wait::ld "
                               "that covers it")
@@ -1017,7 +1044,8 @@ def _build_ld(ins, d):
 def _build_st(ins, d):
     where = d.where(ins)
     shape, num = _shape_num(ins.parts, d)
-    aop, vec = ins.operands[0], ins.operands[1]
+    split = _split_offset(ins, d, shape, 1)
+    aop, vec = ins.operands[0], ins.operands[-1]
     if not isinstance(vec, ptx.Vec):
         raise d.unsupported("(source must be a vector)")
     srcs = [d.src(x, "b32") for x in vec.items]
@@ -1033,19 +1061,21 @@ def _build_st(ins, d):
         sel = w.live
         addr = _uniform(a_fn(w), sel, "tcgen05.st address", where) & 0xFFFFFFFF
         st = _ctatc(w.cta)
-        region = _ld_region(w, addr, shape, num)
-        _check_inflight(st, region, True, "tcgen05.st", where, w)
-        _check_handoff(w, sel, st, region, True, "tcgen05.st", where)
+        regions = _ld_regions(w, addr, shape, num, split)
+        for region in regions:
+            _check_inflight(st, region, True, "tcgen05.st", where, w)
+            _check_handoff(w, sel, st, region, True, "tcgen05.st", where)
         # one row per register, each assigned (an unsafe cast, as astype: the same bits), then
         # seen as (lanes, registers): a third of the cost of broadcasting and stacking copies
         rows = np.empty((len(srcs), 32), dtype=np.uint32)
         for j, f in enumerate(srcs):
             rows[j] = np.asarray(f(w))
         vals = rows.T
-        _wrap(where, w.name, lambda: st.tmem.st(w.index, addr, shape, num, vals))
-        _note_access(st, region, _agent(w), True, w, where)
-        tmem_hb.access(w, w.cta, region, True, line, "tcgen05.st")
-        st.pending_st.append((w.index, region, where))
+        _wrap(where, w.name, lambda: st.tmem.st(w.index, addr, shape, num, vals, split))
+        for region in regions:
+            _note_access(st, region, _agent(w), True, w, where)
+            tmem_hb.access(w, w.cta, region, True, line, "tcgen05.st")
+            st.pending_st.append((w.index, region, where))
         return None
     st_.n_dst = 0
     return st_

@@ -80,9 +80,10 @@ COLUMNS = 512
 LANES_PER_WARP = 32
 
 # Table 47: registers per thread for .x1; .num multiplies it.
-_REGS_X1 = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4}
-_MAX_NUM = {"32x32b": 128, "16x64b": 128, "16x128b": 64, "16x256b": 32}
-_LANES_OF_SHAPE = {"32x32b": 32, "16x64b": 16, "16x128b": 16, "16x256b": 16}
+# .16x32bx2: two 16-lane x 32-bit blocks, the second immHalfSplitoff columns after the first
+_REGS_X1 = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
+_MAX_NUM = {"32x32b": 128, "16x64b": 128, "16x128b": 64, "16x256b": 32, "16x32bx2": 128}
+_LANES_OF_SHAPE = {"32x32b": 32, "16x64b": 16, "16x128b": 16, "16x256b": 16, "16x32bx2": 16}
 _NUMS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 # tcgen05.cp shapes this unit runs: rows (lanes) x bytes per row, and the multicast each needs.
@@ -249,9 +250,10 @@ class TensorMemory:
         self.defined[lane:lane + nlanes, column:column + ncols] = True
 
     # ------------------------------------------------------------ ld / st
-    def _fragment(self, warp_id: int, address: int, shape: str, num: int, op: str):
-        """(lanes[32, regs], columns[32, regs]) that thread t's register r touches."""
-        what = f"warp {warp_id}: tcgen05.{op}.{shape}.x{num} [{int(address):#x}]"
+    def _fragment(self, warp_id: int, address: int, shape: str, num: int, op: str, split: int = 0):
+        """(lanes[32, regs], columns[32, regs]) that thread t's register r touches; ``split``:
+        .16x32bx2's immHalfSplitoff (the second block's first column, from the first's)."""
+        what = f"warp {warp_id}: tcgen05.{op}.{shape}.x{num} [{int(address):#x}]" + (f", {split}" if split else "")
         if shape not in _REGS_X1:
             raise Unsupported(self._at(f"{what}: shape .{shape} is not implemented"))
         if num not in _NUMS or num > _MAX_NUM[shape]:
@@ -265,18 +267,22 @@ class TensorMemory:
             raise CheckFailed(self._at(
                 f"{what}: warp {warp_id} (warp {quarter} of its warpgroup) may access TMEM lanes "
                 f"{lo}..{lo + 31} only, this reaches lanes {lane0}..{lane0 + nl - 1}"))
-        lanes, cols, ncols = _fragment_map(shape, num)
+        lanes, cols, ncols = _fragment_map(shape, num, split)
         return what, lane0 + lanes, col0 + cols, lane0, nl, col0, ncols
 
-    def ld(self, warp_id: int, address: int, shape: str, num: int) -> np.ndarray:
-        what, lanes, cols, lane0, nl, col0, ncols = self._fragment(warp_id, address, shape, num, "ld")
-        self._check_read(lane0, nl, col0, ncols, what)  # bounds, allocation, defined-ness
+    def ld(self, warp_id: int, address: int, shape: str, num: int, split: int = 0) -> np.ndarray:
+        what, lanes, cols, lane0, nl, col0, ncols = self._fragment(warp_id, address, shape, num, "ld", split)
+        if shape == "16x32bx2":                            # two blocks: the columns between are not read
+            for c in (col0, col0 + split):
+                self._check_read(lane0, nl, c, num, what)
+        else:
+            self._check_read(lane0, nl, col0, ncols, what)  # bounds, allocation, defined-ness
         if shape == "32x32b":                              # thread t: lane t, register r: column r
             return self.cells[lane0:lane0 + 32, col0:col0 + ncols].copy()
         return self.cells[lanes, cols]
 
-    def st(self, warp_id: int, address: int, shape: str, num: int, values) -> None:
-        what, lanes, cols, lane0, nl, col0, ncols = self._fragment(warp_id, address, shape, num, "st")
+    def st(self, warp_id: int, address: int, shape: str, num: int, values, split: int = 0) -> None:
+        what, lanes, cols, lane0, nl, col0, ncols = self._fragment(warp_id, address, shape, num, "st", split)
         values = np.asarray(values)
         if values.shape != lanes.shape:
             raise EmuError(self._at(f"{what}: needs {lanes.shape} register values, got {values.shape}"))
@@ -345,15 +351,17 @@ def shift_region(address: int, what: str = "tcgen05.shift") -> tuple[int, int, i
 
 
 @functools.lru_cache(maxsize=64)
-def _fragment_map(shape: str, num: int):
+def _fragment_map(shape: str, num: int, split: int = 0):
     """(lanes[32, regs], columns[32, regs]) from the address, and the columns spanned, of
     thread t's register r for ``.shape.xnum`` (the ISA's Matrix fragments for tcgen05.ld/st),
-    computed once per form."""
+    computed once per form (``split``: .16x32bx2's immHalfSplitoff)."""
     t = np.arange(32)[:, None]
     regs = _REGS_X1[shape] * num
     r = np.arange(regs)[None, :]
     if shape == "32x32b":        # thread t: lane t; register r: column r
         lanes, cols = t + 0 * r, r + 0 * t
+    elif shape == "16x32bx2":    # lane t%16; column r, in the second block (threads 16..31) + split
+        lanes, cols = t % 16 + 0 * r, r + (t // 16) * split
     elif shape == "16x64b":      # lane t/4 + 8*(t%2), column 2*r + (t/2)%2
         lanes, cols = t // 4 + 8 * (t % 2) + 0 * r, 2 * r + (t // 2) % 2
     elif shape == "16x128b":     # r = 2*i + h: lane t/4 + 8h, column 4*i + t%4
