@@ -155,6 +155,19 @@ def test_ftz_cvt_between_f32_and_f64():
     _same(got, _ftz((small.astype(np.float64) * 2.0 ** -126).astype(np.float32)))
 
 
+
+def test_ftz_cvt_f32_to_f32_flushes_with_and_without_sat():
+    # cvt.ftz.f32.f32 and cvt.ftz.sat.f32.f32 (__saturatef under --use_fast_math): the same-type
+    # forms flush a subnormal to a zero of its sign too (they went to the plain cvt, which did not)
+    a = _mixed_f32(9)
+    got = _lanes("cvt.ftz.f32.f32 %f3, %f1;\nmov.b32 %r3, %f3;", _bits(a))
+    _same(got, _ftz(a))
+    got = _lanes("cvt.ftz.sat.f32.f32 %f3, %f1;\nmov.b32 %r3, %f3;", _bits(a))
+    with np.errstate(invalid="ignore"):
+        want = np.where(np.isnan(a), np.float32(0), np.clip(_ftz(a), np.float32(0), np.float32(1)))
+    # (the value, not the sign of a zero: the ISA's .sat clamps to [0.0, 1.0] and states no sign for -0.0)
+    np.testing.assert_array_equal(got.view(np.float32), want.astype(np.float32))
+
 # ---- cvt.rn.f32.s64 / .u64 (88_hopper_fmha): PTX ISA 9.7.9.21 "cvt": .rn rounds to nearest even,
 # once. Through f64 a magnitude of 2^53 or more was rounded twice (2^60 + 2^36 + 1 gave 2^60).
 
@@ -215,6 +228,8 @@ def test_fma_f64_rounds_once():
     c[16:20] = rng.integers(-2 ** 40, 2 ** 40, 4) * 2.0 ** -30
     a[20], b[20], c[20] = np.inf, 0.0, 1.0            # NaN
     a[21], b[21], c[21] = -0.0, 5.0, 0.0              # +0
+    a[22], b[22], c[22] = 2.0 ** -537, 2.0 ** -538, 2.0 ** -1074    # the product underflows to 0 in f64:
+    a[23], b[23], c[23] = -(2.0 ** -600), 2.0 ** -600, 0.0          # exact 1.5 * 2^-1074 (a tie) and -2^-1200
     got = _run_fma64(a, b, c)
     want = np.array([_fused(float(x), float(y), float(z)) for x, y, z in zip(a, b, c)])
     nan = np.isnan(want)

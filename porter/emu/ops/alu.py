@@ -309,7 +309,7 @@ def fma_f64(a, b, c):
         finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
         ap = np.abs(p)
         risky |= finite & ~(np.isfinite(r) & np.isfinite(e) & (np.abs(a) < 2.0 ** 995) & (np.abs(b) < 2.0 ** 995)
-                            & ((ap == 0) | (ap > 2.0 ** -968)))
+                            & ((a == 0) | (b == 0) | (ap > 2.0 ** -968)))   # (a product that underflows to 0 is not exact)
         out = np.where(finite & np.isfinite(r), r, naive)
     lanes = np.flatnonzero(risky & finite)
     if lanes.size:

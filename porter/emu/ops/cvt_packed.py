@@ -211,9 +211,12 @@ def _build_float_sat(ins, d, dt, st):
     mode = next((p for p in ins.parts if p in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi")), "")
     ra, wd = d.src(ins.operands[1], st), d.dst(ins.operands[0], dt)
     out = NP[dt]
+    ftz = "ftz" in ins.parts and st == "f32"     # (cvt.ftz.sat.f32.f32: __saturatef under -ftz)
 
     def run(w, m):
         x = _lanes(ra(w), np.float64)
+        if ftz:                                  # a subnormal f32 input is a zero of its sign (PTX ISA 9.7.3)
+            x = np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(0.0, x), x)
         with np.errstate(all="ignore"):
             if mode in ("rni", "rzi", "rmi", "rpi"):
                 x = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}[mode](x)

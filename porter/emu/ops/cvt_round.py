@@ -179,8 +179,8 @@ def _matches(ins) -> bool:
     if dt in _FLOATS and st in _FLOATS:
         if any(r in parts for r in _INTEGRAL):
             return True
-        if "ftz" in parts and "f32" in (dt, st) and "f64" in (dt, st):
-            return True                 # cvt.ftz.f64.f32, cvt.rn.ftz.f32.f64: the plain cvt does not flush
+        if "ftz" in parts and "f32" in (dt, st):
+            return True                 # cvt.ftz.f64.f32, cvt.rn.ftz.f32.f64, cvt.ftz{.sat}.f32.f32: the plain cvt does not flush
         narrowing = bits(dt) < bits(st)
         return narrowing and any(r in parts for r in _DIRECTED)
     if dt in _FLOATS and st not in _FLOATS:
