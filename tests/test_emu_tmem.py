@@ -222,3 +222,14 @@ def test_16_lane_shapes_thread_map(shape, thread, reg, lane, col):
     t.st(0, 0, shape, 2 if shape == "16x64b" else 1, vals)
     assert t.cells[lane, col] == 0xABCD
     assert np.count_nonzero(t.cells) == 1
+
+
+def test_16x32bx2_checks_the_allocation_of_its_two_blocks_only():
+    t = TensorMemory()
+    first, middle, last = (t.alloc(0, 32) for _ in range(3))
+    t.dealloc(0, middle, 32)                                      # columns 32..63 freed: a hole
+    vals = np.arange(32 * 2, dtype=np.uint32).reshape(32, 2)
+    t.st(0, first | 8, "16x32bx2", 2, vals, split=64)             # columns 8..9 and 72..73
+    assert (t.ld(0, first | 8, "16x32bx2", 2, split=64) == vals).all()
+    with pytest.raises(CheckFailed, match="columns"):
+        t.st(0, first | 8, "16x32bx2", 2, vals, split=32)         # the second block in the hole

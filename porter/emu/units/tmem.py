@@ -287,7 +287,8 @@ class TensorMemory:
         if values.shape != lanes.shape:
             raise EmuError(self._at(f"{what}: needs {lanes.shape} register values, got {values.shape}"))
         self._check_lanes(lane0, nl, what)
-        self.check_columns(col0, ncols, what)
+        for c, n in (((col0, num), (col0 + split, num)) if shape == "16x32bx2" else ((col0, ncols),)):
+            self.check_columns(c, n, what)               # (.16x32bx2: each block, as ld checks them)
         if values.dtype.kind == "f":
             values = values.astype(np.float32).view(np.uint32)
         self.cells[lanes, cols] = values.astype(np.uint32)
