@@ -47,46 +47,6 @@ class PipelineAgent:
         self.vc = None
 
 
-class UniformRects:
-    """Rectangles ``[a0, a1) x [b0, b1)`` of a 2-D array each known to hold one value: what
-    the array's fills left. TMEM is accessed by rectangles (an MMA's accumulator, a warp's
-    lane quarter), so a check of a region one earlier fill covered needs that fill's value,
-    not two reductions over the region's cells. Exact: a fill drops every rectangle it
-    overlaps and adds its own (all of its cells hold its value; cells outside it are as
-    before), so the rectangles kept never disagree with the array; one not found costs only
-    the scan. Every write to the array must go through ``fill``."""
-
-    __slots__ = ("rects",)
-    KEEP = 16
-
-    def __init__(self, a: int, b: int, value: int):
-        self.rects = [(0, a, 0, b, value)]
-
-    def value(self, a0: int, a1: int, b0: int, b1: int):
-        """The one value of the region, or None when no rectangle kept covers it."""
-        if a0 < 0 or b0 < 0:              # (a slice from a negative start wraps: not a rectangle)
-            return None
-        for r in self.rects:
-            if r[0] <= a0 and a1 <= r[1] and r[2] <= b0 and b1 <= r[3]:
-                return r[4]
-        return None
-
-    def fill(self, arr: np.ndarray, a0: int, a1: int, b0: int, b1: int, value: int) -> None:
-        """``arr[a0:a1, b0:b1] = value``, skipped when a kept rectangle says it holds that already
-        (an MMA rewriting its accumulator, a read clearing what is clear)."""
-        if self.value(a0, a1, b0, b1) == value:
-            return
-        arr[a0:a1, b0:b1] = value
-        if a0 < 0 or b0 < 0:
-            self.rects = []
-            return
-        keep = [r for r in self.rects if r[1] <= a0 or a1 <= r[0] or r[3] <= b0 or b1 <= r[2]]
-        keep.append((a0, a1, b0, b1, value))
-        if len(keep) > self.KEEP:
-            del keep[0]
-        self.rects = keep
-
-
 class Cells:
     """A 2-D grid (``a`` x ``b``) of cells each holding one record (a value per field, e.g.
     the epoch, PTX line and kind of a cell's last write), written by rectangular fills.
@@ -96,8 +56,8 @@ class Cells:
     warp's lane quarter), and as arrays, one per field, only once something needs the cells
     themselves (``arrays()``: a scan of a region of several records) or the rectangles grow
     past ``LAZY_KEEP``. A CTA's shadow of the usual kernel never needs them: no allocation
-    of the grid, no pages touched. Then, as ``UniformRects``, the rectangles of the latest
-    fills answer ``value`` (a region one of them covers) without a scan.
+    of the grid, no pages touched. Then the rectangles of the latest fills answer ``value``
+    (a region one of them covers) without a scan.
 
     ``value`` is exact: the record every cell of the region holds, or None. Regions are
     numpy slices of the grid (starts >= 0; ends past the grid are clipped, as numpy
@@ -118,33 +78,8 @@ class Cells:
     def value(self, a0: int, a1: int, b0: int, b1: int):
         """The one record of the region, or None (several, an empty or wrapped region, or
         none of the rectangles kept beside the arrays covers it)."""
-        if a0 < 0 or b0 < 0:
-            return None
-        if a1 > self.a:
-            a1 = self.a
-        if b1 > self.b:
-            b1 = self.b
-        if a0 >= a1 or b0 >= b1:
-            return None
-        rects = self.rects
-        for r in rects:
-            if r[0] <= a0 and a1 <= r[1] and r[2] <= b0 and b1 <= r[3]:
-                return r[4]
-        if self.arrs is not None:
-            return None
-        rec, covered = None, 0
-        for r in rects:
-            if r[0] < a1 and a0 < r[1] and r[2] < b1 and b0 < r[3]:
-                if rec is None:
-                    rec = r[4]
-                elif r[4] != rec:
-                    return None
-                covered += (min(a1, r[1]) - max(a0, r[0])) * (min(b1, r[3]) - max(b0, r[2]))
-        if rec is None:
-            return self.bg
-        if rec == self.bg or covered == (a1 - a0) * (b1 - b0):
-            return rec
-        return None
+        recs = self.records(a0, a1, b0, b1)
+        return recs[0] if recs is not None and len(recs) == 1 else None
 
     def records(self, a0: int, a1: int, b0: int, b1: int):
         """The distinct records the region's cells hold (a list, in no particular order), or
