@@ -14,7 +14,6 @@ from porter.emu import fastpath, ptx
 from porter.emu.decode import NP, UINT, bits, is_float, is_signed, type_of
 
 
-
 def _binary(ins, d, f, raw=None):
     t = type_of(ins.parts)
     dst, a, b = ins.operands
@@ -53,15 +52,16 @@ def _unary(ins, d, f, t=None):
     return run
 
 
-_F32_LEAST_NORMAL = np.float32(np.finfo(np.float32).tiny)      # 2^-126
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)      # 2^-126, the least normal f32
 
 
-def _flush32(x):
-    """``.ftz`` on f32 values: subnormals to a zero of their sign; zeros, normals, inf and NaN
-    unchanged (PTX ISA 9.7.3 "Floating-Point Instructions": .ftz flushes subnormal inputs and
-    results to sign-preserving zero). The usual case (no zero or subnormal lane) is two
-    ufuncs and a byte scan."""
-    small = np.abs(x) < _F32_LEAST_NORMAL
+def _flush(x, tiny=_F32_TINY):
+    """``.ftz``: values below ``tiny`` in magnitude (subnormals) to a zero of their sign; zeros,
+    normals, inf and NaN unchanged (PTX ISA 9.7.3 "Floating-Point Instructions": .ftz flushes
+    subnormal inputs and results to sign-preserving zero; a -0.0 stays -0.0). The usual case
+    (no zero or subnormal lane) is two ufuncs and a byte scan (a bool array's bytes hold a 1
+    where it is true: ~8x cheaper than count_nonzero)."""
+    small = np.abs(x) < tiny
     if 1 in small.tobytes():
         return np.where(small, np.copysign(np.float32(0), x), x)
     return x
@@ -83,7 +83,7 @@ def _no_subnormal(*xs) -> bool:
     for x in xs:
         if type(x) is np.ndarray and x.ndim == 1:
             arrays.append(x)
-        elif x != 0 and abs(float(x)) < _F32_LEAST_NORMAL:
+        elif x != 0 and abs(float(x)) < _F32_TINY:
             return False
     if not arrays:
         return True
@@ -98,7 +98,7 @@ def _ftz_binary(f):
         r = f(a, b)
         if type(r) is np.ndarray and _no_subnormal(a, b, r):
             return r
-        return _flush32(f(_flush32(a), _flush32(b)))
+        return _flush(f(_flush(a), _flush(b)))
     return g
 
 
@@ -106,7 +106,7 @@ def _ftz_unary(f):
     def g(a):
         if _no_subnormal(a):
             return f(a)                 # (neg and abs of a normal, zero, inf or NaN: no subnormal out)
-        return _flush32(f(_flush32(a)))
+        return _flush(f(_flush(a)))
     return g
 
 
@@ -256,9 +256,9 @@ def build_fma(ins, d):
             p += c
             r = p.astype(np.float32)
             if not _no_subnormal(a, b, c, r):
-                p = np.multiply(_flush32(a), _flush32(b), dtype=np.float64)
-                p += _flush32(c)
-                r = _flush32(p.astype(np.float32))
+                p = np.multiply(_flush(a), _flush(b), dtype=np.float64)
+                p += _flush(c)
+                r = _flush(p.astype(np.float32))
             wd(w, r, m)
         return fma_ftz
 
@@ -592,7 +592,7 @@ def build_setp(ins, d):
         def f(x, y):
             if _no_subnormal(x, y):
                 return cmp_f(x, y)
-            return cmp_f(_flush32(x), _flush32(y))
+            return cmp_f(_flush(x), _flush(y))
     comb = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(combine)
     if comb is None and wd2 is None:
         fast = fastpath.compare(d, t, dst, a, b, f)
@@ -615,9 +615,6 @@ def build_setp(ins, d):
     return setp
 
 
-_F32_TINY = np.finfo(np.float32).tiny
-
-
 def _float_unary(ins, d, f):
     t = type_of(ins.parts)
     ftz = "ftz" in ins.parts
@@ -627,11 +624,8 @@ def _float_unary(ins, d, f):
     # (below 2^-1022), not everything below f32's 2^-126 (1/1e300 was 0, 1/1e-300 inf)
     tiny = np.float64(np.finfo(np.float64).tiny) if t == "f64" else _F32_TINY
 
-    def flush(x):                       # subnormals to a zero of their sign (zeros stay)
-        small = np.abs(x) < tiny
-        # (a bool array's bytes hold a 1 where it is true: ~8x cheaper than count_nonzero)
-        # (copysign: a -0.0 input stays -0.0, so rcp/rsqrt.approx.ftz of -0.0 is -inf, as rcp of -0.0 is)
-        return np.where(small, np.copysign(np.float32(0), x), x) if 1 in small.tobytes() else x
+    def flush(x):                       # (a -0.0 input stays -0.0: rcp/rsqrt.approx.ftz of -0.0 is -inf)
+        return _flush(x, tiny)
 
     def g(a):                           # (inf/NaN without warnings: off in the scheduler)
         a = np.asarray(a)
@@ -647,9 +641,6 @@ def _float_unary(ins, d, f):
     if ftz and f is np.exp2 and t == "f32":
         return _unary(ins, d, _ex2_ftz(g), t)
     return _unary(ins, d, g, t)
-
-
-_F32_TINY = np.float32(np.finfo(np.float32).tiny)      # 2^-126, the least normal f32
 
 
 def _ex2_ftz(general):
