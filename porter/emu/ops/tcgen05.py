@@ -280,6 +280,7 @@ class _SpanSnapshot:
         """The bytes at ``addrs`` when the snapshot was taken (uint8, read-only)."""
         if self.raw is None:
             self.raw = np.frombuffer(self.span, dtype=np.uint8).take(self.rel)
+            self.raw.flags.writeable = False     # (shared by the MMA's readers: never written in place)
         return self.raw
 
     def changed(self) -> bool:
