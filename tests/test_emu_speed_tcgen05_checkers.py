@@ -65,17 +65,22 @@ def _handoff_history(seed: int, steps: int):
     return out, [a.copy() for c in (st.writer, st.reader) for a in c.arrays()]
 
 
-def _hb_history(seed: int, steps: int, sync: float = 0.0):
-    """Messages (or None) of tmem_hb._check over random accesses of 5 agents whose clocks
-    now and then acquire each other (``sync``: how often all at a barrier)."""
-    rng = np.random.default_rng(seed)
+def _five_agents():
+    """A race detector with five warps of one CTA as its agents, started; the CTA (a stand-in)."""
     race = RaceDetector(None)
     prog = SimpleNamespace(file="k.ptx")
     agents = [SimpleNamespace(name=f"CTA 0 warp {i}", prog=prog) for i in range(5)]
     for a in agents:
         race.add_warp(a)
     race.start()
-    cta = SimpleNamespace(name="CTA 0", units={})
+    return race, agents, SimpleNamespace(name="CTA 0", units={})
+
+
+def _hb_history(seed: int, steps: int, sync: float = 0.0):
+    """Messages (or None) of tmem_hb._check over random accesses of 5 agents whose clocks
+    now and then acquire each other (``sync``: how often all at a barrier)."""
+    rng = np.random.default_rng(seed)
+    race, agents, cta = _five_agents()
     out = []
     for step in range(steps):
         a = agents[int(rng.integers(0, 5))]
@@ -120,20 +125,13 @@ def _both(monkeypatch, history, seed, steps, lazy_keep, **kw):
     return fast, plain
 
 
+@pytest.mark.parametrize("history", [_handoff_history, _hb_history], ids=["handoff", "happens-before"])
 @pytest.mark.parametrize("lazy_keep", [None, 10**6])
 @pytest.mark.parametrize("seed", range(6))
-def test_handoff_findings_match_the_array_scan(monkeypatch, seed, lazy_keep):
-    (fast, fast_cells), (plain, plain_cells) = _both(monkeypatch, _handoff_history, seed, 300, lazy_keep)
-    assert fast == plain
-    assert sum(m is not None for m in fast) > 10 and sum(m is None for m in fast) > 10
-    for a, b in zip(fast_cells, plain_cells):
-        assert np.array_equal(a, b)
-
-
-@pytest.mark.parametrize("lazy_keep", [None, 10**6])
-@pytest.mark.parametrize("seed", range(6))
-def test_happens_before_findings_match_the_array_scan(monkeypatch, seed, lazy_keep):
-    (fast, fast_cells), (plain, plain_cells) = _both(monkeypatch, _hb_history, seed, 300, lazy_keep)
+def test_findings_match_the_array_scan(monkeypatch, history, seed, lazy_keep):
+    """The hand-off checker's and the happens-before checker's findings over a random history,
+    and the cells they leave, are the same with the rectangles as with arrays from the start."""
+    (fast, fast_cells), (plain, plain_cells) = _both(monkeypatch, history, seed, 300, lazy_keep)
     assert fast == plain
     assert sum(m is not None for m in fast) > 10 and sum(m is None for m in fast) > 10
     for a, b in zip(fast_cells, plain_cells):
@@ -155,13 +153,7 @@ def test_the_first_happens_before_finding_matches_the_array_scan(monkeypatch, se
 def test_the_usual_kernel_makes_no_arrays():
     """An MMA's accumulator written four times, then read by four lane quarters in two
     halves, in both checkers: all judged from the rectangles."""
-    race = RaceDetector(None)
-    prog = SimpleNamespace(file="k.ptx")
-    agents = [SimpleNamespace(name=f"CTA 0 warp {i}", prog=prog) for i in range(5)]
-    for a in agents:
-        race.add_warp(a)
-    race.start()
-    cta = SimpleNamespace(name="CTA 0", units={})
+    race, agents, cta = _five_agents()
     for _ in range(4):
         tmem_hb._check(race, cta, (0, 128, 0, 64), 4, agents[4].vc, True, 10, "tcgen05.mma", "mma")
     for a in agents[:4]:

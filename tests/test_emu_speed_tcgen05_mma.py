@@ -120,15 +120,7 @@ def test_a_group_of_mmas_on_two_accumulators_takes_d_from_the_right_one(monkeypa
     one = "  tcgen05.mma.cta_group::1.kind::f16 [%r20], %rd5, %rd6, %r21, %p4;"
     assert one in t.MMA
     monkeypatch.setattr(t, "MMA", t.MMA.replace(one, four))
-    outs = []
-    for fast in (True, False):
-        with monkeypatch.context() as m:
-            if not fast:
-                _straightforward(m)
-            res, ref = t._mma(3)
-        np.testing.assert_allclose(res.outputs[1], 2 * ref, rtol=1e-6, atol=1e-5)
-        outs.append(res.outputs[1].view(np.uint32).copy())
-    assert np.array_equal(outs[0], outs[1])
+    _both_ways(monkeypatch, t, 3, lambda ref: 2 * ref)
 
 
 def test_an_mma_with_disabled_lanes_passes_no_d_on(monkeypatch):
@@ -145,17 +137,11 @@ def test_an_mma_with_disabled_lanes_passes_no_d_on(monkeypatch):
         "  tcgen05.mma.cta_group::1.kind::f16 [%r20], %rd5, %rd6, %r21, %p6;"])
     one = "  tcgen05.mma.cta_group::1.kind::f16 [%r20], %rd5, %rd6, %r21, %p4;"
     monkeypatch.setattr(t, "MMA", t.MMA.replace(one, three))
-    outs = []
-    for fast in (True, False):
-        with monkeypatch.context() as m:
-            if not fast:
-                _straightforward(m)
-            res, ref = t._mma(4)
-        want = 3 * ref
-        want[:32] = 2 * ref[:32]
-        np.testing.assert_allclose(res.outputs[1], want, rtol=1e-6, atol=1e-5)
-        outs.append(res.outputs[1].view(np.uint32).copy())
-    assert np.array_equal(outs[0], outs[1])
+    def want(ref):
+        w = 3 * ref
+        w[:32] = 2 * ref[:32]
+        return w
+    _both_ways(monkeypatch, t, 4, want)
 
 
 def test_span_snapshots_report_a_change_exactly_when_a_byte_read_changed():
@@ -185,3 +171,17 @@ def test_span_snapshots_report_a_change_exactly_when_a_byte_read_changed():
         changed += want
         unchanged += not want
     assert changed > 20 and unchanged > 100
+
+
+def _both_ways(monkeypatch, t, seed: int, want) -> None:
+    """test_emu_tcgen05_ops' MMA kernel (as patched) with the completion shortcuts and without
+    (``_straightforward``): each output close to ``want(ref)`` and the two bit-identical."""
+    outs = []
+    for fast in (True, False):
+        with monkeypatch.context() as m:
+            if not fast:
+                _straightforward(m)
+            res, ref = t._mma(seed)
+        np.testing.assert_allclose(res.outputs[1], want(ref), rtol=1e-6, atol=1e-5)
+        outs.append(res.outputs[1].view(np.uint32).copy())
+    assert np.array_equal(outs[0], outs[1])
