@@ -62,6 +62,15 @@ CLUSTER_M = 2              # CTAs per cluster along M sharing B, where the descr
 EPILOGUE_COLS = 64
 # Registers a consumer needs besides its accumulators (addresses, loop state, epilogue).
 CONSUMER_OVERHEAD_REGS = 40
+# How C leaves (knob ``epilogue``): "staged" (the default: each 64-column chunk written into a
+# swizzled staging tile, read back by the warpgroup and stored with 16-byte st.global) or "tma"
+# (the chunk written into one of two staging tiles laid out as C's tensor map's 128B swizzle,
+# fenced to the async proxy and stored by one thread's cp.async.bulk.tensor; the warpgroup goes
+# on while the TMA reads the tile, and the other tile takes the next chunk: fast.cu's kernel 11,
+# CUTLASS's TMA-store epilogue).
+EPILOGUES = ("staged", "tma")
+EPILOGUE = "staged"
+EPILOGUE_BUFFERS = {"staged": 1, "tma": 2}    # staging tiles per consumer warpgroup
 
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1}
 
@@ -178,7 +187,7 @@ def default_accumulation(variant) -> str:
 # Knobs (``--set``, porter.kernels.knobs): every choice above, overridable. A knob left out
 # is chosen as described; one given is held to the same budgets.
 KNOBS = ("tile_n", "consumers", "stages", "cluster_m", "accumulation", "promote_every_k",
-         "group_m", "grid_ctas", "persistent")
+         "epilogue", "group_m", "grid_ctas", "persistent")
 MIN_KNOB_STAGES = 2        # the ring needs a stage in flight while one is read
 MAX_CONSUMERS = 4          # 1 producer + 4 consumers = 640 threads, 1024 at most per block
 
@@ -225,6 +234,7 @@ def knob_space(arch, variant, pair: bool = False) -> dict[str, tuple]:
         "accumulation": ACCUMULATIONS,
         # A chain spans whole stages (its wait also frees them): multiples of TILE_K.
         "promote_every_k": (0, tile_k, 2 * tile_k, 4 * tile_k),
+        "epilogue": EPILOGUES,
         "tile_order": knob_rules.TILE_ORDERS,
         **knob_rules.schedule_space(arch, default_cluster, max(1, GROUP_M_TILES // default_cluster)),
     }
@@ -234,7 +244,8 @@ def knobs_of(config) -> dict:
     """The knob values a spec's config holds (what ``default_knobs`` reports)."""
     return {"tile_n": config["tile_n"], "consumers": config["consumers"], "stages": config["stages"],
             "cluster_m": config["cluster_m"], "accumulation": config["accumulation"],
-            "promote_every_k": config["promote_every_k"], "group_m": config["group_m"],
+            "promote_every_k": config["promote_every_k"], "epilogue": config.get("epilogue_mode", EPILOGUE),
+            "group_m": config["group_m"],
             "grid_ctas": config["grid_ctas"], "persistent": config.get("persistent", True),
             "tile_order": config.get("tile_order", "m")}
 
@@ -304,8 +315,14 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
                           f"{arch.regs_per_sm} registers per SM give {launch} per thread at launch; setmaxnreg "
                           f"needs the producer's {PRODUCER_REGS} <= {launch} <= the consumers' {consumer_regs}")
 
+    epilogue = knobs.get("epilogue", EPILOGUE)
+    if "epilogue" in knobs:
+        kr.check_choice(name, "epilogue", epilogue, EPILOGUES,
+                        "staged: threads store C with st.global; tma: a TMA store per 64-column chunk")
     barrier_bytes_per_stage = 16  # full + empty mbarrier, 8 B each
-    epilogue_bytes = consumers * mma_m * EPILOGUE_COLS * 2  # bf16 staging per consumer
+    # bf16 staging per consumer: one 64 x 64 tile, two with the TMA store (one written while
+    # the TMA reads the other)
+    epilogue_bytes = consumers * EPILOGUE_BUFFERS[epilogue] * mma_m * EPILOGUE_COLS * 2
     budget = arch.smem_per_block_bytes - ALIGN_SLACK - epilogue_bytes
 
     def smem_need(n: int, stages: int) -> str:
@@ -403,6 +420,10 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
     ptx_type = fmt
     desc_template = enc.k_major_swizzled_template(SWIZZLE_ROW_BYTES, SWIZZLE)
     params = gemm.kernel_params(variant)
+    if epilogue == "tma":
+        # C's tensor map, encoded over the output buffer ``c`` (which stays in the list, so
+        # every path's host code passes the same arguments): after A's and B's maps
+        params.insert([p for p, _ in params].index("tma_b") + 1, ("tma_c", "TmaDescriptor"))
     # What the host encodes with cuTensorMapEncodeTiled (dims innermost first).
     tensor_maps = [
         {"param": "tma_a", "operand": "A", "format": fmt, "element_bytes": elem, "dims": ["K", "M"],
@@ -411,11 +432,18 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
          "row_stride_bytes": f"K*{elem}", "box": [tile_k, b_box_rows], "swizzle": SWIZZLE,
          "multicast": cluster_m > 1},
     ]
-    tma_maps = [f"{t['param']}: {fmt} {t['operand']}[{t['dims'][1]}, K] K-major: dims {{K, {t['dims'][1]}}}, "
+    if epilogue == "tma":
+        tensor_maps.append({"param": "tma_c", "operand": "C", "format": "bf16", "element_bytes": 2, "dims": ["N", "M"],
+                            "row_stride_bytes": "N*2", "box": [EPILOGUE_COLS, mma_m], "swizzle": SWIZZLE,
+                            "output": "c"})
+    tma_maps = [f"{t['param']}: {t['format']} {t['operand']}[{t['dims'][1]}, {t['dims'][0]}] "
+                f"{'K-major' if t['dims'][0] == 'K' else 'row-major'}: dims {{{t['dims'][0]}, {t['dims'][1]}}}, "
                 f"row stride {t['row_stride_bytes']} B, box {{{t['box'][0]}, {t['box'][1]}}}, "
                 f"swizzle {SWIZZLE}, no interleave, OOB fill none"
                 + (f" (box = this CTA's slice of the {mma_n}-row tile, multicast to the cluster)"
-                   if t.get("multicast") else "") for t in tensor_maps]
+                   if t.get("multicast") else "")
+                + (f" (over the output {t['output']}: each consumer's 64-column chunks, stored by TMA)"
+                   if t.get("output") else "") for t in tensor_maps]
     config = {
         "mainloop": arch.tensor_core.generation,
         "kind": kind,
@@ -453,13 +481,21 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         "params": params,
         "tma_maps": tma_maps,
         "tensor_maps": tensor_maps,
-        "epilogue": "registers -> alpha * acc -> bf16, staged per 64 x 64 chunk in swizzled smem -> 16-byte coalesced st.global",
+        "epilogue": ("registers -> alpha * acc -> bf16, staged per 64 x 64 chunk in swizzled smem -> 16-byte "
+                     "coalesced st.global" if epilogue == "staged" else
+                     "registers -> alpha * acc -> bf16 into one of 2 swizzled 64 x 64 smem tiles per consumer -> "
+                     "fence.proxy.async -> one thread's TMA store (bulk group) per chunk"),
         "epilogue_bytes_per_consumer": mma_m * EPILOGUE_COLS * 2,
         "epilogue_bytes": epilogue_bytes,
         "tmem_columns": 0,
     }
+    if epilogue != EPILOGUE:        # absent from default specs, whose sources stay byte-identical
+        config.update(epilogue_mode=epilogue, epilogue_buffers=EPILOGUE_BUFFERS[epilogue])
     kr.record_knobs(config, name, knobs, persistent)
     required, forbidden = _sass_rules(arch, kind, ptx_type, mma_n, mma_k)
+    if epilogue == "tma":
+        required += (SassRule(arch.sass_pattern("op:tma_store"),
+                              "C stored from the shared-memory staging tiles by TMA (epilogue=tma, op:tma_store)"),)
     if accumulation == "promoted":
         required += (SassRule(arch.sass_pattern("op:fp32_add"),
                               "fp32 promotion of each wgmma chain into the register accumulator (op:fp32_add)"),)

@@ -277,6 +277,8 @@ class GemmRun(PackedArgs):
         values = {"c": self.c_buf.ptr, "m": plan.m, "n": plan.n, "k": plan.k,
                   "scale_a": plan.scale_a, "scale_b": plan.scale_b}
         values.update({p: addresses[p] for p, ctype in plan.params if ctype.endswith("*") and p in addresses})
+        if "tma_c" in plan.maps:
+            addresses["tma_c"] = self.c_buf.ptr      # epilogue=tma: C's map over the output buffer
         for param, tmap in plan.maps.items():
             values[param] = dev.encode_tensor_map(tmap, addresses[param])
         missing = [p for p, _ in plan.params if p not in values]

@@ -178,6 +178,11 @@ def operand_maps(spec, m: int, n: int, k: int, a_row_bytes: int, b_row_bytes: in
         "tma_a": matrix_map(f"{name} tma_a", data_type, m, k_elems, a_row_bytes, a_k, a_rows, a_swizzle),
         "tma_b": matrix_map(f"{name} tma_b", data_type, n, k_elems, b_row_bytes, b_k, b_rows, b_swizzle),
     } if any(p == "tma_a" for p, _ in cfg["params"]) else {}   # else a and b are plain pointers
+    if any(p == "tma_c" for p, _ in cfg["params"]):
+        # epilogue=tma: C's map (bf16 [M, N] row-major, packed rows), encoded over the output
+        # buffer at launch (``output_maps``): each consumer's 64-column chunk is one box
+        c_cols, c_rows, c_swizzle = box("tma_c", cfg["tile_m"])
+        maps["tma_c"] = matrix_map(f"{name} tma_c", "BFLOAT16", m, n, n * 2, c_cols, c_rows, c_swizzle)
     if cfg.get("block_scale") and any(p == "tma_sfa" for p, _ in cfg["params"]):
         block = cfg["scale_block_k"]
         for param, rows in (("tma_sfa", m), ("tma_sfb", n)):
@@ -315,6 +320,8 @@ def run_plan(plan: GemmPlan):
     values = {"c": c_ptr, "m": plan.m, "n": plan.n, "k": plan.k,
               "scale_a": plan.scale_a, "scale_b": plan.scale_b}
     values.update({p: ptr for p, ptr in addresses.items() if p in pointer_params})
+    if "tma_c" in plan.maps:
+        addresses["tma_c"] = c_ptr     # epilogue=tma: C's map over the output buffer
     for param, tmap in plan.maps.items():
         values[param] = tmap.encode(addresses[param])
     args = []

@@ -18,7 +18,10 @@ Per K step of a tile (``tile_k`` of K), on one SM, in cycles:
 - mma pipeline: warpgroup consumers that wait for their wgmma before releasing a stage
   expose the MMA latency, hidden by the other consumers' MMAs.
 The tile's period is the largest of these (they overlap); the epilogue is exposed per tile
-unless the accumulator is double-buffered (tcgen05 acc_buffers >= 2).
+unless the accumulator is double-buffered (tcgen05 acc_buffers >= 2). A TMA-store epilogue
+(wgmma ``epilogue=tma``) exposes only the threads' write of C into shared memory, the fences
+and the meetings; the TMA's read of it is counted on the tile's shared-memory port and its
+bytes on the tile's L2 share. A staged epilogue's st.global leave at the SM's L2 share, exposed.
 
 schedule=clc (cluster launch control): the tiles go greedily to the unit that frees first
 (porter.timing.schedule), and each tile a unit takes over pays what its hand-over leaves
@@ -131,13 +134,31 @@ def tile_costs(spec, arch, fig) -> dict:
     # ... after the tile's last MMA completes (its latency) and the consumers meet at a named barrier
     drain = (fig["mma_latency_base_cycles"] + fig["mma_latency_per_n_cycles"] * int(c.get("mma_n", tile_n))
              + fig["named_barrier_cycles"])
-    epilogue = (2 * out_tile / fig["smem_bytes_per_clk_per_sm"] + fig.ns_to_cycles(fig["l2_latency_ns"]) + drain)
+    smem_rate = fig["smem_bytes_per_clk_per_sm"]
+    # C's bytes leave the SM at its share of the L2's bandwidth (as attention's O stores do)
+    stores = out_tile / fig.l2_bytes_per_clk_per_sm
+    async_smem = async_l2 = 0.0
+    if c.get("epilogue_mode") == "tma":
+        # epilogue=tma: the threads write each 64-column chunk once, fence it and meet twice;
+        # one thread's TMA store reads it back and sends it to the L2 while the warpgroup goes
+        # on (the next tile's mainloop): that read and those bytes are port and L2 costs of the
+        # tile, not exposed time
+        chunks = tile_n // 64
+        epilogue = out_tile / smem_rate + chunks * (fig["fence_cycles"] + 2 * fig["named_barrier_cycles"]) + drain
+        async_smem, async_l2 = out_tile / smem_rate, stores
+    else:
+        # staged: written, then read back by the threads and stored with st.global, the
+        # read-back under the stores, which go no faster than the SM's L2 share; then the last
+        # stores' L2 round trip before the next tile's first wgmma may reuse the registers
+        epilogue = (out_tile / smem_rate + max(out_tile / smem_rate, stores) + fig.ns_to_cycles(fig["l2_latency_ns"])
+                    + drain)
     overlapped = int(c.get("acc_buffers", 1)) >= 2
     prologue = (fig.ns_to_cycles(fig["tma_latency_ns"]) + fig["cluster_barrier_cycles"]
                 + fig["mma_latency_base_cycles"])
     return {"resources": resources, "tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k,
             "cta_group": cta_group, "cluster": cluster, "epilogue": epilogue,
-            "epilogue_overlapped": overlapped, "prologue": prologue, "bits": bits,
+            "epilogue_overlapped": overlapped, "epilogue_async_smem": async_smem,
+            "epilogue_async_l2": async_l2, "prologue": prologue, "bits": bits,
             "scale_bytes_per_element": (1.0 / int(c["scale_block_k"])) if c.get("block_scale") else 0.0}
 
 
@@ -166,6 +187,8 @@ def model(spec, arch, fig, shape: str) -> dict:
     c = spec.config
     k_steps = -(-k // t["tile_k"])
     res = {r: v * k_steps for r, v in t["resources"].items()}
+    res["smem"] += t["epilogue_async_smem"]        # a TMA-store epilogue's read of its staging tiles
+    res["l2"] += t["epilogue_async_l2"]            # ... and its bytes to the L2
     per_tile = max(res.values()) + (0.0 if t["epilogue_overlapped"] else t["epilogue"])
     if c.get("persistent") is False:
         per_tile += t["prologue"]          # every tile is a fresh CTA: its pipeline fill is exposed
