@@ -44,6 +44,8 @@ def test_two_staging_tiles_per_consumer_and_c_map(hopper, name):
     assert cfg["epilogue_bytes"] == 2 * default.config["epilogue_bytes"] == cfg["consumers"] * 2 * 64 * 64 * 2
     assert spec.smem_bytes == default.smem_bytes + default.config["epilogue_bytes"] <= hopper.smem_per_block_bytes
     assert cfg["stages"] == default.config["stages"]           # the second tiles fit beside the ring
+    # its own symbol: its arguments differ from the default form's
+    assert spec.entry == default.entry + "_c_tma"
     params = [p for p, _ in cfg["params"]]
     assert params[:4] == ["tma_a", "tma_b", "tma_c", "c"]
     (c_map,) = [t for t in cfg["tensor_maps"] if t["param"] == "tma_c"]

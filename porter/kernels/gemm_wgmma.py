@@ -506,7 +506,10 @@ def make_spec(arch, variant, pair: bool, accumulation: str | None = None, knobs=
         family=gemm.FAMILY,
         name=gemm.spec_name(variant, pair),
         variant=variant.variant,
-        entry=gemm.entry_name(variant, pair, arch.tensor_core.generation),
+        # an epilogue=tma form takes tma_c, so it gets its own symbol (a module, a prepared
+        # manifest or the rehearsal driver finding a kernel by its entry never takes it for the
+        # default form, whose arguments differ)
+        entry=gemm.entry_name(variant, pair, arch.tensor_core.generation) + ("_c_tma" if epilogue == "tma" else ""),
         config=config,
         # The 2-CTA cluster that multicasts B is a feature the kernel relies on too: a
         # target without clusters must show up in the porting plan for gemm.*.
