@@ -41,6 +41,13 @@ _HEAD = len(tma_unit.MAGIC)
 
 
 def _unpack(raw: bytes, where: str) -> list:
+    if not any(raw):
+        # 128 zero bytes: a map built on the device from nothing (Triton's device-side tensor
+        # descriptors zero a 128-byte shared buffer, then tensormap.replace every field). Every
+        # field reads as its zero code (PTX ISA 9.7.9.28, Table 33: elemtype 0 = .u8, swizzle 0 =
+        # none, fill 0 = none, interleave 0 = none); fields never replaced stay zero and a TMA
+        # that uses such a map is checked as any other map is.
+        return [0] * len(tma_unit._BODY.unpack(bytes(tma_unit._BODY.size)))
     if raw[:_HEAD] != tma_unit.MAGIC:
         raise EmuError(f"{where}: the 128 bytes tensormap.replace edits are not a map from porter's emulated host "
                        "(a real driver CUtensorMap, or the wrong address)")

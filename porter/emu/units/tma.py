@@ -217,6 +217,10 @@ def decode(raw: bytes, where: str = "") -> TensorMap:
     f = _BODY.unpack_from(raw, len(MAGIC))
     address, tcode, rank, scode, ocode, lcode = f[:6]
     dims, strides, box, estr = f[6:11], f[11:15], f[15:20], f[20:25]
+    if rank == 0:       # only a map begun from 128 zero bytes on the device (ops.tensormap) has rank 0
+        raise EmuError(f"{w}the 128 bytes at the tensor-map operand are not a map from porter's emulated host, and "
+                       "as a map built on the device from zero bytes they never had tensormap.replace .rank "
+                       "(rank 0) [PTX ISA 9.7.9.28 tensormap.replace]")
     try:
         m = TensorMap(address=address, data_type=list(DATA_TYPES)[tcode], dims=tuple(dims[:rank]),
                       strides=tuple(strides[:max(rank - 1, 0)]), box=tuple(box[:rank]),
