@@ -165,11 +165,13 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
     outputs: list = [None] * len(args)
     buffers: dict[int, Buffer] = {}
 
-    def device_copy(x) -> Buffer:
+    def device_copy(x, label: str) -> Buffer:
+        """The device copy of ``x``, named by the kernel argument (and struct field) that first
+        passes it, so a checker's "nearest: ..." names the parameter the harness gave it for."""
         if isinstance(x, Buffer):
             return x
         if id(x) not in buffers:
-            buffers[id(x)] = memory.upload(x, f"argument {len(buffers)}")
+            buffers[id(x)] = memory.upload(x, label)
         return buffers[id(x)]
 
     for i, (p, a) in enumerate(zip(kernel.params, args)):
@@ -177,7 +179,7 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
             if not isinstance(a.source, (np.ndarray, Buffer)):
                 raise EmuError(f"launch: argument {i} for {p.name}: a tensor_map's source must be a numpy array or "
                                f"a Buffer, got {type(a.source).__name__}")
-            buf = device_copy(a.source)
+            buf = device_copy(a.source, f"argument {i}")
             try:
                 raw = tma_unit.encode(a.params, buf.ptr)
             except (AttributeError, TypeError, ValueError) as exc:
@@ -185,14 +187,15 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
             if p.size == 8:             # a `const CUtensorMap*` parameter: the host copied the map to device memory
                 raw = struct.pack("<Q", memory.upload(np.frombuffer(raw, np.uint8), f"argument {i} map").ptr)
         elif isinstance(a, StructArg):          # a by-value struct of pointers, maps and scalars
-            raw = launch_struct.pack(a, f"launch: argument {i} for {p.name}", device_copy,
+            raw = launch_struct.pack(a, f"launch: argument {i} for {p.name}",
+                                     lambda x, off, i=i: device_copy(x, f"argument {i}+{off}"),
                                      lambda m, buf: tma_unit.encode(m.params, buf.ptr))
         elif isinstance(a, (bytes, bytearray)):
             raw = bytes(a)
         elif isinstance(a, (np.ndarray, Buffer)):
             if isinstance(a, np.ndarray):
                 launch_args.array(a, i, p.name)
-            raw = struct.pack("<Q", device_copy(a).ptr)
+            raw = struct.pack("<Q", device_copy(a, f"argument {i}").ptr)
         elif isinstance(a, (bool, int, float, np.integer, np.floating)):
             raw = launch_args.scalar(p, a, i)
         else:

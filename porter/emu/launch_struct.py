@@ -35,8 +35,9 @@ class StructArg:
 
 
 def pack(arg: StructArg, where: str, device_copy, encode_map) -> bytes:
-    """The struct's bytes: ``device_copy(array)`` gives a Buffer, ``encode_map(map, buffer)``
-    the 128-byte map; overlapping or out-of-range fields are one EmuError naming them."""
+    """The struct's bytes: ``device_copy(array, offset)`` gives a Buffer (named by the field's
+    offset), ``encode_map(map, buffer)`` the 128-byte map; overlapping or out-of-range fields are
+    one EmuError naming them."""
     from porter.emu.launch import TensorMapArg
 
     out = bytearray(int(arg.size))
@@ -46,11 +47,11 @@ def pack(arg: StructArg, where: str, device_copy, encode_map) -> bytes:
         if isinstance(v, TensorMapArg):
             if off % 64:
                 raise EmuError(f"{where}: the tensor map at struct offset {off} must be 64-byte aligned")
-            raw = encode_map(v, device_copy(v.source))
+            raw = encode_map(v, device_copy(v.source, off))
         elif isinstance(v, np.ndarray):
             if off % 8:
                 raise EmuError(f"{where}: the pointer at struct offset {off} must be 8-byte aligned")
-            raw = struct.pack("<Q", device_copy(v).ptr)
+            raw = struct.pack("<Q", device_copy(v, off).ptr)
         elif isinstance(v, np.generic):
             raw = v.tobytes()
         elif isinstance(v, (bytes, bytearray)):

@@ -284,14 +284,26 @@ def _evaluate(path: str, seed: int) -> dict:
             raise PorterError(f"{name}: TOLERANCE must be {{'rtol': number >= 0, 'atol': number >= 0}}")
         tol.update({k: float(v) for k, v in user_tol.items()})
     axes = getattr(module, "AXES", None) or {}
-    if not isinstance(axes, dict) or not all(isinstance(v, (list, tuple)) for v in axes.values()):
-        raise PorterError(f"{name}: AXES must map an argument index to a tuple of index names")
+    if not isinstance(axes, dict) or not all(isinstance(v, (list, tuple)) for v in axes.values()) or \
+            not all(_index_key(k) is not None for k in axes):
+        raise PorterError(f"{name}: AXES must map an argument index (or (argument, struct offset), as "
+                          "reference() keys a struct field) to a tuple of index names")
     launch = getattr(module, "LAUNCH", None) or {}
     if not isinstance(launch, dict) or set(launch) - set(LAUNCH_KEYS):
         raise PorterError(f"{name}: LAUNCH may set {', '.join(LAUNCH_KEYS)}")
     return {"args": args, "expected": expected, "tolerance": tol,
-            "axes": {int(k): tuple(str(a) for a in v) for k, v in axes.items()}, "launch": dict(launch),
+            "axes": {_index_key(k): tuple(str(a) for a in v) for k, v in axes.items()}, "launch": dict(launch),
             "has_reference": ref is not None}
+
+
+def _index_key(k):
+    """An AXES key as judge() looks it up: an argument index, or (argument, struct offset)."""
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        return int(k)
+    if isinstance(k, tuple) and len(k) == 2 and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                    for x in k):
+        return (int(k[0]), int(k[1]))
+    return None
 
 
 # ---- judging ---------------------------------------------------------------------------------------
