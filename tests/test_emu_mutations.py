@@ -19,9 +19,10 @@ from porter.kernels import family_module
 MUTATIONS = [
     ("mbarrier-parity", "gemm", "gemm.bf16",
      [("porter::mbar_wait(full_bars + 8 * stage, phase);", "porter::mbar_wait(full_bars + 8 * stage, phase ^ 1u);")],
-     # the consumer's wgmma reads the TMA's bytes without having acquired their phase: caught
-     # as the read racing the landing or, in another warp order, as the next landing racing the read
-     (256, 256, 64), ("read (a wgmma operand)", "while the wgmma.mma_async")),
+     # the consumer's wgmma reads the TMA's bytes without having acquired their phase: its D is
+     # undefined (ops.wgmma.Undefined), caught where the epilogue reads it, or, once the wgmma has
+     # completed, as the next landing racing its read
+     (256, 256, 64), ("which holds an undefined value", "write by the TMA issued by")),
     ("arrival-count", "gemm", "gemm.bf16",
      [("porter::mbar_init(empty_bars + 8 * s, 4 * CONSUMERS * CLUSTER_M);",
        "porter::mbar_init(empty_bars + 8 * s, 4 * CONSUMERS * CLUSTER_M + 1);")],

@@ -51,6 +51,8 @@ _SHARED = 'PTX ISA 5.1.7 "Shared State Space" (a CTA\'s shared window; in a clus
 _GENERIC = 'PTX ISA 6.4.1 "Generic Addressing"'
 _TENSOR = 'PTX ISA 5.5 "Tensors" (the tensor map)'
 _MCM_RACE = 'PTX ISA 8 "Memory Consistency Model": a data race between weak accesses leaves the values undefined'
+_UNDEFINED = ('PTX ISA 8 "Memory Consistency Model": a data race between weak accesses leaves the values undefined '
+              '(the wgmma.mma_async read its operand bytes as an unordered write changed them, so its D is undefined)')
 _PROXY = 'PTX ISA 8 "Memory Consistency Model: Proxies" and 9.7.13.4 "membar/fence"'
 _DIV = 'PTX ISA 9.7.1.8 "div" / 9.7.1.9 "rem": division by zero yields an unspecified value'
 _LDST = 'PTX ISA 9.7.9 "ld"/"st": the address must be naturally aligned to the access size'
@@ -123,6 +125,7 @@ _TMAP_CP = 'PTX ISA 9.7.13 "tensormap.cp_fenceproxy" (128 bytes; .sync.aligned, 
 
 # (a fragment of the message, the section that states the rule); the first fragment found wins
 RULES: list[tuple[str, str]] = [
+    ("which holds an undefined value", _UNDEFINED),
     ("the mbarrier of an st.async / red.async", _ST_ASYNC),
     ("misaligned async store", _ST_ASYNC),
     ("bulk copy must be the executing CTA's shared memory", _BULK),
@@ -358,6 +361,9 @@ NOT_ISA: list[tuple[str, str]] = [
 
 # checks for rules the ISA does not state: a warning (its fragment, the reason), never an error
 WARNINGS: list[tuple[str, str]] = [
+    ("hold undefined values",
+     "a data race leaves the values it reads undefined (PTX ISA 8), which breaks no rule until they are used; the "
+     "simulator poisons the accumulators and stops at the first instruction that reads one"),
     ("wgmma.mma_async operation(s) never waited for",
      "the PTX ISA states no rule that a warp wait for its wgmma before exit; its results are lost"),
     ("tcgen05 operation(s)",

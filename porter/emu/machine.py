@@ -108,6 +108,12 @@ class Program:
     # per instruction: None, or the decoded functions of the straight run of register-only
     # instructions starting there (see ``_straight_runs``), for a converged warp to run in one go
     runs: list = field(default_factory=list)
+    # per instruction: is it register-only (``_register_only_builders``), the register ids it
+    # writes (register-only ones), its guard (register id, negated) or None: a register-only
+    # instruction that reads an undefined value (ops.wgmma.Undefined) passes it on to them
+    pure: list = field(default_factory=list)
+    dsts: list = field(default_factory=list)
+    guards: list = field(default_factory=list)
 
     def zero_registers(self) -> list:
         """The register file of a new warp: per register a zero array of its storage type,
@@ -117,6 +123,17 @@ class Program:
             zeros = {dt: np.zeros(WARP, dtype=dt) for dt in set(self.reg_dtypes)}
             regs = self._zero_regs = [zeros[dt] for dt in self.reg_dtypes]
         return regs
+
+    def reg_index_of(self, op) -> int | None:
+        """The register id of a register operand (``!%p`` too), None for anything else."""
+        if isinstance(op, ptx.Not):
+            op = op.reg
+        if not isinstance(op, ptx.Reg):
+            return None
+        ids = self.__dict__.get("_reg_ids")
+        if ids is None:
+            ids = self._reg_ids = {name: i for i, name in enumerate(self.reg_names)}
+        return ids.get(op.name)
 
     def line(self, pc: int) -> int:
         lines = self.__dict__.get("_lines")
@@ -139,7 +156,7 @@ def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) 
     kernel = link.link(module, module.kernels[kernel_name])    # .func callees appended (link.py)
     layout = KernelLayout(module, kernel, gmem)
     d = Decoder(kernel, layout, module.file)
-    ops, srcs, pure = [], [], []
+    ops, srcs, pure, dsts, guards = [], [], [], [], []
     for ins in kernel.code:
         d.ins = ins
         build = builder_for(ins, d)
@@ -154,11 +171,14 @@ def build_program(module: ptx.Module, kernel_name: str, gmem: mem.GlobalMemory) 
         if ins.guard is not None:
             regs.add(d.rid(ptx.Reg(ins.guard)))
         srcs.append(frozenset(regs))
+        dsts.append(frozenset(r for op in ins.operands[:getattr(build, "n_dst", 1)] for r in d.regs_of(op))
+                    if pure[-1] else frozenset())
+        guards.append(None if ins.guard is None else (d.rid(ptx.Reg(ins.guard)), bool(ins.guard_neg)))
     names = list(kernel.regs)
     dtypes = [STORE[b] for b in d.reg_bits]
     writes = [ins.opcode.split(".", 1)[0] in SHARED_EFFECTS for ins in kernel.code]
     return Program(module, kernel, layout, ops, srcs, names, dtypes, module.file, writes,
-                   _straight_runs(ops, pure))
+                   _straight_runs(ops, pure), pure, dsts, guards)
 
 
 def _register_only_builders() -> frozenset:
@@ -324,17 +344,76 @@ class Warp:
             self.merge()
 
     # -- checkers ---------------------------------------------------------------------------------
-    def poison_read(self, regs) -> None:
-        hit = sorted(regs & self.poisoned.keys())
-        i = next((j for j in hit if not getattr(self.poisoned[j], "warn_only", False)), None)
+    def poison_read(self, regs, pc: int | None = None, m=None):
+        """The instruction at ``pc`` (lanes ``m``) reads poisoned registers: an error, or a
+        warning for a ``warn_only`` poison. A register holding an undefined value (its poison
+        ``cleared_by_write``: ops.wgmma.Undefined) is an error only where the value is used:
+        no lane executes the instruction (its guard), or a register-only instruction passes it
+        on (returned: the poison its destinations take after it runs; None when its lanes
+        select no undefined operand)."""
+        poisoned = self.poisoned
+        hit = sorted(regs & poisoned.keys())
+        marks = [j for j in hit if hasattr(poisoned[j], "on_read")]
+        if marks:               # marks that only note the read (ops.wgmma.Watched): no rule broken
+            if pc is None or self._executing(pc, m).any():
+                for j in marks:
+                    mark = poisoned.get(j)          # (one mark's on_read may drop its siblings')
+                    if mark is not None:
+                        mark.on_read(self, j)
+            hit = [j for j in hit if j not in marks]
+            if not hit:
+                return None
+        hard = [j for j in hit if not getattr(poisoned[j], "warn_only", False)]
+        undefined = [j for j in hard if getattr(poisoned[j], "cleared_by_write", False)]
+        i = next((j for j in hard if j not in undefined), None)
+        if i is None and undefined and pc is not None:
+            lanes = self._executing(pc, m)
+            if not lanes.any():
+                return None
+            if self.prog.pure[pc]:
+                return self._passed_on(pc, undefined, lanes)
+        if i is None and undefined:
+            i = undefined[0]
         if i is None:           # only registers whose poison the ISA states no rule for: warn, read on
             for j in hit:
                 self._poison_warning("reads", j)
-            return
+            return None
         raise CheckFailed(f"{self.prog.where(self.current_pc())}: {self.name} reads {self.prog.reg_names[i]}, "
                           f"{self.poisoned[i]}")
 
+    def _executing(self, pc: int, m) -> np.ndarray:
+        """The lanes that execute the instruction at ``pc``: the group's, under its guard."""
+        lanes = self.live if m is None else m
+        guard = self.prog.guards[pc]
+        if guard is not None and guard[0] not in self.poisoned:
+            p = np.asarray(self.r[guard[0]]).astype(bool)
+            lanes = lanes & (~p if guard[1] else p)
+        return lanes
+
+    def _passed_on(self, pc: int, undefined: list, lanes: np.ndarray):
+        """The undefined value a register-only instruction's result holds: every operand's, but
+        for ``selp``, whose lanes may select only defined ones (a compiler's ``if (c) d = 0``)."""
+        ins = self.prog.kernel.code[pc]
+        poison = self.poisoned[undefined[0]]
+        if ins.opcode.split(".", 1)[0] == "selp" and len(ins.operands) == 4:
+            ids = self.prog.reg_index_of
+            a, b, p = (ids(op) for op in ins.operands[1:4])
+            if p is not None and p not in self.poisoned:
+                pick = np.asarray(self.r[p]).astype(bool)
+                if isinstance(ins.operands[3], ptx.Not):
+                    pick = ~pick
+                uses_a = a in undefined and (lanes & pick).any()
+                uses_b = b in undefined and (lanes & ~pick).any()
+                if not (uses_a or uses_b):
+                    return None
+                poison = self.poisoned[a if uses_a else b]
+        return poison
+
     def poison_write(self, i: int) -> None:
+        if getattr(self.poisoned[i], "cleared_by_write", False):
+            # a register holding an undefined value (ops.wgmma.Undefined): a write gives it a value
+            del self.poisoned[i]
+            return
         if getattr(self.poisoned[i], "warn_only", False):
             self._poison_warning("writes", i)
             return
@@ -845,9 +924,13 @@ class Scheduler:
                         _move_group(w, g, pc)
                         continue
                 w.cur = pc
+                carried = None
                 if w.poisoned and srcs[pc] & w.poisoned.keys():
-                    w.poison_read(srcs[pc])
+                    carried = w.poison_read(srcs[pc], pc, m)
                 res = ops[pc](w, m)
+                if carried is not None:          # a register-only instruction passed an undefined value on
+                    for i in prog.dsts[pc]:
+                        w.poisoned[i] = carried
                 n += 1
                 if m is not cm:
                     cm, cn = m, (WARP if m is None else np.count_nonzero(m))

@@ -117,6 +117,10 @@ class RaceDetector:
         self._known: dict[int, tuple] = {}   # agent -> (its clock array, limit[] built from it)
         self._fields = np.zeros(0, dtype=np.int64)   # (agent + 1) << AGENT_SHIFT, by agent + 1
         self.n = 0
+        # hooks (reading warp, its line, byte offsets, the writer) -> bool: a write that races
+        # with an earlier read the hook takes over is no race here (ops.wgmma: a completed
+        # wgmma's operand read, whose accumulators then hold undefined values)
+        self.read_excuses: list = []
 
     # ---- agents and clocks --------------------------------------------------------------------
     def add_warp(self, w) -> None:
@@ -250,8 +254,9 @@ class RaceDetector:
         if not self.rows_quiet(cta, rows, aid, vc, write, width, s):
             if report is None:
                 report = (offs[:, None] + np.arange(width)).reshape(-1)
-            self.check(cta, report, aid, vc, write, line, who, what)
-            raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
+            if not self.check(cta, report, aid, vc, write, line, who, what):
+                raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
+            return                                  # excused (``read_excuses``) and stored by check
         self.store_rows(cta, rows, width, aid, vc, write, line, s)
 
     def rows_quiet(self, cta, rows: np.ndarray, aid: int, vc: np.ndarray, write: bool, width: int = 16,
@@ -321,8 +326,9 @@ class RaceDetector:
         racy = not self._quiet(s, aid, limit, write) and (
             _any_beyond(s.w_epoch[lo:hi], limit) or (write and _any_beyond(s.r_epoch[lo:hi], limit)))
         if racy:
-            self.check(cta, np.arange(lo, hi), aid, vc, write, line, who, what)
-            raise AssertionError("race detector: a race found by span but not by bytes")   # (never)
+            if not self.check(cta, np.arange(lo, hi), aid, vc, write, line, who, what):
+                raise AssertionError("race detector: a race found by span but not by bytes")   # (never)
+            return                                  # excused (``read_excuses``) and stored by check
         epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
         if write:
             s.w_epoch[lo:hi] = epoch
@@ -332,6 +338,19 @@ class RaceDetector:
             s.r_epoch[lo:hi] = epoch
             s.r_line[lo:hi] = line
         self._stored(s, aid, epoch, write)
+
+    def forget_reads(self, cta, offs: np.ndarray, aid: int, line: int) -> None:
+        """Drop the reads ``aid`` stored at ``line`` on the bytes ``offs``: a wgmma whose
+        operand bytes an unordered write changes reads undefined values, which its warp's
+        accumulators then carry as poison (ops.wgmma.Undefined) instead of a race here."""
+        s = self.shadows.get(id(cta))
+        if s is None:
+            return
+        offs = np.asarray(offs, dtype=np.int64).reshape(-1)
+        e = s.r_epoch[offs]
+        mine = ((e >> AGENT_SHIFT) == aid + 1) & (s.r_line[offs] == line)
+        if mine.any():
+            s.r_epoch[offs[mine]] = 0
 
     def _known_of(self, aid: int, vc: np.ndarray) -> np.ndarray:
         """known[agent + 1]: what an access of ``aid`` has acquired from that agent; index 0 (no
@@ -361,18 +380,27 @@ class RaceDetector:
         return limit
 
     def check(self, cta, offs: np.ndarray, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
-              what: str = "") -> None:
+              what: str = "") -> bool:
+        """The access of ``aid`` to the bytes ``offs``: a race is a CheckFailed, unless a write
+        races only with earlier reads that a ``read_excuses`` hook takes over (a wgmma's operand
+        read, whose warp then holds undefined accumulators: ops.wgmma). Returns whether one did."""
         s = self.shadows.get(id(cta)) or self.shadow(cta)
         offs = np.asarray(offs, dtype=np.int64).reshape(-1)
         if vc.size != self.n:
             vc = self._fit(vc)
         clock = int(vc[aid])
         limit = self._limit_of(aid, vc)
+        excused = False
         for kind, epochs, lines in (("write", s.w_epoch, s.w_line), ("read", s.r_epoch, s.r_line)):
             if kind == "read" and not write:
                 break
             e = epochs[offs]
             bad = e > limit[e >> AGENT_SHIFT]
+            if kind == "read" and self.read_excuses and np.count_nonzero(bad):
+                left = self._excuse_reads(offs, e, lines, bad, f"{what or 'write'} by {who} at "
+                                          f"{self.agents[aid].prog.file}:{line}")
+                excused = excused or bool(np.count_nonzero(bad & ~left))
+                bad = left
             if np.count_nonzero(bad):          # (a quarter of any()'s cost)
                 j = int(np.argmax(bad))
                 prev = self.agents[int(e[j] >> AGENT_SHIFT) - 1]
@@ -391,3 +419,17 @@ class RaceDetector:
             s.r_epoch[offs] = epoch
             s.r_line[offs] = line
         self._stored(s, aid, epoch, write)
+        return excused
+
+    def _excuse_reads(self, offs, e, lines, bad, writer: str) -> np.ndarray:
+        """``bad`` less the bytes whose earlier read a ``read_excuses`` hook takes over: each
+        (reading warp, line) pair is offered once, with the bytes' offsets and the writer."""
+        left = bad.copy()
+        idx = np.flatnonzero(bad)
+        agents = (e[idx] >> AGENT_SHIFT) - 1
+        at = lines[offs[idx]]
+        for a, ln in {(int(x), int(y)) for x, y in zip(agents, at)}:
+            mine = idx[(agents == a) & (at == ln)]
+            if any(hook(self.agents[a], ln, offs[mine], writer) for hook in self.read_excuses):
+                left[mine] = False
+        return left

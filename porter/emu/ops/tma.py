@@ -87,9 +87,15 @@ def _destinations(w, dst: int, bar: int, mask: int | None, where: str, pair: boo
 
 
 def check_inflight(cta, off: int, size: int, what: str) -> None:
-    """An async write into shared memory an in-flight tensor-core operation may still read."""
-    for lo, hi, reader in cta.inflight_reads.values():
+    """An async write into shared memory an in-flight tensor-core operation may still read.
+    The reader's ``taint`` (a wgmma: ops.wgmma) is told of the bytes: if it reads any of them,
+    its warp's accumulators hold undefined values (an error once an instruction reads them);
+    a reader without one makes the write an error here."""
+    for lo, hi, reader, taint in list(cta.inflight_reads.values()):
         if off < hi and lo < off + size:
+            if taint is not None:
+                taint(off, size, what)
+                continue
             raise CheckFailed(f"{what} writes {cta.name} shared 0x{off:x}..0x{off + size:x} while {reader} may still "
                               "read it (its stage was released before the wait that covers it)")
 

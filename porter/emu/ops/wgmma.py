@@ -152,12 +152,59 @@ def _a_lanes(k: int, elem_bits: int, wq: int):
     return rows[32 * wq:32 * wq + 32] - 16 * wq, cols[32 * wq:32 * wq + 32]
 
 
+class Undefined(str):
+    """The poison of accumulators computed from operand bytes that an unordered write changed
+    while the wgmma read them. That is a data race, and the PTX memory model leaves the values
+    such a read returns undefined (PTX ISA 8), so D holds undefined values; the ISA's wgmma rules
+    (9.7.15 "wgmma.wait_group") restrict the accumulator and A-fragment registers, not these
+    bytes. Reading such a register is an error naming the race (``Warp.poison_read``); writing
+    it gives it a value (``Warp.poison_write``), and a wgmma that accumulates into it carries
+    the poison on. DeepGEMM's BLOCK_M = 32 does this on purpose: its m64 wgmma reads A's rows
+    32..63 from the next stage while the producer refills it, into accumulator rows (warps 2
+    and 3) that it never reads."""
+    cleared_by_write = True
+
+
+class Watched(str):
+    """The mark on a completed wgmma's accumulators until an instruction other than a wgmma
+    reads them (``on_read``: the result was used) or writes them. ``lines``: the wgmma lines
+    their values come from (an accumulation chain carries them on). A write that races with one
+    of those wgmmas' operand reads after it completed (``_excuse``) makes them ``Undefined``
+    while no instruction used them; once one did, the race is an error."""
+    cleared_by_write = True
+    lines: frozenset = frozenset()
+    regs: tuple = ()
+
+    def on_read(self, w, reg: int) -> None:
+        """One read uses the result: every register of the operation loses the mark at once."""
+        _state(w).consumed.update(self.lines)
+        poisoned = w.poisoned
+        for i in self.regs:
+            if poisoned.get(i) is self:
+                del poisoned[i]
+
+
+def _watched(lines: frozenset, regs: tuple) -> Watched:
+    mark = Watched("read by an instruction")
+    mark.lines, mark.regs = lines, regs
+    return mark
+
+
 class WgmmaState:
     def __init__(self):
         self.open: list = []
         self.groups: list[list] = []
         self.refs: dict[int, int] = {}
         self.issued = 0
+        # accumulator register -> why it holds undefined values, while a later operation on it
+        # is still in flight (_write_back moves it into the warp's poison when the last ends)
+        self.undefined: dict[int, str] = {}
+        # accumulator registers (an operation's, as a tuple) -> the wgmma lines their in-flight
+        # value comes from; the lines this warp's wgmmas were issued at; those whose results an
+        # instruction used (Watched)
+        self.provenance: dict[tuple, frozenset] = {}
+        self.lines: set[int] = set()
+        self.consumed: set[int] = set()
 
 
 def _state(w) -> WgmmaState:
@@ -165,7 +212,42 @@ def _state(w) -> WgmmaState:
     if st is None:
         st = w.units["wgmma"] = WgmmaState()
         w.units.setdefault("exit_checks", []).append(_exit_check)
+        race = w.sched.race
+        if race is not None and _excuse not in race.read_excuses:
+            race.read_excuses.append(_excuse)
     return st
+
+
+def _excuse(warp, line: int, offs: np.ndarray, writer: str) -> bool:
+    """The race detector's hook: ``writer`` rewrote ``offs`` with nothing ordering it after the
+    read ``warp`` made there at ``line``. When that read is a wgmma's operand read whose result
+    no instruction has used, the race leaves that result undefined (PTX ISA 8): its
+    accumulators, and those of the in-flight wgmmas accumulating onto them, become Undefined,
+    and the race is no error here (True)."""
+    st = warp.units.get("wgmma")
+    if st is None or line not in st.lines or line in st.consumed:
+        return False
+    reason = (f"the wgmma.mma_async at line {line} ({warp.name}) read shared 0x{int(offs.min()):x}..0x"
+              f"{int(offs.max()) + 1:x}, which {writer} rewrote with nothing ordering the two (its stage was "
+              "released before the wait that covers it, or overwritten)")
+    for i, mark in list(warp.poisoned.items()):
+        if isinstance(mark, Watched) and line in mark.lines:
+            warp.poisoned[i] = Undefined(f"which holds an undefined value: {reason}")
+    for key, lines in st.provenance.items():
+        if line in lines:
+            for i in key:
+                st.undefined.setdefault(i, reason)
+    seen = warp.cta.launch.__dict__.setdefault("_wgmma_undefined_warned", set())
+    if ("race", line) not in seen:
+        seen.add(("race", line))
+        warp.cta.launch.warn(f"{warp.prog.where(_pc_of_line(warp.prog, line))}: {warp.name}: the accumulators of "
+                             f"this wgmma.mma_async hold undefined values: {reason}; the run goes on, and stops "
+                             "where an instruction reads them")
+    return True
+
+
+def _pc_of_line(prog, line: int) -> int:
+    return next((pc for pc, ins in enumerate(prog.kernel.code) if ins.line == line), -1)
 
 
 def _exit_check(w) -> None:
@@ -317,6 +399,8 @@ def build_wgmma(ins, d):
         scale_d = _uniform(rscale_d(w), "wgmma scale-d", where, sel, full)
         st = _state(w)
         race = w.sched.race
+        what = f"the wgmma.mma_async at line {line} ({w.name})"
+        taint: list = []                 # why this operation's D holds undefined values (Undefined)
         both = _both_rows(b_rows, a_rows) if a_addr is not None else None
         if both is None or not _checked_at_once(w, cta, both, race, line):
             for addr, chunks in ((b_addr, b_rows), (a_addr, a_rows)):
@@ -324,19 +408,55 @@ def build_wgmma(ins, d):
                     check_async_read_rows(cta, addr, chunks, f"{where}: the wgmma.mma_async of {w.name}")
                     if race is None:
                         continue
-                    if chunks is not None:           # the same set of bytes, a row per chunk
-                        race.check_rows(cta, chunks * 16, 16, w.aid, w.vc, False, line, w.name, "a wgmma operand",
-                                        report=addr)
-                    else:
-                        race.access(w, cta, addr, False, line, "a wgmma operand")
+                    try:
+                        if chunks is not None:           # the same set of bytes, a row per chunk
+                            race.check_rows(cta, chunks * 16, 16, w.aid, w.vc, False, line, w.name,
+                                            "a wgmma operand", report=addr)
+                        else:
+                            race.access(w, cta, addr, False, line, "a wgmma operand")
+                    except CheckFailed as race_found:     # the read races with a write: D is undefined
+                        if not str(race_found).startswith("shared-memory race"):
+                            raise
+                        taint.append(f"{what} read shared memory as an unordered write changed it ({race_found})")
+        if scale_d and not taint and w.poisoned:         # D = A.B + D with an undefined D stays undefined
+            held = w.poisoned.get(acc_ids[0])           # (an operation's accumulators are poisoned together)
+            if isinstance(held, Undefined):
+                taint.append(held.split(": ", 1)[1])
+        # the wgmma lines D's value comes from (Watched, _excuse): an operation's accumulators are
+        # written together, so its first register speaks for them
+        lines = None
+        if scale_d:
+            first = acc_ids[0]
+            mark = w.poisoned.get(first)
+            lines = mark.lines if isinstance(mark, Watched) else st.provenance.get(acc_key)
+        if lines is None:
+            lines = _one_line(line)
+        elif line not in lines:
+            lines = lines | {line}
+        st.provenance[acc_key] = lines
+        st.lines.add(line)
         seq = st.issued                  # this warp's n-th mma_async: the warpgroup's n-th operation
         token = object()
-        what = f"the wgmma.mma_async at line {line} ({w.name})"
+
+        def taint_by(addr):
+            """What an async write into [off, off + size) does to this read of ``addr``'s bytes."""
+            def hit(off: int, size: int, writer: str) -> None:
+                inside = (addr >= off) & (addr < off + size)
+                if not inside.any():
+                    return
+                if not taint:
+                    got = addr[inside]
+                    taint.append(f"{what} read shared 0x{int(got.min()):x}..0x{int(got.max()) + 1:x} while "
+                                 f"{writer} rewrote it, before the wgmma.wait_group that covers it (its stage was "
+                                 "released before the wait that covers it, or overwritten)")
+                if race is not None:             # the read is now this poison, not a race to report
+                    race.forget_reads(cta, addr[inside], w.aid, line)
+            return hit
         keys = [(id(token), 0)]
-        cta.inflight_reads[keys[0]] = (b_lo, b_hi, what)
+        cta.inflight_reads[keys[0]] = (b_lo, b_hi, what, taint_by(b_addr))
         if a_addr is not None:
             keys.append((id(token), 1))
-            cta.inflight_reads[keys[1]] = (a_lo, a_hi, what)
+            cta.inflight_reads[keys[1]] = (a_lo, a_hi, what, taint_by(a_addr))
         refs = st.refs
         for i in acc_ids:
             refs[i] = refs.get(i, 0) + 1
@@ -353,10 +473,11 @@ def build_wgmma(ins, d):
             b_now = now.get(id(b_addr))
             if b_now is None or b_now[0] is not b_addr:
                 b_now = now[id(b_addr)] = (b_addr, smem[b_addr])
+            if taint:
+                return
             if not np.array_equal(b_now[1], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
-                raise CheckFailed(f"{where}: {who}: the shared memory this wgmma.mma_async reads changed before the "
-                                  "wgmma.wait_group that covers it (its stage was released before the wait that covers it, "
-                                  "or overwritten)")
+                taint.append(f"the shared memory {what} reads changed before the wgmma.wait_group that covers it "
+                             "(its stage was released before the wait that covers it, or overwritten)")
 
         group = _collective(cta, w.index // 4, seq)
         group["reads"].append(reads_done)
@@ -373,7 +494,7 @@ def build_wgmma(ins, d):
             if saturate:
                 res = np.clip(res, -(1 << 31), (1 << 31) - 1)
             out = np.ascontiguousarray(res.reshape(-1)[idx].astype(np.uint32))   # wraps modulo 2^32
-            _write_back(w, st, acc_ids, out)
+            _write_back(w, st, acc_ids, acc_key, out, _undefined(w, st, acc_ids, bool(scale_d), taint, where))
 
         def complete(w, carry=None, next_key=None):
             """Complete the operation. ``carry``: (accumulator key, D as float32 (16, n)) of the
@@ -434,7 +555,7 @@ def build_wgmma(ins, d):
                 out = np.ascontiguousarray(h[0::2] | (h[1::2] << 16))
             else:
                 out = res.reshape(-1)[idx].view(np.uint32)            # (n/2, 32): row j = register j, contiguous
-            _write_back(w, st, acc_ids, out)
+            _write_back(w, st, acc_ids, acc_key, out, _undefined(w, st, acc_ids, bool(scale_d), taint, where))
             return None if half_d else (acc_key, res)
 
         complete.acc_key = None if integer else acc_key      # (integer D is never carried)
@@ -444,19 +565,59 @@ def build_wgmma(ins, d):
     return mma_async
 
 
-def _write_back(w, st, acc_ids, out) -> None:
+def _undefined(w, st, acc_ids, reads_d: bool, taint: list, where: str) -> str | None:
+    """Why the completing operation's D holds undefined values (None: it does not): its own
+    operand race (one warning per instruction), or an undefined D it accumulates into, left
+    by an earlier operation of the same wait (``st.undefined``)."""
+    if taint:
+        seen = w.cta.launch.__dict__.setdefault("_wgmma_undefined_warned", set())
+        if where not in seen:
+            seen.add(where)
+            w.cta.launch.warn(f"{where}: {w.name}: the accumulators of this wgmma.mma_async hold undefined values: "
+                              f"{taint[0]}; the run goes on, and stops where an instruction reads them")
+        return taint[0]
+    if reads_d and st.undefined:
+        return next((st.undefined[i] for i in acc_ids if i in st.undefined), None)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_line(line: int) -> frozenset:
+    return frozenset((line,))
+
+
+def _write_back(w, st, acc_ids, acc_key, out, undefined: str | None = None) -> None:
     """The completed operation's accumulators: row j of ``out`` (None: left for the next
-    operation's carry) into register j, and the registers released from its poison."""
+    operation's carry) into register j, and the registers released from its poison, or, when
+    ``undefined`` says why D holds undefined values, poisoned with that (``Undefined``)."""
     regs, refs, poisoned = w.r, st.refs, w.poisoned
+    mark = lines = None
+    first = True
     for j, i in enumerate(acc_ids):
         if out is not None:
             regs[i] = out[j]            # a row: contiguous, never written in place
         left = refs[i] - 1
-        if left:
+        if left:                        # a later operation on it is in flight: it decides at its end
             refs[i] = left
+            if undefined is not None:
+                st.undefined[i] = undefined
+            elif st.undefined:
+                st.undefined.pop(i, None)
         else:
             del refs[i]
-            poisoned.pop(i, None)
+            if st.undefined:
+                st.undefined.pop(i, None)
+            if first:                    # the operation's lines, unless a later one on it took the key
+                first = False
+                lines = st.provenance.pop(acc_key, None)
+            if undefined is not None:
+                poisoned[i] = Undefined(f"which holds an undefined value: {undefined}")
+            elif lines is not None:      # until an instruction uses (or overwrites) it: _excuse
+                if mark is None or mark.lines is not lines:
+                    mark = _watched(lines, tuple(acc_ids))
+                poisoned[i] = mark
+            else:
+                poisoned.pop(i, None)
 
 
 def _collective(cta, wg: int, seq: int) -> dict:
