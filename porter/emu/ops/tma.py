@@ -91,7 +91,7 @@ def check_inflight(cta, off: int, size: int, what: str) -> None:
     The reader's ``taint`` (a wgmma: ops.wgmma) is told of the bytes: if it reads any of them,
     its warp's accumulators hold undefined values (an error once an instruction reads them);
     a reader without one makes the write an error here."""
-    for lo, hi, reader, taint in list(cta.inflight_reads.values()):
+    for lo, hi, reader, taint in cta.inflight_reads.values():
         if off < hi and lo < off + size:
             if taint is not None:
                 taint(off, size, what)
