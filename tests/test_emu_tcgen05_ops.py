@@ -356,3 +356,41 @@ def test_mma_into_unallocated_columns_is_reported_at_issue():
             body = body.replace(key, default)
         src, _ = _mma_inputs(3)
         _run(body, ".param .u64 src, .param .u64 out", [src, np.zeros((128, N), np.float32)])
+
+
+# ---- a tcgen05.cp behind the same thread's in-flight MMA --------------------------------------
+# The PTX ISA pipelines cp -> mma but lists no mma -> cp pair (9.7.16.6.2); CUTLASS's sm100
+# block-scaled mainloop and DeepGEMM's sm100 FP8 GEMM copy each K block's scale factors into the
+# same TMEM columns while the previous block's MMAs may still run, relying on one thread's
+# tcgen05 operations executing in issue order. The simulator runs such a copy after them, with a
+# warning. Here thread 0 copies A's 128 rows x 32 bytes over D's columns 0..7 right after
+# issuing the MMA that writes them: D's columns 0..7 end as the copy, 8..15 as the product.
+
+CP_OVER_D = "tcgen05.cp.cta_group::1.128x256b [%r20], %rd5;"
+
+
+def test_a_copy_behind_the_threads_own_mma_lands_after_it_with_a_warning():
+    res, ref = _mma(COMMIT=CP_OVER_D + "\n  " + PARTS["COMMIT"])
+    src, _ = _mma_inputs(3)
+    a_rows = np.zeros((M, 32), np.uint8)          # A's bf16 rows back out of the K-major image
+    for r in range(M):
+        for kb in range(32):
+            a_rows[r, kb] = src[(r % 8) * 16 + (r // 8) * SBO + (kb // 16) * LBO + kb % 16]
+    out = res.outputs[1]
+    assert (out[:, :8].view(np.uint32) == a_rows.view("<u4")).all()
+    np.testing.assert_allclose(out[:, 8:], ref[:, 8:], rtol=1e-6, atol=1e-5)
+    hits = [w for w in res.warnings if "no tcgen05 pipeline orders the two" in w]
+    assert len(hits) == 1 and "the tcgen05.mma issued at t.ptx:46 by the same thread still uses" in hits[0], \
+        res.warnings
+
+
+def test_a_copy_over_another_threads_in_flight_mma_is_an_error():
+    # thread 32 (warp 1), which did not issue the MMA, copies over D before the commit completes:
+    # nothing orders the two (caught at the copy, or at the MMA by the TMEM happens-before check)
+    body_edit = PARTS["WAITMMA"].replace("L2:", "setp.ne.u32 %p6, %r1, 32;\n  @%p6 bra L2;\n  cvt.u64.u32 %rd10, "
+                                         "%r13;\n  shr.u64 %rd11, %rd10, 4;\n  or.b64 %rd12, %rd11, "
+                                         f"{DESC};\n  {CP_OVER_D.replace('%rd5', '%rd12')}\nL2:")
+    with pytest.raises(CheckFailed, match=r"tcgen05.cp writes TMEM \(CTA 0 lanes 0..127, columns 0..7\) that the "
+                                          r"tcgen05.mma issued at t.ptx:46 still writes|TMEM hand-off race in CTA 0 .* "
+                                          r"the tcgen05.cp issued by CTA 0 warp 1"):
+        _mma(WAITMMA=body_edit)

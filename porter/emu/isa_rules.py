@@ -361,6 +361,11 @@ NOT_ISA: list[tuple[str, str]] = [
 
 # checks for rules the ISA does not state: a warning (its fragment, the reason), never an error
 WARNINGS: list[tuple[str, str]] = [
+    ("no tcgen05 pipeline orders the two",
+     "the PTX ISA pipelines tcgen05.cp -> tcgen05.mma but lists no tcgen05.mma -> tcgen05.cp pair (9.7.16.6.2), so it "
+     "states no order between an MMA and a later copy into the TMEM it reads; CUTLASS's sm100 block-scaled mainloop "
+     "and DeepGEMM's sm100 FP8 GEMM rely on one thread's tcgen05 operations running in issue order, as the "
+     "simulator runs them"),
     ("hold undefined values",
      "a data race leaves the values it reads undefined (PTX ISA 8), which breaks no rule until they are used; the "
      "simulator poisons the accumulators and stops at the first instruction that reads one"),

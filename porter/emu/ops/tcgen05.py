@@ -1138,23 +1138,62 @@ def _build_cp(ins, d, g: int):
             lanes = (0, 128) if multicast == "warpx4" or rows == 128 else ((addr >> 16), (addr >> 16) + rows)
             region = (lanes[0], lanes[1], col, col + ncols)
             src = _wrap(where, who, lambda: tc.operand_addresses(sdesc, rows, row_bytes, "K", 8).reshape(-1))
-            snapshots = []
+            snapshots, later = [], []
+            own = _own_inflight(w, lane, _CP_IN_ORDER)
             for cta, st in zip(ctas, tcs):
-                _check_inflight(st, region, True, "tcgen05.cp", where, w)
+                behind = _overlapping(st, region, own)
+                _check_inflight(st, region, True, "tcgen05.cp", where, w, own)
                 _check_handoff(w, sel, st, region, True, "tcgen05.cp", where)
                 if src.max() >= cta.smem.data.size or src.min() < mem.SHARED_RESERVED:
                     raise CheckFailed(f"{where}: {who}: tcgen05.cp source bytes fall outside {cta.name}'s "
                                       "shared memory")
                 check_async_read(cta, src, f"{where}: the tcgen05.cp of {who}")
-                _wrap(where, who, lambda: st.tmem.cp(addr, cta.smem.data, sdesc, shape, multicast, g))
+                if behind:                   # lands after them, in the thread's issue order
+                    _warn_cp_behind(w, where, who, behind[0], st, region)
+                    later.append((st, cta))
+                else:
+                    _wrap(where, who, lambda: st.tmem.cp(addr, cta.smem.data, sdesc, shape, multicast, g))
                 _note_access(st, region, _agent(w), True)
                 tmem_hb.issue(w, cta, region, True, line, name)
                 snapshots.append((cta, src, cta.smem.data[src].copy()))
-            op = AsyncOp(name, where, who, [], snapshots, lambda: None, tcs)
+            if later:
+                def run(later=tuple(later), addr=addr, sdesc=sdesc, who=who):
+                    for st_, cta_ in later:
+                        _wrap(where, who, lambda: st_.tmem.cp(addr, cta_.smem.data, sdesc, shape, multicast, g))
+                op = AsyncOp(name, where, who, [(cta_, region, True) for _, cta_ in later], snapshots, run, tcs)
+                for st_, _ in later:
+                    st_.inflight.append(op)
+            else:
+                op = AsyncOp(name, where, who, [], snapshots, lambda: None, tcs)
             _pipe(w, lane).open.append(op)
         return None
     cp.n_dst = 0
     return cp
+
+
+# a thread's in-flight operations a tcgen05.cp over their TMEM is run after, in issue order
+_CP_IN_ORDER = ("tcgen05.mma", "tcgen05.mma.ws", "tcgen05.cp")
+
+
+def _overlapping(st: CtaTc, region, ops) -> list:
+    """Those of ``ops`` (in flight) that read or write ``region`` of ``st``'s TMEM."""
+    return [op for op in ops if any(cta is st.cta and _overlap(r, region) for cta, r, _ in op.regions)]
+
+
+def _warn_cp_behind(w, where: str, who: str, op, st: CtaTc, region) -> None:
+    """A tcgen05.cp into TMEM the same thread's in-flight MMA (or copy) still uses: the PTX ISA
+    pipelines cp -> mma but lists no mma -> cp pair (9.7.16.6.2), so it states no order between
+    the two. CUTLASS's sm100 block-scaled mainloop and DeepGEMM's sm100 FP8 GEMM copy each K
+    block's scale factors into the same columns while the previous block's MMAs may run, relying
+    on one thread's tcgen05 operations executing in issue order; the simulator runs the copy
+    after them (a warning, once per instruction)."""
+    seen = w.cta.launch.__dict__.setdefault("_tcgen05_cp_behind_warned", set())
+    if where in seen:
+        return
+    seen.add(where)
+    w.cta.launch.warn(f"{where}: {who}: tcgen05.cp writes TMEM ({st.cta.name} {_region_text(region)}) that the "
+                      f"{op.name} issued at {op.where} by the same thread still uses; no tcgen05 pipeline orders "
+                      "the two, and the simulator runs the copy after it, in issue order")
 
 
 # ---- shift ----------------------------------------------------------------------------------------
