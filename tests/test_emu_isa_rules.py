@@ -320,3 +320,12 @@ def test_validate_device_emu_prints_a_kernels_warnings():
               "unsupported": []}
     out = _text(report)
     assert "k: passed (level emulated)" in out and "  warning: CTA 0 warp 0 exits with 1 wgmma" in out
+
+
+def test_a_cp_async_read_before_the_wait_and_barrier_cites_cp_async_not_the_barrier():
+    # the message names "a barrier after it"; the rule it enforces is cp.async's (found running
+    # FlashAttention-2 with a weakened wait: it cited 9.7.13.1 "bar, barrier" before)
+    message = ("t.ptx:9: CTA 0 warp 1: ldmatrix.x4 of lane 0 accesses shared bytes 0xc00..0xc10 that an asynchronous "
+               "copy is still writing by CTA 0 warp 0 lane 0 (the cp.async at t.ptx:4), before that thread's "
+               "cp.async.wait_group and a barrier after it")
+    assert isa_rules.cite(message).startswith('PTX ISA 9.7.9.25.3.1 "cp.async" and "cp.async.wait_group"')

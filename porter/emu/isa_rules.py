@@ -60,7 +60,8 @@ _CVTA = 'PTX ISA 9.7.9 "cvta" and 6.4.1 "Generic Addressing"'
 _MAPA = 'PTX ISA 9.7.9 "mapa": the target CTA rank must exist in the cluster'
 _MAPA_GENERIC = ('PTX ISA 9.7.9 "mapa" / "getctarank" (without .shared::cluster, a holds a generic address '
                  'pointing to shared memory)')
-_CP_ASYNC = 'PTX ISA 9.7.9.25.3.1 "cp.async" (the destination may be accessed only after the wait that covers it)'
+_CP_ASYNC = ('PTX ISA 9.7.9.25.3.1 "cp.async" and "cp.async.wait_group" (the destination may be accessed only after '
+             'the wait that covers it, by other threads only after a barrier that follows that wait)')
 _CP_ASYNC_SIZE = 'PTX ISA 9.7.9.25.3.1 "cp.async": src-size larger than cp-size is undefined behaviour'
 _BULK = 'PTX ISA 9.7.9.25.4.1 "cp.async.bulk" / 9.7.9.27.1.2 "cp.async.bulk.tensor"'
 _BULK_MCAST = 'PTX ISA 9.7.9.27.1.2 "cp.async.bulk.tensor": ctaMask names CTAs of the cluster'
@@ -126,6 +127,8 @@ _TMAP_CP = 'PTX ISA 9.7.13 "tensormap.cp_fenceproxy" (128 bytes; .sync.aligned, 
 # (a fragment of the message, the section that states the rule); the first fragment found wins
 RULES: list[tuple[str, str]] = [
     ("which holds an undefined value", _UNDEFINED),
+    ("asynchronous copy is still writing", _CP_ASYNC),     # (before "barrier ": the message names one)
+    ("while the copy was in flight", _CP_ASYNC),
     ("the mbarrier of an st.async / red.async", _ST_ASYNC),
     ("misaligned async store", _ST_ASYNC),
     ("bulk copy must be the executing CTA's shared memory", _BULK),
@@ -203,8 +206,6 @@ RULES: list[tuple[str, str]] = [
     ("inside that thread's own local frame", 'PTX ISA 5.1.5 "Local State Space" (private to each thread) and 9.7.9 '
                                              '"ld"/"st" (the address aligned to the access size)'),
     ("src-size", _CP_ASYNC_SIZE),
-    ("asynchronous copy is still writing", _CP_ASYNC),
-    ("while the copy was in flight", _CP_ASYNC),
     ("cp.reduce", _REDUCE),
     (".tile::gather4 with a rank-", 'PTX ISA 9.7.9.27.1.2 "cp.async.bulk.tensor" (.tile::gather4 is a 2-D load mode)'),
     ("cp.async.bulk.tensor destination", _BULK_ALIGN),
