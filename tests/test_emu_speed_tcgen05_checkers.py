@@ -36,7 +36,8 @@ def _handoff_history(seed: int, steps: int):
     """Messages (or None) of _check_handoff over random accesses by 6 warps of 2 CTAs."""
     rng = np.random.default_rng(seed)
     cluster = SimpleNamespace()
-    ctas = [SimpleNamespace(name=f"CTA {r}", rank=r, cluster=cluster) for r in range(2)]
+    launch = SimpleNamespace(relaxed_error=lambda rule, message, site: False)     # no rule relaxed
+    ctas = [SimpleNamespace(name=f"CTA {r}", rank=r, cluster=cluster, launch=launch) for r in range(2)]
     cluster.ctas = ctas
     st = ops.CtaTc(ctas[0])
     warps = [SimpleNamespace(name=f"{ctas[i // 3].name} warp {i % 3}", index=i % 3, cta=ctas[i // 3], units={})

@@ -394,3 +394,26 @@ def test_a_copy_over_another_threads_in_flight_mma_is_an_error():
                                           r"tcgen05.mma issued at t.ptx:46 still writes|TMEM hand-off race in CTA 0 .* "
                                           r"the tcgen05.cp issued by CTA 0 warp 1"):
         _mma(WAITMMA=body_edit)
+
+
+# ---- relax=("tcgen05-fences",): the hand-off fences' errors as warnings -------------------------
+# CUTLASS 7107b05's sm100 kernels and Triton 3.9's sm_100a tl.dot hand TMEM between threads with no
+# tcgen05.fence; porter emu run --relax tcgen05-fences reports each site once and runs on.
+
+def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
+    body = MMA
+    for key, default in PARTS.items():
+        body = body.replace(key, "" if key == "FENCE" else default)
+    src, ref = _mma_inputs(3)
+    text = HEAD + f".visible .entry k(.param .u64 src, .param .u64 out)\n{{\n{body}\n}}\n"
+    res = emu.launch(text, "k", grid=1, block=128, args=[src, np.zeros((128, N), np.float32)], seed=3,
+                     file="t.ptx", relax=["tcgen05-fences"])
+    np.testing.assert_allclose(res.outputs[1], ref, rtol=1e-6, atol=1e-5)
+    hits = [w for w in res.warnings if "(relaxed by --relax tcgen05-fences)" in w]
+    assert len(hits) == 1 and "without tcgen05.fence::after_thread_sync" in hits[0] and "PTX ISA 9.7.16.6.4" in hits[0]
+
+
+def test_relax_names_only_rules_porter_can_relax():
+    with pytest.raises(emu.EmuError, match=r"relax 'tcgen05-fence': not a rule porter can relax \(rules: "
+                                           r"tcgen05-fences\)"):
+        emu.launch(HEAD + ".visible .entry k()\n{\n  ret;\n}\n", "k", 1, 32, [], relax="tcgen05-fence")

@@ -46,6 +46,10 @@ def register(sub) -> None:
                                                        "warp order (default 0; negative: plain round-robin order)")
     r.add_argument("--harness-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="time limit for the harness's arguments() and reference() (default 60)")
+    r.add_argument("--relax", action="append", default=[], metavar="RULE",
+                   help="report this PTX ISA rule's errors as warnings and run on (repeatable; rules: "
+                        "tcgen05-fences, the fences around a TMEM hand-off between threads, which CUTLASS's sm100 "
+                        "kernels and Triton's sm_100a tl.dot omit)")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(func=run)
 
@@ -96,6 +100,10 @@ def run(args) -> int:
         raise PorterError(f"{args.file}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PorterError(f"{args.file}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    from porter.emu.launch_args import RELAXABLE
+    for rule in args.relax:
+        if rule not in RELAXABLE:
+            raise PorterError(f"--relax {rule}: not a rule porter can relax (rules: {', '.join(RELAXABLE)})")
     if args.harness_timeout <= 0:
         raise PorterError(f"--harness-timeout {args.harness_timeout:g}: give a positive number of seconds")
 
@@ -139,13 +147,15 @@ def run(args) -> int:
     smem = int(opt["smem"] or 0)
     report = {"file": str(path), "ptx": ptx_file, "entry": entry, "target": target, "grid": list(grid),
               "block": list(block), "cluster": list(cluster), "smem": smem, "seed": args.seed,
-              "note": EMULATED_NOTE, "summary": None, "checks": [], "diagnostics": [], "passed": False}
+              "note": EMULATED_NOTE, "summary": None, "checks": [], "diagnostics": [], "passed": False,
+              "relaxed": sorted(set(args.relax))}
     arch_note = _arch_note(path, opt["arch"], target)
     if arch_note:
         report["arch_note"] = arch_note
     try:
         res = emu.launch(ptx_text, entry, grid, block, spec.args, cluster=cluster, smem=smem, seed=args.seed
-                         if args.seed >= 0 else None, regs_per_thread=regs.get(entry), file=ptx_file)
+                         if args.seed >= 0 else None, regs_per_thread=regs.get(entry), file=ptx_file,
+                         relax=args.relax)
     except Unsupported:
         raise
     except (CheckFailed, Deadlock) as exc:          # a checker fired, a deadlock: the kernel's diagnostics
@@ -229,6 +239,8 @@ def _text(r: dict) -> str:
              f"cluster {dims(r['cluster'])}, {r['smem']} B dynamic shared memory, seed {r['seed']}"]
     if r.get("arch_note"):
         lines.append(r["arch_note"])
+    if r.get("relaxed"):
+        lines.append(f"relaxed: {', '.join(r['relaxed'])} (these PTX ISA rules' errors are reported as warnings)")
     s = r["summary"]
     if s is not None:
         lines.append(f"ran: {s['warp_instructions']:,} warp-instructions ({s['thread_instructions']:,} "
@@ -253,7 +265,7 @@ def _text(r: dict) -> str:
     else:
         lines.append("diagnostics: none (no checker fired, no deadlock)")
     if r.get("warnings"):
-        lines.append("warnings (no rule of the PTX ISA; the run is not failed for them):")
+        lines.append("warnings (the run is not failed for them; each says why):")
         lines += ["  " + w for w in r["warnings"]]
     if s is None:
         verdict = "failed in the simulator"

@@ -362,6 +362,9 @@ NOT_ISA: list[tuple[str, str]] = [
 
 # checks for rules the ISA does not state: a warning (its fragment, the reason), never an error
 WARNINGS: list[tuple[str, str]] = [
+    ("(relaxed by --relax ",
+     "an error of the PTX ISA rule cited, which this run was asked to relax (porter emu run --relax, "
+     "launch(relax=...)): reported once per instruction, and the run goes on as if the rule held"),
     ("no tcgen05 pipeline orders the two",
      "the PTX ISA pipelines tcgen05.cp -> tcgen05.mma but lists no tcgen05.mma -> tcgen05.cp pair (9.7.16.6.2), so it "
      "states no order between an MMA and a later copy into the TMEM it reads; CUTLASS's sm100 block-scaled mainloop "

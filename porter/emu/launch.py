@@ -116,20 +116,21 @@ def _dim3(v) -> tuple[int, int, int]:
 def launch(ptx_text: str, entry: str, grid, block, args: list, cluster=(1, 1, 1), smem: int = 0,
            memory: Memory | None = None, seed: int | None = None, regs_per_thread: int | None = None,
            cooperative: bool = False, budget: int | None = None, file: str = "<ptx>",
-           races: bool = True) -> LaunchResult:
+           races: bool = True, relax=()) -> LaunchResult:
     """Run ``entry`` of ``ptx_text`` on a fresh (or the given) simulated device. Errors name
     the .cu line beside each PTX line when the PTX carries line info (porter.emu.srcloc).
-    The shared-memory race detector runs unless ``races=False``. Bad arguments are one
+    The shared-memory race detector runs unless ``races=False``; ``relax``: names of ISA rules
+    (``launch_args.RELAXABLE``) to report as warnings instead of errors. Bad arguments are one
     EmuError naming the parameter; grids beyond ``launch_args.MAX_CTAS`` CTAs are refused."""
     try:
         return _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, regs_per_thread,
-                       cooperative, budget, file, races)
+                       cooperative, budget, file, races, relax)
     except EmuError as exc:
         raise srcloc.with_source(exc, ptx_text, file) from None
 
 
 def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, regs_per_thread, cooperative,
-            budget, file, races) -> LaunchResult:
+            budget, file, races, relax=()) -> LaunchResult:
     if not isinstance(ptx_text, str) or not isinstance(entry, str):
         raise EmuError("launch: ptx_text and entry must be strings")
     if memory is not None and not isinstance(memory, Memory):
@@ -138,6 +139,7 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
         raise EmuError(f"launch: args must be a list of kernel arguments, got {type(args).__name__}")
     grid, block, cluster = launch_args.grid_block_cluster(grid, block, cluster, bool(races))
     smem, seed, budget, regs_per_thread = launch_args.options(smem, seed, budget, regs_per_thread)
+    relaxed = launch_args.relax(relax)
     memory = memory or Memory()
     prog = memory.program(ptx_text, entry, file)
     kernel = prog.kernel
@@ -206,6 +208,7 @@ def _launch(ptx_text, entry, grid, block, args, cluster, smem, memory, seed, reg
         params[p.offset:p.offset + p.size] = raw
     state = LaunchState(prog, grid, block, cluster, int(smem), bytes(params), memory.gmem, regs_per_thread,
                         cooperative)
+    state.relaxed = relaxed
     sched = Scheduler(state, seed=seed, check_races=bool(races), **({"budget": budget} if budget else {}))
     summary = sched.run()
     for i, a in enumerate(args):

@@ -76,6 +76,26 @@ def grid_block_cluster(grid, block, cluster, races: bool = False) -> tuple:
     return g, b, c
 
 
+# ISA rules a launch may ask to relax (``relax=``, ``porter emu run --relax``): each reported as a
+# warning naming its section instead of stopping the run, for kernels whose authors rely on the
+# hardware being more lenient than the ISA's text
+RELAXABLE = {
+    "tcgen05-fences": "tcgen05.fence::before_thread_sync / after_thread_sync around a TMEM hand-off between "
+                      "threads (PTX ISA 9.7.16.6.4); CUTLASS 7107b05's sm100 kernels and Triton 3.9's sm_100a "
+                      "tl.dot omit them",
+}
+
+
+def relax(value) -> frozenset:
+    """The ISA rules to relax, checked against ``RELAXABLE`` (one EmuError naming the unknown)."""
+    names = [value] if isinstance(value, str) else list(value or ())
+    unknown = [n for n in names if n not in RELAXABLE]
+    if unknown or not all(isinstance(n, str) for n in names):
+        raise EmuError(f"launch: relax {unknown[0] if unknown else value!r}: not a rule porter can relax "
+                       f"(rules: {', '.join(RELAXABLE)})")
+    return frozenset(names)
+
+
 def options(smem, seed, budget, regs_per_thread) -> tuple:
     smem = _int(smem, "smem", 0, MAX_DYNAMIC_SMEM)
     if seed is not None:

@@ -664,6 +664,7 @@ class LaunchState:
         self.cooperative = cooperative
         self.n_ctas = grid[0] * grid[1] * grid[2]
         self.warnings: list[str] = []       # checks of rules the PTX ISA does not state (isa_rules.WARNINGS)
+        self.relaxed: frozenset = frozenset()   # ISA rules reported as warnings (launch_args.RELAXABLE)
 
     def warn(self, message: str) -> None:
         """Record (once) a finding that breaks no rule the PTX ISA states, with the reason."""
@@ -672,6 +673,20 @@ class LaunchState:
         text = f"{message} (a warning: {warning_reason(message) or 'no rule of the PTX ISA'})"
         if text not in self.warnings:
             self.warnings.append(text)
+
+    def relaxed_error(self, rule: str, message: str, site: str) -> bool:
+        """An error of the ISA rule ``rule`` at ``site`` (an instruction): True (reported once per
+        site as a warning naming its section) when the launch relaxes the rule, else False (the
+        caller raises)."""
+        if rule not in self.relaxed:
+            return False
+        from porter.emu.isa_rules import cite
+
+        seen = self.__dict__.setdefault("_relaxed_seen", set())
+        if site not in seen:
+            seen.add(site)
+            self.warn(f"{message} [{cite(message) or 'PTX ISA'}] (relaxed by --relax {rule})")
+        return True
 
     def cta_index(self, ctaid) -> int:
         return ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2])
