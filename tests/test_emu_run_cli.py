@@ -155,3 +155,16 @@ def test_a_bad_tensor_map_names_the_map_once(tmp_path):
             Harness.tensor_map(a, box=(64, 300), name="A", **kw)
         msg = str(e.value)
         assert msg.startswith("h.tensor_map A: ") and msg.count(" A:") == 1 and msg.count("A") == 1, msg
+
+
+def test_relax_takes_only_rules_porter_can_relax(capsys):
+    code, out, err = _run(capsys, KERNEL, "--harness", HARNESS, "--relax", "tcgen05-fence")
+    assert code == 2 and out == ""
+    assert err.strip() == "porter: error: --relax tcgen05-fence: not a rule porter can relax (rules: tcgen05-fences)"
+
+
+def test_a_relaxed_run_says_so_in_its_header_and_json(capsys):
+    code, out, err = _run(capsys, KERNEL, "--harness", HARNESS, "--relax", "tcgen05-fences")
+    assert code == 0 and "relaxed: tcgen05-fences (these PTX ISA rules' errors are reported as warnings)" in out
+    code, out, err = _run(capsys, KERNEL, "--harness", HARNESS, "--relax", "tcgen05-fences", "--json")
+    assert code == 0 and json.loads(out)["relaxed"] == ["tcgen05-fences"]
