@@ -160,7 +160,7 @@ def test_a_bad_tensor_map_names_the_map_once(tmp_path):
 def test_relax_takes_only_rules_porter_can_relax(capsys):
     code, out, err = _run(capsys, KERNEL, "--harness", HARNESS, "--relax", "tcgen05-fence")
     assert code == 2 and out == ""
-    assert err.strip() == "porter: error: --relax tcgen05-fence: not a rule porter can relax (rules: tcgen05-fences)"
+    assert err.strip() == "porter: error: --relax tcgen05-fence: not a rule porter can relax (rules: tcgen05-fences, tmem-lanes)"
 
 
 def test_a_relaxed_run_says_so_in_its_header_and_json(capsys):

@@ -415,5 +415,18 @@ def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
 
 def test_relax_names_only_rules_porter_can_relax():
     with pytest.raises(emu.EmuError, match=r"relax 'tcgen05-fence': not a rule porter can relax \(rules: "
-                                           r"tcgen05-fences\)"):
+                                           r"tcgen05-fences, tmem-lanes\)"):
         emu.launch(HEAD + ".visible .entry k()\n{\n  ret;\n}\n", "k", 1, 32, [], relax="tcgen05-fence")
+
+
+def test_tmem_lanes_relaxed_route_a_warps_lane_field_to_its_own_quarter():
+    # every warp addresses lane quarter 0 (DeepGEMM's sm100 epilogues do): relaxed, each warp's
+    # st and ld run at its own quarter, as release hardware routes them, with one warning each
+    text = HEAD + ".visible .entry k(.param .u64 out)\n{\n" + LDST.replace("QUARTER", "0").replace(
+        "WAIT", "tcgen05.wait::ld.sync.aligned;") + "\n}\n"
+    res = emu.launch(text, "k", grid=1, block=128, args=[np.zeros((128, 2), np.uint32)], seed=1, file="t.ptx",
+                     relax=("tmem-lanes",))
+    tid = np.arange(128)
+    assert (res.outputs[0][:, 0] == 3 * tid).all() and (res.outputs[0][:, 1] == 3 * tid + 1).all()
+    hits = [w for w in res.warnings if "(relaxed by --relax tmem-lanes)" in w]
+    assert len(hits) == 2 and all("may access TMEM lanes" in w and "PTX ISA 9.7.16" in w for w in hits), res.warnings

@@ -49,7 +49,9 @@ def register(sub) -> None:
     r.add_argument("--relax", action="append", default=[], metavar="RULE",
                    help="report this PTX ISA rule's errors as warnings and run on (repeatable; rules: "
                         "tcgen05-fences, the fences around a TMEM hand-off between threads, which CUTLASS's sm100 "
-                        "kernels and Triton's sm_100a tl.dot omit)")
+                        "kernels and Triton's sm_100a tl.dot omit; tmem-lanes, a tcgen05.ld/st lane field outside "
+                        "the warp's lane quarter, routed as release hardware does, as DeepGEMM's sm100 epilogues "
+                        "need)")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(func=run)
 

@@ -83,6 +83,9 @@ RELAXABLE = {
     "tcgen05-fences": "tcgen05.fence::before_thread_sync / after_thread_sync around a TMEM hand-off between "
                       "threads (PTX ISA 9.7.16.6.4); CUTLASS 7107b05's sm100 kernels and Triton 3.9's sm_100a "
                       "tl.dot omit them",
+    "tmem-lanes": "a warp's tcgen05.ld / st lane field outside its lane quarter (PTX ISA 9.7.16.8.1), run at the "
+                  "same lane of the warp's own quarter as release hardware routes it; DeepGEMM's sm100 epilogues "
+                  "address lane 0 from every warp (the hardware rejects it in debug builds)",
 }
 
 

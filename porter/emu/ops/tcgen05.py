@@ -1004,6 +1004,25 @@ def _split_offset(ins, d, shape: str, at: int) -> int:
     return split
 
 
+def _lane_routed(w, addr: int, shape: str, what: str, where: str) -> int:
+    """``addr`` as the access runs: itself, or, when the launch relaxes "tmem-lanes" and the lane
+    field only slips out of the warp's lane quarter (PTX ISA 9.7.16.8.1), the same lane of the
+    warp's own quarter, as release hardware routes it (a warning once per instruction; any other
+    lane error stays the unit's)."""
+    launch = w.cta.launch
+    if "tmem-lanes" not in launch.relaxed:
+        return addr
+    quarter = w.index % 4
+    lo, lane0, nl = 32 * quarter, (addr >> 16) % tmem_unit.LANES, tmem_unit._LANES_OF_SHAPE.get(shape, 32)
+    if (lo <= lane0 and lane0 + nl <= lo + 32) or lane0 % 32 + nl > 32:
+        return addr
+    routed = ((lo + lane0 % 32) << 16) | (addr & 0xFFFF)
+    launch.relaxed_error("tmem-lanes", f"{where}: {w.name}: {what} [{addr:#x}]: warp {w.index} (warp {quarter} of its "
+                         f"warpgroup) may access TMEM lanes {lo}..{lo + 31} only, this reaches lanes {lane0}.."
+                         f"{lane0 + nl - 1}; run at lanes {lo + lane0 % 32}..{lo + lane0 % 32 + nl - 1}", where)
+    return routed
+
+
 def _build_ld(ins, d):
     where = d.where(ins)
     shape, num = _shape_num(ins.parts, d)
@@ -1022,7 +1041,8 @@ def _build_ld(ins, d):
         if not _whole_warp(w, m):
             return DEFER
         sel = w.live
-        addr = _uniform(a_fn(w), sel, "tcgen05.ld address", where) & 0xFFFFFFFF
+        addr = _lane_routed(w, _uniform(a_fn(w), sel, "tcgen05.ld address", where) & 0xFFFFFFFF, shape,
+                            f"tcgen05.ld.{shape}.x{num}", where)
         st = _ctatc(w.cta)
         regions = _ld_regions(w, addr, shape, num, split)
         for region in regions:
@@ -1065,7 +1085,8 @@ def _build_st(ins, d):
         if not _whole_warp(w, m):
             return DEFER
         sel = w.live
-        addr = _uniform(a_fn(w), sel, "tcgen05.st address", where) & 0xFFFFFFFF
+        addr = _lane_routed(w, _uniform(a_fn(w), sel, "tcgen05.st address", where) & 0xFFFFFFFF, shape,
+                            f"tcgen05.st.{shape}.x{num}", where)
         st = _ctatc(w.cta)
         regions = _ld_regions(w, addr, shape, num, split)
         for region in regions:
