@@ -91,11 +91,13 @@ RELAXABLE = {
 
 def relax(value) -> frozenset:
     """The ISA rules to relax, checked against ``RELAXABLE`` (one EmuError naming the unknown)."""
-    names = [value] if isinstance(value, str) else list(value or ())
-    unknown = [n for n in names if n not in RELAXABLE]
-    if unknown or not all(isinstance(n, str) for n in names):
-        raise EmuError(f"launch: relax {unknown[0] if unknown else value!r}: not a rule porter can relax "
-                       f"(rules: {', '.join(RELAXABLE)})")
+    try:
+        names = [value] if isinstance(value, str) else list(value or ())
+    except TypeError:
+        names = [value]
+    unknown = [n for n in names if not isinstance(n, str) or n not in RELAXABLE]
+    if unknown:
+        raise EmuError(f"launch: relax {unknown[0]!r}: not a rule porter can relax (rules: {', '.join(RELAXABLE)})")
     return frozenset(names)
 
 
