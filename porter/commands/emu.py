@@ -102,10 +102,10 @@ def run(args) -> int:
         raise PorterError(f"{args.file}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PorterError(f"{args.file}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-    from porter.emu.launch_args import RELAXABLE
-    for rule in args.relax:
-        if rule not in RELAXABLE:
-            raise PorterError(f"--relax {rule}: not a rule porter can relax (rules: {', '.join(RELAXABLE)})")
+    from porter.emu.launch_args import RELAXABLE, unrelaxable
+    bad = unrelaxable(args.relax)
+    if bad:
+        raise PorterError(f"--relax {bad[0]}: not a rule porter can relax (rules: {', '.join(RELAXABLE)})")
     if args.harness_timeout <= 0:
         raise PorterError(f"--harness-timeout {args.harness_timeout:g}: give a positive number of seconds")
 

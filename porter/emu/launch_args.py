@@ -89,13 +89,18 @@ RELAXABLE = {
 }
 
 
+def unrelaxable(names) -> list:
+    """Those of ``names`` that are not rules porter can relax (``RELAXABLE``)."""
+    return [n for n in names if not isinstance(n, str) or n not in RELAXABLE]
+
+
 def relax(value) -> frozenset:
     """The ISA rules to relax, checked against ``RELAXABLE`` (one EmuError naming the unknown)."""
     try:
         names = [value] if isinstance(value, str) else list(value or ())
     except TypeError:
         names = [value]
-    unknown = [n for n in names if not isinstance(n, str) or n not in RELAXABLE]
+    unknown = unrelaxable(names)
     if unknown:
         raise EmuError(f"launch: relax {unknown[0]!r}: not a rule porter can relax (rules: {', '.join(RELAXABLE)})")
     return frozenset(names)

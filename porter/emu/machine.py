@@ -674,6 +674,15 @@ class LaunchState:
         if text not in self.warnings:
             self.warnings.append(text)
 
+    def warn_once(self, key, message) -> None:
+        """``warn`` the first time ``key`` (e.g. an instruction and a finding) is seen in the launch,
+        for findings whose text differs from warp to warp or step to step; ``message`` may be a
+        callable, built only then."""
+        seen = self.__dict__.setdefault("_warned_keys", set())
+        if key not in seen:
+            seen.add(key)
+            self.warn(message() if callable(message) else message)
+
     def relaxed_error(self, rule: str, message: str, site: str) -> bool:
         """An error of the ISA rule ``rule`` at ``site`` (an instruction): True (reported once per
         site as a warning naming its section) when the launch relaxes the rule, else False (the
@@ -682,10 +691,7 @@ class LaunchState:
             return False
         from porter.emu.isa_rules import cite
 
-        seen = self.__dict__.setdefault("_relaxed_seen", set())
-        if site not in seen:
-            seen.add(site)
-            self.warn(f"{message} [{cite(message) or 'PTX ISA'}] (relaxed by --relax {rule})")
+        self.warn_once(("relaxed", rule, site), lambda: f"{message} [{cite(message) or 'PTX ISA'}] (relaxed by --relax {rule})")
         return True
 
     def cta_index(self, ctaid) -> int:

@@ -1012,14 +1012,11 @@ def _lane_routed(w, addr: int, shape: str, what: str, where: str) -> int:
     launch = w.cta.launch
     if "tmem-lanes" not in launch.relaxed:
         return addr
-    quarter = w.index % 4
-    lo, lane0, nl = 32 * quarter, (addr >> 16) % tmem_unit.LANES, tmem_unit._LANES_OF_SHAPE.get(shape, 32)
-    if (lo <= lane0 and lane0 + nl <= lo + 32) or lane0 % 32 + nl > 32:
+    slip = tmem_unit.quarter_slip(w.index, addr, shape)
+    if slip is None:
         return addr
-    routed = ((lo + lane0 % 32) << 16) | (addr & 0xFFFF)
-    launch.relaxed_error("tmem-lanes", f"{where}: {w.name}: {what} [{addr:#x}]: warp {w.index} (warp {quarter} of its "
-                         f"warpgroup) may access TMEM lanes {lo}..{lo + 31} only, this reaches lanes {lane0}.."
-                         f"{lane0 + nl - 1}; run at lanes {lo + lane0 % 32}..{lo + lane0 % 32 + nl - 1}", where)
+    routed, finding = slip
+    launch.relaxed_error("tmem-lanes", f"{where}: {w.name}: {what} [{addr:#x}]: {finding}", where)
     return routed
 
 
@@ -1213,13 +1210,10 @@ def _warn_cp_behind(w, where: str, who: str, op, st: CtaTc, region) -> None:
     block's scale factors into the same columns while the previous block's MMAs may run, relying
     on one thread's tcgen05 operations executing in issue order; the simulator runs the copy
     after them (a warning, once per instruction)."""
-    seen = w.cta.launch.__dict__.setdefault("_tcgen05_cp_behind_warned", set())
-    if where in seen:
-        return
-    seen.add(where)
-    w.cta.launch.warn(f"{where}: {who}: tcgen05.cp writes TMEM ({st.cta.name} {_region_text(region)}) that the "
-                      f"{op.name} issued at {op.where} by the same thread still uses; no tcgen05 pipeline orders "
-                      "the two, and the simulator runs the copy after it, in issue order")
+    w.cta.launch.warn_once(("tcgen05.cp behind", where), lambda: (
+        f"{where}: {who}: tcgen05.cp writes TMEM ({st.cta.name} {_region_text(region)}) that the {op.name} issued "
+        f"at {op.where} by the same thread still uses; no tcgen05 pipeline orders the two, and the simulator runs "
+        "the copy after it, in issue order"))
 
 
 # ---- shift ----------------------------------------------------------------------------------------

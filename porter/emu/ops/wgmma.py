@@ -121,19 +121,17 @@ def _checked_at_once(w, cta, rows: np.ndarray, race, line: int) -> bool:
 def _warn_layout(launch, where: str, which: str, notes) -> None:
     """The operand layout's findings that break no rule the PTX ISA states (isa_rules.WARNINGS),
     once per instruction, operand and kind (each stage's descriptor differs only in its start)."""
-    seen = launch.__dict__.setdefault("_wgmma_layout_warned", set())
     for kind, what in notes:
-        if (where, which, kind) in seen:
-            continue
-        seen.add((where, which, kind))
+        key = ("wgmma layout", where, which, kind)
         if kind == "alias":
-            launch.warn(f"{where}: wgmma.mma_async {which}: {what} makes different operand elements read the same shared bytes")
+            launch.warn_once(key, f"{where}: wgmma.mma_async {which}: {what} makes different operand elements read the "
+                                  "same shared bytes")
         elif kind == "k-slice":
-            launch.warn(f"{where}: wgmma.mma_async {which}: {what}: the K slice crosses its swizzle row; read where the layout's "
-                        "addresses continue, swizzled by their own address bits")
+            launch.warn_once(key, f"{where}: wgmma.mma_async {which}: {what}: the K slice crosses its swizzle row; read "
+                                  "where the layout's addresses continue, swizzled by their own address bits")
         else:
-            launch.warn(f"{where}: wgmma.mma_async {which}: {what} starts inside its swizzle row; read where the layout's "
-                        "addresses continue, swizzled by their own address bits")
+            launch.warn_once(key, f"{where}: wgmma.mma_async {which}: {what} starts inside its swizzle row; read where "
+                                  "the layout's addresses continue, swizzled by their own address bits")
 
 
 @functools.lru_cache(maxsize=64)
@@ -163,6 +161,13 @@ class Undefined(str):
     32..63 from the next stage while the producer refills it, into accumulator rows (warps 2
     and 3) that it never reads."""
     cleared_by_write = True
+    reason: str = ""
+
+
+def _undefined_poison(reason: str) -> Undefined:
+    mark = Undefined(f"which holds an undefined value: {reason}")
+    mark.reason = reason
+    return mark
 
 
 class Watched(str):
@@ -230,19 +235,17 @@ def _excuse(warp, line: int, offs: np.ndarray, writer: str) -> bool:
     reason = (f"the wgmma.mma_async at line {line} ({warp.name}) read shared 0x{int(offs.min()):x}..0x"
               f"{int(offs.max()) + 1:x}, which {writer} rewrote with nothing ordering the two (its stage was "
               "released before the wait that covers it, or overwritten)")
+    poison = _undefined_poison(reason)
     for i, mark in list(warp.poisoned.items()):
         if isinstance(mark, Watched) and line in mark.lines:
-            warp.poisoned[i] = Undefined(f"which holds an undefined value: {reason}")
+            warp.poisoned[i] = poison
     for key, lines in st.provenance.items():
         if line in lines:
             for i in key:
                 st.undefined.setdefault(i, reason)
-    seen = warp.cta.launch.__dict__.setdefault("_wgmma_undefined_warned", set())
-    if ("race", line) not in seen:
-        seen.add(("race", line))
-        warp.cta.launch.warn(f"{warp.prog.where(_pc_of_line(warp.prog, line))}: {warp.name}: the accumulators of "
-                             f"this wgmma.mma_async hold undefined values: {reason}; the run goes on, and stops "
-                             "where an instruction reads them")
+    warp.cta.launch.warn_once(("wgmma undefined", "race", line), lambda: (
+        f"{warp.prog.where(_pc_of_line(warp.prog, line))}: {warp.name}: the accumulators of this wgmma.mma_async "
+        f"hold undefined values: {reason}; the run goes on, and stops where an instruction reads them"))
     return True
 
 
@@ -418,17 +421,15 @@ def build_wgmma(ins, d):
                         if not str(race_found).startswith("shared-memory race"):
                             raise
                         taint.append(f"{what} read shared memory as an unordered write changed it ({race_found})")
-        if scale_d and not taint and w.poisoned:         # D = A.B + D with an undefined D stays undefined
-            held = w.poisoned.get(acc_ids[0])           # (an operation's accumulators are poisoned together)
-            if isinstance(held, Undefined):
-                taint.append(held.split(": ", 1)[1])
-        # the wgmma lines D's value comes from (Watched, _excuse): an operation's accumulators are
-        # written together, so its first register speaks for them
+        # D = A.B + D reads D: an undefined D stays undefined, and the wgmma lines D's value comes
+        # from (Watched, _excuse) carry on. An operation's accumulators are poisoned and written
+        # together, so its first register speaks for them
+        prior = w.poisoned.get(acc_ids[0]) if scale_d else None
+        if isinstance(prior, Undefined) and not taint:
+            taint.append(prior.reason)
         lines = None
         if scale_d:
-            first = acc_ids[0]
-            mark = w.poisoned.get(first)
-            lines = mark.lines if isinstance(mark, Watched) else st.provenance.get(acc_key)
+            lines = prior.lines if isinstance(prior, Watched) else st.provenance.get(acc_key)
         if lines is None:
             lines = _one_line(line)
         elif line not in lines:
@@ -570,11 +571,9 @@ def _undefined(w, st, acc_ids, reads_d: bool, taint: list, where: str) -> str | 
     operand race (one warning per instruction), or an undefined D it accumulates into, left
     by an earlier operation of the same wait (``st.undefined``)."""
     if taint:
-        seen = w.cta.launch.__dict__.setdefault("_wgmma_undefined_warned", set())
-        if where not in seen:
-            seen.add(where)
-            w.cta.launch.warn(f"{where}: {w.name}: the accumulators of this wgmma.mma_async hold undefined values: "
-                              f"{taint[0]}; the run goes on, and stops where an instruction reads them")
+        w.cta.launch.warn_once(("wgmma undefined", where), lambda: (
+            f"{where}: {w.name}: the accumulators of this wgmma.mma_async hold undefined values: {taint[0]}; the run "
+            "goes on, and stops where an instruction reads them"))
         return taint[0]
     if reads_d and st.undefined:
         return next((st.undefined[i] for i in acc_ids if i in st.undefined), None)
@@ -611,7 +610,9 @@ def _write_back(w, st, acc_ids, acc_key, out, undefined: str | None = None) -> N
                 first = False
                 lines = st.provenance.pop(acc_key, None)
             if undefined is not None:
-                poisoned[i] = Undefined(f"which holds an undefined value: {undefined}")
+                if mark is None:
+                    mark = _undefined_poison(undefined)
+                poisoned[i] = mark
             elif lines is not None:      # until an instruction uses (or overwrites) it: _excuse
                 if mark is None or mark.lines is not lines:
                     mark = _watched(lines, tuple(acc_ids))

@@ -94,6 +94,31 @@ _CP_SHAPES = {
 }
 
 
+def _lane_quarter(warp_id: int, lane0: int, shape: str) -> tuple:
+    """9.7.16.8.1: (the warp's quarter, its first lane, the shape's lanes, whether lanes
+    lane0 .. lane0 + lanes - 1 lie in the quarter the warp may access)."""
+    quarter = warp_id % 4
+    lo, nl = LANES_PER_WARP * quarter, _LANES_OF_SHAPE[shape]
+    return quarter, lo, nl, lo <= lane0 and lane0 + nl <= lo + LANES_PER_WARP
+
+
+def quarter_slip(warp_id: int, address: int, shape: str):
+    """For an access whose lanes lie in one quarter, but not the warp's own: (the address at the
+    same lanes of the warp's own quarter, as release hardware routes it; the finding, as the
+    lane check words it). None when the access is allowed, or is not such a slip (the check's
+    error stands)."""
+    if shape not in _LANES_OF_SHAPE:
+        return None
+    lane0 = (address >> 16) % LANES
+    quarter, lo, nl, allowed = _lane_quarter(warp_id, lane0, shape)
+    if allowed or lane0 % LANES_PER_WARP + nl > LANES_PER_WARP:
+        return None
+    to = lo + lane0 % LANES_PER_WARP
+    return ((to << 16) | (address & 0xFFFF),
+            f"warp {warp_id} (warp {quarter} of its warpgroup) may access TMEM lanes {lo}..{lo + 31} only, this "
+            f"reaches lanes {lane0}..{lane0 + nl - 1}; run at lanes {to}..{to + nl - 1}")
+
+
 def split_address(address: int) -> tuple[int, int]:
     """A TMEM address as (lane, column): bits 31-16 and 15-0 (ISA 9.7.16.1.1)."""
     address = int(address) & 0xFFFFFFFF
@@ -260,10 +285,8 @@ class TensorMemory:
             raise EmuError(self._at(f"{what}: .x{num} is not valid with .{shape} (Table 47)"))
         lane0, col0 = split_address(address)
         lane0 %= LANES                 # (module docstring: lane fields >= 128)
-        quarter = warp_id % 4
-        lo = LANES_PER_WARP * quarter
-        nl = _LANES_OF_SHAPE[shape]
-        if lane0 < lo or lane0 + nl > lo + LANES_PER_WARP:
+        quarter, lo, nl, allowed = _lane_quarter(warp_id, lane0, shape)
+        if not allowed:
             raise CheckFailed(self._at(
                 f"{what}: warp {warp_id} (warp {quarter} of its warpgroup) may access TMEM lanes "
                 f"{lo}..{lo + 31} only, this reaches lanes {lane0}..{lane0 + nl - 1}"))
