@@ -283,6 +283,14 @@ MUTATIONS_Q = [
        "                fence_accumulator(sacc);\n"
        "                if (n == t.kv_tiles - 1 && lane == 0) mbar_arrive(s.q_empty());\n"),
       ("        st.release_q(s.q_empty());\n", "")], Q_REUSED),
+    # wgmma: a warpgroup stages its O over the other warpgroup's Q rows, which that warpgroup's
+    # last Q K^T may still be reading: its operand reads end at its own wgmma.wait_group, which
+    # nothing orders before these stores (caught by happens-before whether its wgmma is still in
+    # flight or already done in the order the run took)
+    ("o-staged-over-the-other-warpgroups-q", FORMS_Q[1],
+     [("        const uint32_t slot = st.begin(staging_of(s, wg));\n",
+       "        const uint32_t slot = st.begin(staging_of(s, 1 - wg));\n")],
+     Q_REUSED + ("which holds an undefined value",)),
 ]
 
 

@@ -14,7 +14,10 @@ line). A write races with an earlier write or read, and a read with an earlier w
 when that access is not ordered before it: its warp's clock at the access is beyond what
 the accessing warp has acquired from it. Asynchronous writes (TMA, bulk copies) are
 checked when they land, with the issuing warp's clock from issue time; wgmma operand
-reads at issue.
+reads at issue, and recorded again where they end: the ``wgmma.wait_group`` that completes the
+operation (``ops.wgmma``: as a read of the warp's wgmma completion, an agent of its own whose
+clock a warp acquires by completing the operation), so a write must be ordered after that wait,
+not only after the issue.
 
 Limits (v1): one last reader per byte is kept, so of two unordered readers only the later
 is checked against a later write; accesses within one warp are program-ordered; global
@@ -180,6 +183,24 @@ class RaceDetector:
         if vc is None:
             vc = done[max(done)]
         w.vc = np.maximum(w.vc, self._fit(vc))
+
+    def learn(self, w, clocks: dict) -> None:
+        """``w`` acquires ``{agent: clock}`` of agents that only publish this way (ops.wgmma's
+        completion agents: a warp learns their clock by completing the operation), in place,
+        with the limit cached for its clock: a wgmma completes every few instructions, and a
+        new clock array would rebuild the limit and the shadows' bound tests each time. Only
+        knowledge grows, so what was cached for the clock stays true (a bound test that
+        failed may now pass: it is retested after its back-off)."""
+        vc = w.vc
+        if vc.size != self.n:
+            vc = w.vc = self._fit(vc)
+        cached = self._known.get(w.aid)
+        limit = cached[1] if cached is not None and cached[0] is vc else None
+        for aid, clock in clocks.items():
+            if vc[aid] < clock:
+                vc[aid] = clock
+                if limit is not None:
+                    limit[aid + 1] = ((aid + 1) << AGENT_SHIFT) | clock
 
     # ---- accesses ---------------------------------------------------------------------------
     def _quiet(self, s: Shadow, aid: int, limit: np.ndarray, write: bool) -> bool:
@@ -366,7 +387,8 @@ class RaceDetector:
         both sides is equal, so the comparison is the clocks': ``(e & CLOCK_MASK) >
         known[e >> AGENT_SHIFT]`` in one operation fewer; clocks stay below 2^AGENT_SHIFT).
         A clock only changes in place at its own agent's slot (release), which limit does not
-        read, so it is rebuilt only when the agent's clock is another array (acquire, grow)."""
+        read, or through ``learn``, which raises limit with it, so it is rebuilt only when the
+        agent's clock is another array (acquire, grow)."""
         cached = self._known.get(aid)
         if cached is not None and cached[0] is vc:
             return cached[1]
@@ -410,7 +432,10 @@ class RaceDetector:
                     f"{prev.prog.file}:{line} and an earlier {kind} by {prev.name} at "
                     f"{prev.prog.file}:{int(lines[offs[j]])}, with no barrier, mbarrier phase or cluster "
                     "barrier ordering them")
-        epoch = ((aid + 1) << AGENT_SHIFT) | clock
+        self._store(s, offs, ((aid + 1) << AGENT_SHIFT) | clock, aid, write, line)
+        return excused
+
+    def _store(self, s: Shadow, offs: np.ndarray, epoch: int, aid: int, write: bool, line: int) -> None:
         if write:
             s.w_epoch[offs] = epoch
             s.w_line[offs] = line
@@ -419,7 +444,18 @@ class RaceDetector:
             s.r_epoch[offs] = epoch
             s.r_line[offs] = line
         self._stored(s, aid, epoch, write)
-        return excused
+
+    def record_read(self, cta, aid: int, vc: np.ndarray, line: int, offs: np.ndarray,
+                    rows: np.ndarray | None = None) -> None:
+        """Record a read of ``aid`` at ``line`` of the bytes ``offs`` (as 16-byte shadow rows
+        ``rows`` when given: the same bytes), unchecked: the read was checked where it began,
+        and this marks where it ends (a wgmma's operand read at the wait that completes it)."""
+        if rows is not None:
+            self.store_rows(cta, rows, 16, aid, vc, False, line)
+            return
+        s = self.shadows.get(id(cta)) or self.shadow(cta)
+        offs = np.asarray(offs, dtype=np.int64).reshape(-1)
+        self._store(s, offs, ((aid + 1) << AGENT_SHIFT) | int(vc[aid]), aid, False, line)
 
     def _excuse_reads(self, offs, e, lines, bad, writer: str) -> np.ndarray:
         """``bad`` less the bytes whose earlier read a ``read_excuses`` hook takes over: each

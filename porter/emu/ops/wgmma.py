@@ -15,7 +15,10 @@ the warp's open group; ``commit_group`` closes the group; ``wait_group N`` compl
 but the N newest committed groups, in order. Until then the accumulator registers are
 poisoned (any other instruction that reads or writes them is an error), and the shared
 memory the operation reads is snapshotted at issue and compared at completion: if it
-changed in between (a stage released before its wgmma finished), that is an error too.
+changed in between (a stage released before its wgmma finished), its accumulators hold
+undefined values (``Undefined``). Where the reads end they are recorded again for the race
+detector, as reads of the warp's ``CompletionAgent``, so a write that lands after completion
+must still be ordered after a wait that completed the operation, not only after its issue.
 """
 
 from __future__ import annotations
@@ -195,6 +198,33 @@ def _watched(lines: frozenset, regs: tuple) -> Watched:
     return mark
 
 
+class CompletionAgent:
+    """The completion of one warp's ``wgmma.mma_async`` operations, an agent of the race
+    detector's own. The asynchronous operation may read its shared-memory operands at any time
+    until it completes, and a thread learns that it completed only from a ``wgmma.wait_group``
+    that covers it (PTX ISA 9.7.15 "wgmma.wait_group"); a write not ordered after such a wait
+    can race with those reads (PTX ISA 8). So where the first wait of the warpgroup completes
+    the operation, its reads are recorded again as reads of this agent, and every warp that
+    completes the operation in its own wait acquires the agent's clock: a later write is
+    ordered after the reads only through one of those waits, whatever order the run took."""
+
+    def __init__(self, w):
+        self.warp = w
+        self.name = f"the wgmma.mma_async of {w.name} (its reads end at the wgmma.wait_group that completes it)"
+        self.prog = w.prog
+        self.vc = None
+        self.b_spans: dict[int, tuple] = {}     # wgmma line -> [lo, hi) of the B it recorded last
+
+
+def _completion_agent(w, race) -> CompletionAgent:
+    a = w.units.get("wgmma_completion")
+    if a is None:
+        a = w.units["wgmma_completion"] = CompletionAgent(w)
+        race.add_warp(a)
+        race.grow()                       # every clock widens by the new agent; a.vc starts at 1
+    return a
+
+
 class WgmmaState:
     def __init__(self):
         self.open: list = []
@@ -228,7 +258,29 @@ def _excuse(warp, line: int, offs: np.ndarray, writer: str) -> bool:
     read ``warp`` made there at ``line``. When that read is a wgmma's operand read whose result
     no instruction has used, the race leaves that result undefined (PTX ISA 8): its
     accumulators, and those of the in-flight wgmmas accumulating onto them, become Undefined,
-    and the race is no error here (True)."""
+    and the race is no error here (True). A read recorded where it ended (``CompletionAgent``)
+    speaks for its warp, and, for B's bytes, for every warp of the warpgroup: their D all
+    depend on B, and B is recorded once for them."""
+    if not isinstance(warp, CompletionAgent):
+        return _excuse_warp(warp, line, offs, writer)
+    lo, hi = warp.b_spans.get(line, (0, 0))
+    if not ((offs >= lo) & (offs < hi)).any():
+        return _excuse_warp(warp.warp, line, offs, writer)
+    first = warp.warp.index - warp.warp.index % 4
+    group = [x for x in warp.warp.cta.warps[first:first + 4] if line in _lines_of(x)]
+    if any(line in x.units["wgmma"].consumed for x in group):
+        return False
+    for x in group:
+        _excuse_warp(x, line, offs, writer)
+    return bool(group)
+
+
+def _lines_of(w) -> set:
+    st = w.units.get("wgmma")
+    return st.lines if st is not None else set()
+
+
+def _excuse_warp(warp, line: int, offs: np.ndarray, writer: str) -> bool:
     st = warp.units.get("wgmma")
     if st is None or line not in st.lines or line in st.consumed:
         return False
@@ -438,6 +490,7 @@ def build_wgmma(ins, d):
         st.lines.add(line)
         seq = st.issued                  # this warp's n-th mma_async: the warpgroup's n-th operation
         token = object()
+        agent = _completion_agent(w, race) if race is not None else None
 
         def taint_by(addr):
             """What an async write into [off, off + size) does to this read of ``addr``'s bytes."""
@@ -472,13 +525,24 @@ def build_wgmma(ins, d):
             for key in keys:
                 cta.inflight_reads.pop(key, None)
             b_now = now.get(id(b_addr))
-            if b_now is None or b_now[0] is not b_addr:
+            first_b = b_now is None or b_now[0] is not b_addr      # (the warpgroup's one B, seen first here)
+            if first_b:
                 b_now = now[id(b_addr)] = (b_addr, smem[b_addr])
             if taint:
                 return
             if not np.array_equal(b_now[1], b_raw) or (a_addr is not None and not np.array_equal(smem[a_addr], a_raw)):
                 taint.append(f"the shared memory {what} reads changed before the wgmma.wait_group that covers it "
                              "(its stage was released before the wait that covers it, or overwritten)")
+                return
+            if agent is not None:            # the reads end here: a later write must be ordered after this wait
+                agent.vc = race._fit(agent.vc)
+                agent.vc[agent.aid] += 1
+                if first_b:                  # B once for the warpgroup (every warp that completes acquires all)
+                    race.record_read(cta, agent.aid, agent.vc, line, b_addr, b_rows)
+                    agent.b_spans[line] = (b_lo, b_hi)
+                if a_addr is not None:
+                    race.record_read(cta, agent.aid, agent.vc, line, a_addr, a_rows)
+                group.setdefault("epochs", {})[agent.aid] = int(agent.vc[agent.aid])
 
         group = _collective(cta, w.index // 4, seq)
         group["reads"].append(reads_done)
@@ -507,6 +571,8 @@ def build_wgmma(ins, d):
             for done in group["reads"]:      # the first wait of the warpgroup ends every warp's reads
                 done(w.name, now)
             group["reads"].clear()
+            if "epochs" in group:            # completing the operation orders this warp after its reads
+                race.learn(w, group["epochs"])
             # B's values, decoded once for the warpgroup's operation: its warps' snapshots of one
             # B are equal once the reads above passed (each was compared with the bytes as they are)
             decoded = group.setdefault("b_values", {})
