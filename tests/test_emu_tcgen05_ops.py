@@ -145,6 +145,21 @@ def test_ld_destinations_read_before_wait_ld_are_a_warning():
     assert (res.outputs[0][:, 0] == 3 * tid).all() and (res.outputs[0][:, 1] == 3 * tid + 1).all()
 
 
+def test_ld_destinations_read_before_wait_ld_warn_once_per_reading_instruction():
+    # all four warps read both destinations of the tcgen05.ld at line 30 before tcgen05.wait::ld:
+    # one warning per instruction that reads them (the first warp and register it saw), not one per
+    # warp and register (CUTLASS 77's FMHA forward gave 12,416 lines for 40 tcgen05.ld sites)
+    res = _run(LDST.replace("QUARTER", "3").replace("WAIT", ""), ".param .u64 out", [np.zeros((128, 2), np.uint32)])
+    hits = [w for w in res.warnings if "before the tcgen05.wait::ld" in w]
+    assert len(hits) == 1 and hits[0].startswith("t.ptx:35 `st.global.v2.b32`: CTA 0 warp "), hits
+    # a second instruction reading one of them first: two instructions, two warnings
+    body = LDST.replace("QUARTER", "3").replace("WAIT", "add.u32 %r9, %r7, 0;")
+    res = _run(body, ".param .u64 out", [np.zeros((128, 2), np.uint32)])
+    hits = [w for w in res.warnings if "before the tcgen05.wait::ld" in w]
+    assert [h.split(" ", 1)[0] for h in hits] == ["t.ptx:31", "t.ptx:35"], hits
+    assert " reads %r7, " in hits[0] and " reads %r8, " in hits[1], hits
+
+
 def test_a_warp_outside_its_lane_quarter_is_reported():
     # every warp addresses lane quarter 0: warp 1 may reach lanes 32..63 only
     with pytest.raises(CheckFailed, match=r"t.ptx:28: CTA 0 warp (\d): tcgen05.st.32x32b.x2 \[0x0\]: war"

@@ -422,11 +422,13 @@ class Warp:
 
     def _poison_warning(self, how: str, i: int) -> None:
         """A register poisoned with a ``warn_only`` reason (the ISA states no rule against the
-        access, e.g. a tcgen05.ld destination before tcgen05.wait::ld): one warning, and the
-        register is released so the run goes on with the value it holds."""
-        message = (f"{self.prog.where(self.current_pc())}: {self.name} {how} {self.prog.reg_names[i]}, "
-                   f"{self.poisoned.pop(i)}")
-        self.cta.launch.warn(message)
+        access, e.g. a tcgen05.ld destination before tcgen05.wait::ld): the register is released
+        so the run goes on with the value it holds, and one warning per instruction and reason
+        (it names the first warp and register seen there; every warp of every CTA reading each
+        destination register would otherwise be a line of its own)."""
+        reason, pc = self.poisoned.pop(i), self.current_pc()
+        self.cta.launch.warn_once(("poison", how, pc, str(reason)),
+                                  lambda: f"{self.prog.where(pc)}: {self.name} {how} {self.prog.reg_names[i]}, {reason}")
 
 
 class CTA:
