@@ -160,6 +160,49 @@ def test_ld_destinations_read_before_wait_ld_warn_once_per_reading_instruction()
     assert " reads %r7, " in hits[0] and " reads %r8, " in hits[1], hits
 
 
+# warp 0 stores to lanes 0..31 and hands them, fenced, through bar.sync to warp 4 (the same lane
+# quarter), which loads them: the storing warp must wait for its tcgen05.st first
+ST_HANDOFF = """
+  .reg .b32 %r<40>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<8>;
+  .shared .align 16 .b8 bars[16];
+""" + tmem_setup(32, 1) + """  setp.ne.u32 %p3, %r2, 0;
+  @%p3 bra NOST;
+  add.u32 %r6, %r1, 7;
+  tcgen05.st.sync.aligned.32x32b.x2.b32 [%r20], {%r1, %r6};
+  WAITST
+NOST:
+  tcgen05.fence::before_thread_sync;
+  bar.sync 0;
+  tcgen05.fence::after_thread_sync;
+  setp.ne.u32 %p4, %r2, 4;
+  @%p4 bra NOLD;
+  tcgen05.ld.sync.aligned.32x32b.x2.b32 {%r7, %r8}, [%r20];
+  tcgen05.wait::ld.sync.aligned;
+  and.b32 %r9, %r1, 31;
+  ld.param.u64 %rd1, [out];
+  mul.wide.u32 %rd2, %r9, 8;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v2.b32 [%rd3], {%r7, %r8};
+NOLD:
+""" + tmem_teardown(32)
+
+
+def test_st_handed_to_another_warp_before_wait_st_cites_the_different_thread_pattern():
+    # the error names the canonical pattern that states the rule (PTX ISA 9.7.16.6.4.4: the
+    # issuing thread waits for its asynchronous tcgen05 operation before synchronizing with the
+    # consumer), not only the tcgen05.wait section (CUTLASS 77's softmax -> correction row stats)
+    with pytest.raises(CheckFailed, match=r"CTA 0 warp 4: tcgen05.ld reads TMEM \(CTA 0 lanes 0..31, columns 0..1\) "
+                       r"written by the tcgen05.st at t.ptx:\d+ of warp 0 before that warp's tcgen05.wait::st "
+                       r"\[PTX ISA .*9.7.16.6.4.4 \"Non-pipelined instructions, different thread\""):
+        _run(ST_HANDOFF.replace("WAITST", ""), ".param .u64 out", [np.zeros((32, 2), np.uint32)], block=160)
+    res = _run(ST_HANDOFF.replace("WAITST", "tcgen05.wait::st.sync.aligned;"), ".param .u64 out",
+               [np.zeros((32, 2), np.uint32)], block=160)
+    lane = np.arange(32)
+    assert (res.outputs[0][:, 0] == lane).all() and (res.outputs[0][:, 1] == lane + 7).all()
+
+
 def test_a_warp_outside_its_lane_quarter_is_reported():
     # every warp addresses lane quarter 0: warp 1 may reach lanes 32..63 only
     with pytest.raises(CheckFailed, match=r"t.ptx:28: CTA 0 warp (\d): tcgen05.st.32x32b.x2 \[0x0\]: war"

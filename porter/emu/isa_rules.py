@@ -107,7 +107,10 @@ _TC_GROUP = 'PTX ISA 9.7.16 ".cta_group": all tcgen05 instructions of a kernel u
 _TC_MMA = 'PTX ISA 9.7.16 "tcgen05.mma" (its operands and instruction descriptor)'
 _TC_SCALE = 'PTX ISA 9.7.16 "tcgen05.mma" block scaling (scale factors in TMEM, ue4m3/ue8m0)'
 _TC_WAIT = ('PTX ISA 9.7.16 "tcgen05.ld / tcgen05.st / tcgen05.wait" (a tcgen05.ld / tcgen05.st is complete '
-            'after its tcgen05.wait::ld / ::st)')
+            'after its tcgen05.wait::ld / ::st); 9.7.16.6.4.4 "Non-pipelined instructions, different thread" (the '
+            'thread that issued an asynchronous tcgen05 operation waits for its completion before it synchronizes '
+            'with the consumer: tcgen05.wait, tcgen05.fence::before_thread_sync, then the arrive) and 9.7.16.6.4.2 '
+            '"Non-pipelined instructions, same thread" (tcgen05.st, tcgen05.wait::st, then the access)')
 _TC_MCM = ('PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of TensorCore operations" '
            '(tcgen05.fence::before/after_thread_sync around the thread synchronization)')
 _TC_AFTER = ('PTX ISA 9.7.16.6.4.2 "Non-pipelined instructions, same thread" / 9.7.16.6.4.4 "Non-pipelined '
