@@ -525,8 +525,7 @@ def build_wgmma(ins, d):
             for key in keys:
                 cta.inflight_reads.pop(key, None)
             b_now = now.get(id(b_addr))
-            first_b = b_now is None or b_now[0] is not b_addr      # (the warpgroup's one B, seen first here)
-            if first_b:
+            if b_now is None or b_now[0] is not b_addr:
                 b_now = now[id(b_addr)] = (b_addr, smem[b_addr])
             if taint:
                 return
@@ -537,7 +536,9 @@ def build_wgmma(ins, d):
             if agent is not None:            # the reads end here: a later write must be ordered after this wait
                 agent.vc = race._fit(agent.vc)
                 agent.vc[agent.aid] += 1
-                if first_b:                  # B once for the warpgroup (every warp that completes acquires all)
+                recorded = now.setdefault("B recorded", set())
+                if id(b_addr) not in recorded:   # B once for the warpgroup (every warp that completes acquires all)
+                    recorded.add(id(b_addr))
                     race.record_read(cta, agent.aid, agent.vc, line, b_addr, b_rows)
                     agent.b_spans[line] = (b_lo, b_hi)
                 if a_addr is not None:
