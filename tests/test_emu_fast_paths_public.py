@@ -29,9 +29,9 @@ def _general_paths(monkeypatch):
         if hi > lo:
             self.check(cta, np.arange(lo, hi), aid, vc, write, line, who, what)
 
-    def check_rows(self, cta, offs, width, aid, vc, write, line, who, what="", report=None, rows=None):
+    def check_rows(self, cta, offs, width, aid, vc, write, line, who, what="", report=None, rows=None, same=None):
         self.check(cta, (offs[:, None] + np.arange(width)).reshape(-1) if report is None else report.reshape(-1),
-                   aid, vc, write, line, who, what)
+                   aid, vc, write, line, who, what, same)
 
     def read_span(cta, lo, hi, what):
         memory.check_async_read(cta, np.arange(lo, hi), what)

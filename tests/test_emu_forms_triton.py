@@ -3,6 +3,8 @@ each a small kernel written here, its numbers checked against numpy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,58 @@ def test_tensor_map_from_zero_bytes_without_rank_is_one_clear_error():
         "  @%p1 tensormap.replace.tile.rank.shared::cta.b1024.b32 [%r2], RANK;\n", "")
     with pytest.raises(emu.EmuError, match=r"never had tensormap.replace .rank \(rank 0\)"):
         _blank_map_launch(text, rows=6)
+
+
+# Triton's warp-specialised preamble (tl.range(..., warp_specialize=True) on sm_100a): every thread
+# of the default warpgroup stores the same captured scalars to the same shared words, no barrier
+# between the warps' stores, then a barrier before the worker warps read them. Two warps here:
+# each lane stores VALUE_A (warp 0) / VALUE_B (warp 1) to one word, bar.sync, thread 0 reads it.
+SAME_WORD_KERNEL = """
+.version 8.7
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<8>;
+  .shared .align 16 .b8 slot[16];
+  mov.u32 %r0, %tid.x;
+  shr.u32 %r1, %r0, 5;
+  setp.eq.u32 %p1, %r1, 0;
+  selp.b32 %r2, VALUE_A, VALUE_B, %p1;
+  st.shared.b32 [slot+4], %r2;
+  bar.sync 0;
+  setp.ne.u32 %p2, %r0, 0;
+  @%p2 bra DONE;
+  ld.shared.b32 %r3, [slot+4];
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  st.global.b32 [%rd1], %r3;
+DONE:
+  ret;
+}
+"""
+
+
+def _same_word(a: int, b: int, seed: int | None = None):
+    text = SAME_WORD_KERNEL.replace("VALUE_A", str(a)).replace("VALUE_B", str(b))
+    return emu.launch(text, "k", grid=1, block=64, args=[np.zeros(1, np.uint32)], seed=seed, file="t.ptx")
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1])        # None: plain warp order
+def test_unordered_stores_of_the_same_bytes_are_a_warning_not_a_race(seed):
+    # each read returns the value some write committed (PTX ISA 8): both wrote these bytes,
+    # so no order of the two stores, nor any mix of their bytes, gives another value
+    res = _same_word(33554689, 33554689, seed)
+    assert res.outputs[0][0] == 33554689
+    hits = [w for w in res.warnings if "the same bytes" in w]
+    assert len(hits) == 1, res.warnings
+    assert re.match(r"t.ptx:\d+ `st.shared.b32`: CTA 0 warp [01] stores the same bytes at 0x[0-9a-f]+ as the unordered "
+                    r"earlier store by CTA 0 warp [01] at t.ptx:\d+ \(a warning: ", hits[0]), hits[0]
+
+
+def test_unordered_stores_of_different_bytes_stay_a_race():
+    with pytest.raises(emu.CheckFailed, match=r"shared-memory race in CTA 0 at 0x[0-9a-f]+: write \(store "
+                                              r"\(st.shared.b32\)\) by CTA 0 warp [01]"):
+        _same_word(33554689, 33554690)

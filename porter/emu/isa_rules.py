@@ -402,6 +402,10 @@ WARNINGS: list[tuple[str, str]] = [
      "tcgen05.ld operations issued by the executing thread have completed\") states no rule that the destination "
      "not be accessed before the wait, as it does for wgmma.wait_group's accumulators; the simulator reads the "
      "loaded values, which hardware may not have delivered yet"),
+    ("stores the same bytes at",
+     "the PTX ISA (8 \"Memory Consistency Model\") has each read return the value committed by some write to "
+     "the location; two unordered stores of the same bytes leave it no other value whichever lands last or however "
+     "their bytes mix, so no value is undefined; the simulator keeps the later store as the bytes' last write"),
     ("starts inside its",
      "the PTX ISA (9.7.15.5.1.2 canonical layouts) states no rule that an MN-major swizzled operand start at a "
      "swizzle row; it is read where the layout's addresses continue"),

@@ -19,6 +19,10 @@ operation (``ops.wgmma``: as a read of the warp's wgmma completion, an agent of 
 clock a warp acquires by completing the operation), so a write must be ordered after that wait,
 not only after the issue.
 
+A store that races only with earlier stores of the very bytes it writes (the location holds
+them already) leaves no value undefined, so it is a warning, once per instruction, not a race
+(``check``'s ``same``: ``ops.memory.SameBytes``).
+
 Limits (v1): one last reader per byte is kept, so of two unordered readers only the later
 is checked against a later write; accesses within one warp are program-ordered; global
 memory is not checked.
@@ -248,21 +252,21 @@ class RaceDetector:
             s = self.shadows[id(cta)] = Shadow(cta.smem.data.size)
         return s
 
-    def access(self, w, cta, offs: np.ndarray, write: bool, line: int, what: str = "") -> None:
-        self.check(cta, offs, w.aid, w.vc, write, line, w.name, what)
+    def access(self, w, cta, offs: np.ndarray, write: bool, line: int, what: str = "", same=None) -> None:
+        self.check(cta, offs, w.aid, w.vc, write, line, w.name, what, same)
 
     def access_rows(self, w, cta, offs: np.ndarray, width: int, write: bool, line: int, what: str = "",
-                    rows: np.ndarray | None = None) -> None:
+                    rows: np.ndarray | None = None, same=None) -> None:
         """``access`` of the bytes ``offs[lane] .. offs[lane] + width`` of each lane, ``offs``
         aligned to ``width``: the same bytes in the same order as ``access`` of their span,
         checked as rows of the shadow (one gather per lane, not per byte). A race found is
         reported by ``access`` itself, so its message is the same. ``rows``: ``offs // width``
-        when the caller has it already."""
-        self.check_rows(cta, offs, width, w.aid, w.vc, write, line, w.name, what, None, rows)
+        when the caller has it already; ``same``: as for ``check``."""
+        self.check_rows(cta, offs, width, w.aid, w.vc, write, line, w.name, what, None, rows, same)
 
     def check_rows(self, cta, offs: np.ndarray, width: int, aid: int, vc: np.ndarray, write: bool, line: int,
                    who: str, what: str = "", report: np.ndarray | None = None,
-                   rows: np.ndarray | None = None) -> None:
+                   rows: np.ndarray | None = None, same=None) -> None:
         """``check`` of the bytes ``offs[i] .. offs[i] + width`` for each i in order, ``offs``
         aligned to ``width`` (lanes' aligned accesses, cp.async landings, an operand's 16-byte
         chunks): one shadow row per offset. A race is re-reported by ``check`` on the bytes, so
@@ -275,9 +279,9 @@ class RaceDetector:
         if not self.rows_quiet(cta, rows, aid, vc, write, width, s):
             if report is None:
                 report = (offs[:, None] + np.arange(width)).reshape(-1)
-            if not self.check(cta, report, aid, vc, write, line, who, what):
+            if not self.check(cta, report, aid, vc, write, line, who, what, same):
                 raise AssertionError("race detector: a race found by rows but not by bytes")   # (never)
-            return                                  # excused (``read_excuses``) and stored by check
+            return                                  # excused (``read_excuses``, ``same``) and stored by check
         self.store_rows(cta, rows, width, aid, vc, write, line, s)
 
     def rows_quiet(self, cta, rows: np.ndarray, aid: int, vc: np.ndarray, write: bool, width: int = 16,
@@ -402,10 +406,12 @@ class RaceDetector:
         return limit
 
     def check(self, cta, offs: np.ndarray, aid: int, vc: np.ndarray, write: bool, line: int, who: str,
-              what: str = "") -> bool:
+              what: str = "", same=None) -> bool:
         """The access of ``aid`` to the bytes ``offs``: a race is a CheckFailed, unless a write
         races only with earlier reads that a ``read_excuses`` hook takes over (a wgmma's operand
-        read, whose warp then holds undefined accumulators: ops.wgmma). Returns whether one did."""
+        read, whose warp then holds undefined accumulators: ops.wgmma), or only with earlier
+        writes of the bytes it stores (``same``: a store's ``ops.memory.SameBytes``, which says
+        which bytes those are and reports them once). Returns whether either excused one."""
         s = self.shadows.get(id(cta)) or self.shadow(cta)
         offs = np.asarray(offs, dtype=np.int64).reshape(-1)
         if vc.size != self.n:
@@ -418,6 +424,17 @@ class RaceDetector:
                 break
             e = epochs[offs]
             bad = e > limit[e >> AGENT_SHIFT]
+            if kind == "write" and same is not None and np.count_nonzero(bad):
+                # each read returns the value some write committed (PTX ISA 8): an unordered store of
+                # the bytes the location holds from the earlier one leaves no value undefined
+                idx = np.nonzero(bad)[0]
+                ok = np.asarray(same(offs[idx]), dtype=bool)
+                if ok.any():
+                    k = int(idx[int(np.argmax(ok))])
+                    prev = self.agents[int(e[k] >> AGENT_SHIFT) - 1]
+                    same.report(int(offs[k]), prev.name, f"{prev.prog.file}:{int(lines[offs[k]])}")
+                    bad[idx[ok]] = False
+                    excused = True
             if kind == "read" and self.read_excuses and np.count_nonzero(bad):
                 left = self._excuse_reads(offs, e, lines, bad, f"{what or 'write'} by {who} at "
                                           f"{self.agents[aid].prog.file}:{line}")

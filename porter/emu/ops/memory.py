@@ -38,27 +38,62 @@ def _vector(parts: list[str]) -> int:
     return 1
 
 
+class SameBytes:
+    """For the race detector (``RaceDetector.check``'s ``same``): which of a store's bytes, racing
+    with an earlier unordered store, are the bytes shared memory holds already, so that no order
+    of the two stores, nor any mix of their bytes, gives the location another value (PTX ISA 8
+    "Memory Consistency Model": each read returns the value committed by some write). Triton's
+    warp-specialised kernels have every thread of a warpgroup store the same captured scalars to
+    the same words. ``values()`` gives the store's bytes, a row per lane in ``offs``' order; it
+    runs only when a race is found."""
+
+    def __init__(self, w, cta, offs: np.ndarray, nbytes: int, values):
+        self.w, self.cta, self.offs, self.nbytes, self.values = w, cta, offs, nbytes, values
+
+    def __call__(self, byte_offs: np.ndarray) -> np.ndarray:
+        span = (self.offs[:, None] + np.arange(self.nbytes)).reshape(-1)
+        new = np.ascontiguousarray(self.values()).view(np.uint8).reshape(-1)
+        if new.size != span.size:
+            return np.zeros(len(byte_offs), dtype=bool)
+        differ = span[new != self.cta.smem.data[span]]      # (a byte two lanes store differently: differs)
+        return np.isin(byte_offs, span) & ~np.isin(byte_offs, differ)
+
+    def report(self, offset: int, prev: str, prev_where: str) -> None:
+        w = self.w
+        where = w.prog.where(w.cur)
+        w.cta.launch.warn_once(("same bytes", w.cur), lambda: f"{where}: {w.name} stores the same bytes at "
+                               f"0x{offset:x} as the unordered earlier store by {prev} at {prev_where}")
+
+
+def _store_bytes(w, readers, u, sel):
+    """A store's bytes, a row per lane (``_store_columns`` of the lanes ``sel``)."""
+    cols = _store_columns(w, readers, u, sel)
+    return np.array(cols).T.astype(u, copy=False)
+
+
 def _track(w, cta, offs: np.ndarray, nbytes: int, write: bool, what: str, aligned: bool = True,
-           rows: np.ndarray | None = None) -> None:
+           rows: np.ndarray | None = None, values=None) -> None:
     """A shared-memory access as the checkers see it: the race detector (every byte of every
     lane), and for a store the generic-proxy mark the async proxy must not read past.
     ``aligned``: every offset is a multiple of ``nbytes`` (ld/st/atom check it), so the
     bytes are whole rows of ``nbytes`` and are checked and marked a row per lane; ``rows``:
-    ``offs // nbytes`` when the caller has it already."""
+    ``offs // nbytes`` when the caller has it already; ``values``: for a store, a function
+    giving its bytes (``SameBytes``), called only if it races with an earlier store."""
     race = w.sched.race
     if race is None and not write:
         return
+    same = SameBytes(w, cta, offs, nbytes, values) if write and values is not None and race is not None else None
     if aligned:
         if rows is None:
             rows = offs // nbytes
         if race is not None:
-            race.access_rows(w, cta, offs, nbytes, write, w.prog.line(w.cur), what, rows)
+            race.access_rows(w, cta, offs, nbytes, write, w.prog.line(w.cur), what, rows, same)
         if write:
             mark_written_rows(cta, nbytes, rows)
         return
     span = (offs[:, None] + np.arange(nbytes)).reshape(-1)
     if race is not None:
-        race.access(w, cta, span, write, w.prog.line(w.cur), what)
+        race.access(w, cta, span, write, w.prog.line(w.cur), what, same)
     if write:
         cta.generic_written[span] = True
         cta.generic_dirty = True
@@ -189,9 +224,9 @@ def async_read_clean(cta, rows16: np.ndarray) -> bool:
     return not _dirty(cta) or not np.count_nonzero(_written_rows(cta, 16)[rows16])
 
 
-def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False):
+def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bool = False, values=None):
     """(buffer, byte offsets) for the lanes' addresses in ``space``; checked (and, for shared
-    memory, shown to the race detector)."""
+    memory, shown to the race detector; ``values``: as for ``_track``)."""
     launch = w.cta.launch
     if space == "generic":
         a = addrs.astype(np.uint64)
@@ -213,7 +248,7 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
         return launch.gmem.heap, launch.gmem.check_lanes(addrs, nbytes, what)
     if space == "shared":
         offs = w.cta.smem.check_lanes(addrs, nbytes, what)
-        _track(w, w.cta, offs, nbytes, write, what)
+        _track(w, w.cta, offs, nbytes, write, what, values=values)
         return w.cta.smem.data, offs
     if space == "shared_cluster":
         a = addrs.astype(np.int64)
@@ -223,7 +258,7 @@ def _resolve(w, space: str, addrs: np.ndarray, nbytes: int, what: str, write: bo
                               "takes one CTA per instruction")
         peer = w.cta.peer(int(ranks[0]), w.name) if int(ranks[0]) != w.cta.rank else w.cta
         offs = peer.smem.check_lanes(a, nbytes, what)
-        _track(w, peer, offs, nbytes, write, what)
+        _track(w, peer, offs, nbytes, write, what, values=values)
         return peer.smem.data, offs
     if space == "param":
         a = addrs.astype(np.int64)
@@ -340,7 +375,8 @@ def build_st(ins, d):
         every = m is None and w.full             # every lane: no selecting
         a = addrs if every else addrs[sel]
         mem.check_aligned(a, total, what)
-        buf, offs = _resolve(w, space, a, total, what, write=True)
+        buf, offs = _resolve(w, space, a, total, what, write=True,
+                             values=lambda: _store_bytes(w, readers, u, None if every else sel))
         cols = _store_columns(w, readers, u, None if every else sel)
         # (lanes, count); np.array(...).T costs a quarter of np.stack(..., axis=1)
         mem.scatter(buf, offs, nbytes, cols[0][:, None] if len(cols) == 1 else np.array(cols).T)
@@ -354,7 +390,7 @@ def build_st(ins, d):
             return st(w, m)
         cta = w.cta
         rows = offs // total
-        _track(w, cta, offs, total, True, what, True, rows)
+        _track(w, cta, offs, total, True, what, True, rows, lambda: _store_bytes(w, readers, u, sel))
         cols = _store_columns(w, readers, u, sel)
         _rows_of(cta.smem, nbytes, nvec)[rows] = cols[0][:, None] if len(cols) == 1 else np.array(cols).T
     return st_shared
