@@ -471,6 +471,26 @@ def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
     assert len(hits) == 1 and "without tcgen05.fence::after_thread_sync" in hits[0] and "PTX ISA 9.7.16.6.4" in hits[0]
 
 
+def test_a_relaxed_error_cites_its_section_once():
+    # the checker's error carries its section already; the relaxed warning does not add it again
+    body = MMA
+    for key, default in PARTS.items():
+        body = body.replace(key, "" if key == "FENCE" else default)
+    src, _ = _mma_inputs(3)
+    text = HEAD + f".visible .entry k(.param .u64 src, .param .u64 out)\n{{\n{body}\n}}\n"
+    res = emu.launch(text, "k", grid=1, block=128, args=[src, np.zeros((128, N), np.float32)], seed=3,
+                     file="t.ptx", relax=["tcgen05-fences"])
+    hits = [w for w in res.warnings if "(relaxed by --relax tcgen05-fences)" in w]
+    assert len(hits) == 1 and hits[0].count('[PTX ISA 9.7.16.6.4.2 "Non-pipelined instructions') == 1, hits
+    # a relaxed finding built without one (tmem-lanes) gets it
+    lanes = HEAD + ".visible .entry k(.param .u64 out)\n{\n" + LDST.replace("QUARTER", "0").replace(
+        "WAIT", "tcgen05.wait::ld.sync.aligned;") + "\n}\n"
+    res = emu.launch(lanes, "k", grid=1, block=128, args=[np.zeros((128, 2), np.uint32)], seed=1, file="t.ptx",
+                     relax=("tmem-lanes",))
+    hits = [w for w in res.warnings if "(relaxed by --relax tmem-lanes)" in w]
+    assert hits and all(w.count("[PTX ISA 9.7.16 \"Tensor Memory\"") == 1 for w in hits), hits
+
+
 def test_relax_names_only_rules_porter_can_relax():
     with pytest.raises(emu.EmuError, match=r"relax 'tcgen05-fence': not a rule porter can relax \(rules: "
                                            r"tcgen05-fences, tmem-lanes\)"):

@@ -693,7 +693,12 @@ class LaunchState:
             return False
         from porter.emu.isa_rules import cite
 
-        self.warn_once(("relaxed", rule, site), lambda: f"{message} [{cite(message) or 'PTX ISA'}] (relaxed by --relax {rule})")
+        def text():
+            section = f"[{cite(message) or 'PTX ISA'}]"
+            # (a CheckFailed's text carries its section already: cited once)
+            return f"{message}{'' if section in message else ' ' + section} (relaxed by --relax {rule})"
+
+        self.warn_once(("relaxed", rule, site), text)
         return True
 
     def cta_index(self, ctaid) -> int:
