@@ -16,30 +16,10 @@ import re
 
 import pytest
 
+from emu_tma_wgmma_cu import HELPERS
 from porter.cli import main
 
-KERNEL = r"""
-typedef unsigned int u32;
-typedef unsigned long long u64;
-struct alignas(64) Map { unsigned char b[128]; };
-
-__device__ __forceinline__ u32 sa(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ u64 desc128(u32 a) {        // K-major, 128B swizzle, 1024-byte stride
-    return (u64)((a >> 4) & 0x3FFF) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
-}
-__device__ __forceinline__ void wait_parity(u32 bar, u32 par) {
-    asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}\n"
-                 :: "r"(bar), "r"(par) : "memory");
-}
-__device__ __forceinline__ void tma2d(u32 dst, const Map* m, u32 bar, int x, int y) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4}], [%2];" :: "r"(dst), "l"(m), "r"(bar), "r"(x), "r"(y) : "memory");
-}
-__device__ __forceinline__ void expect(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
-}
-#define A8(i) "+f"(d[i]), "+f"(d[i+1]), "+f"(d[i+2]), "+f"(d[i+3]), "+f"(d[i+4]), "+f"(d[i+5]), "+f"(d[i+6]), "+f"(d[i+7])
-
+KERNEL = HELPERS + r"""
 // 160 threads: one consumer warpgroup (warps 0-3) and a producer warp (warp 4). C is 64 x 64.
 extern "C" __global__ void __launch_bounds__(160)
 pad_rows(const __grid_constant__ Map ma, const __grid_constant__ Map mb, float* c) {
@@ -70,24 +50,13 @@ pad_rows(const __grid_constant__ Map ma, const __grid_constant__ Map mb, float* 
     for (int i = 0; i < 32; ++i) d[i] = 0.f;
     wait_parity(sa(&full0), 0);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    for (int k = 0; k < 4; ++k) {                              // K = 64: four k16 steps of 32 bytes
-        u64 da = desc128(sa(stages) + 32 * k), db = desc128(sa(btile) + 32 * k);
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : A8(0), A8(8), A8(16), A8(24) : "l"(da), "l"(db), "r"(k));
-    }
+    wgmma_k64(d, sa(stages), sa(btile));                       // A rows 32..63: the next stage
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     if (tid % 32 == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(sa(&issued)) : "memory");
     EARLY_WAIT                                                 // the refill lands while they are in flight
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     EPILOGUE
-    const int lane = tid % 32, r = warp * 16 + lane / 4, col = (lane % 4) * 2;
-    for (int j = 0; j < 8; ++j) {
-        c[r * 64 + j * 8 + col] = d[4 * j];           c[r * 64 + j * 8 + col + 1] = d[4 * j + 1];
-        c[(r + 8) * 64 + j * 8 + col] = d[4 * j + 2]; c[(r + 8) * 64 + j * 8 + col + 1] = d[4 * j + 3];
-    }
+    store_c64(c, d, warp, tid % 32);
     LATE_WAIT                                                  // or after the wgmmas completed
 }
 """
