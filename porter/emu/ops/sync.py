@@ -442,6 +442,23 @@ def build_mbarrier(ins, d):
                 return None
             first = next(bp for bp, o in zip(bars, ok) if not o)
             bar, p = first
+            # The first try at a phase not yet complete returns false at once: a try_wait may end
+            # when its time limit expires with the phase still incomplete (PTX ISA "mbarrier.test_wait
+            # / mbarrier.try_wait": the limit is the implementation's, and may be hinted), so a kernel
+            # must loop on it; the retry parks until the phase completes. A kernel that goes on after
+            # one try reads what its barrier does not yet guard, and the checkers see it.
+            key = (id(bar), p, bar.phase)
+            if w.units.get("try_wait_expired") != key:
+                w.units["try_wait_expired"] = key
+                out = np.zeros(32, dtype=bool)      # (lanes whose own phase completed: true, acquired)
+                if which is not None:
+                    out[np.nonzero(sel)[0]] = [ok[k] for k in which]
+                    if w.sched.race is not None:
+                        for (b, _), o in zip(bars, ok):
+                            if o:
+                                w.sched.race.acquire(w, b)
+                wd(w, out, m)
+                return None
             bar.waiters += 1
 
             def ready():
