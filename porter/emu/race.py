@@ -474,6 +474,19 @@ class RaceDetector:
         offs = np.asarray(offs, dtype=np.int64).reshape(-1)
         self._store(s, offs, ((aid + 1) << AGENT_SHIFT) | int(vc[aid]), aid, False, line)
 
+    def record_read_span(self, cta, aid: int, vc: np.ndarray, line: int, lo: int, hi: int) -> None:
+        """``record_read`` of the bytes lo .. hi - 1 (a bulk store's source, whose read ends at
+        the cp.async.bulk.wait_group that completes it: ops.tma.BulkGroups.complete)."""
+        if hi <= lo:
+            return
+        s = self.shadows.get(id(cta)) or self.shadow(cta)
+        if vc.size != self.n:
+            vc = self._fit(vc)
+        epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
+        s.r_epoch[lo:hi] = epoch
+        s.r_line[lo:hi] = line
+        self._stored(s, aid, epoch, False)
+
     def _excuse_reads(self, offs, e, lines, bad, writer: str) -> np.ndarray:
         """``bad`` less the bytes whose earlier read a ``read_excuses`` hook takes over: each
         (reading warp, line) pair is offered once, with the bytes' offsets and the writer."""

@@ -148,10 +148,15 @@ class BulkGroups:
                 st.group = int(self.committed[st.lane])
         self.committed = self.committed + sel
 
-    def complete(self, w, due) -> None:
+    def complete(self, w, due, at_wait: bool = True) -> None:
         """Finish the stores ``due(store)`` names: the ISA lets the source be reused only after
         the wait_group(.read) that covers the store's group, so bytes that changed since issue
-        were rewritten too early (the store may have read either value)."""
+        were rewritten too early (the store may have read either value). At a wait
+        (``at_wait``) the race detector records the source read again, at the waiting warp's
+        clock: the read lasts until this wait, so another warp's later write must be ordered
+        after the wait, not only after the issue (as a wgmma's operand read lasts until its
+        wait_group: ops.wgmma)."""
+        race = w.sched.race if at_wait else None
         keep = []
         for st in self.stores:
             if not due(st):
@@ -164,6 +169,8 @@ class BulkGroups:
                                   f"{w.prog.file}:{st.line} (lane {st.lane}), was rewritten before the "
                                   "cp.async.bulk.wait_group.read that covers the store (PTX ISA "
                                   "\"cp.async.bulk.wait_group\": the source may be reused only after it)")
+            if race is not None:
+                race.record_read_span(st.cta, w.aid, w.vc, st.line, st.lo, st.lo + st.size)
             st.write(st.before)
         self.stores = keep
 
@@ -182,7 +189,7 @@ def _bulk_groups(w) -> BulkGroups:
                 st = g.stores[0]
                 w.cta.launch.warn(f"{w.name} exits with {len(g.stores)} bulk store(s) (the first at "
                                   f"{w.prog.file}:{st.line}) not covered by a cp.async.bulk.wait_group(.read)")
-            g.complete(w, lambda st: True)
+            g.complete(w, lambda st: True, at_wait=False)
         w.units.setdefault("exit_checks", []).append(at_exit)
     return g
 
