@@ -480,12 +480,7 @@ class RaceDetector:
         if hi <= lo:
             return
         s = self.shadows.get(id(cta)) or self.shadow(cta)
-        if vc.size != self.n:
-            vc = self._fit(vc)
-        epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
-        s.r_epoch[lo:hi] = epoch
-        s.r_line[lo:hi] = line
-        self._stored(s, aid, epoch, False)
+        self._store(s, slice(lo, hi), ((aid + 1) << AGENT_SHIFT) | int(vc[aid]), aid, False, line)
 
     def _excuse_reads(self, offs, e, lines, bad, writer: str) -> np.ndarray:
         """``bad`` less the bytes whose earlier read a ``read_excuses`` hook takes over: each
