@@ -1,6 +1,6 @@
 """CUDA helpers the hand-written TMA + wgmma race tests share (test_emu_wgmma_undefined,
 test_emu_wgmma_release_hb): a tensor map passed by value, a TMA 2-D tile load, mbarrier
-expect / parity wait, four m64n64k16 bf16 wgmmas over K = 64 from 128B-swizzled K-major
+init / expect / parity wait, four m64n64k16 bf16 wgmmas over K = 64 from 128B-swizzled K-major
 tiles, and the warpgroup's 64 x 64 fp32 D stored row-major. Prepend ``HELPERS`` to a kernel."""
 
 HELPERS = r"""
@@ -11,6 +11,9 @@ struct alignas(64) Map { unsigned char b[128]; };
 __device__ __forceinline__ u32 sa(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ u64 desc128(u32 a) {        // K-major, 128B swizzle, 1024-byte stride
     return (u64)((a >> 4) & 0x3FFF) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count));
 }
 __device__ __forceinline__ void wait_parity(u32 bar, u32 par) {
     asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}\n"

@@ -458,7 +458,9 @@ def test_a_copy_over_another_threads_in_flight_mma_is_an_error():
 # CUTLASS 7107b05's sm100 kernels and Triton 3.9's sm_100a tl.dot hand TMEM between threads with no
 # tcgen05.fence; porter emu run --relax tcgen05-fences reports each site once and runs on.
 
-def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
+def _missing_fence_relaxed():
+    """The MMA hand-off kernel with its fence left out, run with tcgen05-fences relaxed: the
+    result and the fp64 reference."""
     body = MMA
     for key, default in PARTS.items():
         body = body.replace(key, "" if key == "FENCE" else default)
@@ -466,6 +468,11 @@ def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
     text = HEAD + f".visible .entry k(.param .u64 src, .param .u64 out)\n{{\n{body}\n}}\n"
     res = emu.launch(text, "k", grid=1, block=128, args=[src, np.zeros((128, N), np.float32)], seed=3,
                      file="t.ptx", relax=["tcgen05-fences"])
+    return res, ref
+
+
+def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
+    res, ref = _missing_fence_relaxed()
     np.testing.assert_allclose(res.outputs[1], ref, rtol=1e-6, atol=1e-5)
     hits = [w for w in res.warnings if "(relaxed by --relax tcgen05-fences)" in w]
     assert len(hits) == 1 and "without tcgen05.fence::after_thread_sync" in hits[0] and "PTX ISA 9.7.16.6.4" in hits[0]
@@ -473,13 +480,7 @@ def test_a_missing_fence_relaxed_is_one_warning_and_the_run_goes_on():
 
 def test_a_relaxed_error_cites_its_section_once():
     # the checker's error carries its section already; the relaxed warning does not add it again
-    body = MMA
-    for key, default in PARTS.items():
-        body = body.replace(key, "" if key == "FENCE" else default)
-    src, _ = _mma_inputs(3)
-    text = HEAD + f".visible .entry k(.param .u64 src, .param .u64 out)\n{{\n{body}\n}}\n"
-    res = emu.launch(text, "k", grid=1, block=128, args=[src, np.zeros((128, N), np.float32)], seed=3,
-                     file="t.ptx", relax=["tcgen05-fences"])
+    res, _ = _missing_fence_relaxed()
     hits = [w for w in res.warnings if "(relaxed by --relax tcgen05-fences)" in w]
     assert len(hits) == 1 and hits[0].count('[PTX ISA 9.7.16.6.4.2 "Non-pipelined instructions') == 1, hits
     # a relaxed finding built without one (tmem-lanes) gets it

@@ -30,9 +30,9 @@ release(const __grid_constant__ Map ma, const __grid_constant__ Map mb, float* c
     __shared__ alignas(8) u64 full0, full1, empty;
     const int tid = threadIdx.x, warp = tid / 32;
     if (tid == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(sa(&full0)));
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(sa(&full1)));
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], ARRIVALS;" :: "r"(sa(&empty)));
+        mbar_init(sa(&full0), 1);
+        mbar_init(sa(&full1), 1);
+        mbar_init(sa(&empty), ARRIVALS);
         asm volatile("fence.mbarrier_init.release.cluster;");
     }
     __syncthreads();

@@ -354,15 +354,7 @@ class RaceDetector:
             if not self.check(cta, np.arange(lo, hi), aid, vc, write, line, who, what):
                 raise AssertionError("race detector: a race found by span but not by bytes")   # (never)
             return                                  # excused (``read_excuses``) and stored by check
-        epoch = ((aid + 1) << AGENT_SHIFT) | int(vc[aid])
-        if write:
-            s.w_epoch[lo:hi] = epoch
-            s.w_line[lo:hi] = line
-            s.r_epoch[lo:hi] = 0
-        else:
-            s.r_epoch[lo:hi] = epoch
-            s.r_line[lo:hi] = line
-        self._stored(s, aid, epoch, write)
+        self._store(s, slice(lo, hi), ((aid + 1) << AGENT_SHIFT) | int(vc[aid]), aid, write, line)
 
     def forget_reads(self, cta, offs: np.ndarray, aid: int, line: int) -> None:
         """Drop the reads ``aid`` stored at ``line`` on the bytes ``offs``: a wgmma whose
@@ -452,7 +444,8 @@ class RaceDetector:
         self._store(s, offs, ((aid + 1) << AGENT_SHIFT) | clock, aid, write, line)
         return excused
 
-    def _store(self, s: Shadow, offs: np.ndarray, epoch: int, aid: int, write: bool, line: int) -> None:
+    def _store(self, s: Shadow, offs, epoch: int, aid: int, write: bool, line: int) -> None:
+        """Record an access's ``epoch`` and ``line`` on the bytes ``offs`` (offsets, or a slice)."""
         if write:
             s.w_epoch[offs] = epoch
             s.w_line[offs] = line
@@ -462,25 +455,19 @@ class RaceDetector:
             s.r_line[offs] = line
         self._stored(s, aid, epoch, write)
 
-    def record_read(self, cta, aid: int, vc: np.ndarray, line: int, offs: np.ndarray,
-                    rows: np.ndarray | None = None) -> None:
-        """Record a read of ``aid`` at ``line`` of the bytes ``offs`` (as 16-byte shadow rows
-        ``rows`` when given: the same bytes), unchecked: the read was checked where it began,
-        and this marks where it ends (a wgmma's operand read at the wait that completes it)."""
+    def record_read(self, cta, aid: int, vc: np.ndarray, line: int, offs, rows: np.ndarray | None = None) -> None:
+        """Record a read of ``aid`` at ``line`` of the bytes ``offs`` (offsets, or a slice lo:hi;
+        as 16-byte shadow rows ``rows`` when given: the same bytes), unchecked: the read was
+        checked where it began, and this marks where it ends (a wgmma's operand read at the wait
+        that completes it, ops.wgmma; a bulk store's source at its cp.async.bulk.wait_group,
+        ops.tma.BulkGroups.complete)."""
         if rows is not None:
             self.store_rows(cta, rows, 16, aid, vc, False, line)
             return
+        if not isinstance(offs, slice):
+            offs = np.asarray(offs, dtype=np.int64).reshape(-1)
         s = self.shadows.get(id(cta)) or self.shadow(cta)
-        offs = np.asarray(offs, dtype=np.int64).reshape(-1)
         self._store(s, offs, ((aid + 1) << AGENT_SHIFT) | int(vc[aid]), aid, False, line)
-
-    def record_read_span(self, cta, aid: int, vc: np.ndarray, line: int, lo: int, hi: int) -> None:
-        """``record_read`` of the bytes lo .. hi - 1 (a bulk store's source, whose read ends at
-        the cp.async.bulk.wait_group that completes it: ops.tma.BulkGroups.complete)."""
-        if hi <= lo:
-            return
-        s = self.shadows.get(id(cta)) or self.shadow(cta)
-        self._store(s, slice(lo, hi), ((aid + 1) << AGENT_SHIFT) | int(vc[aid]), aid, False, line)
 
     def _excuse_reads(self, offs, e, lines, bad, writer: str) -> np.ndarray:
         """``bad`` less the bytes whose earlier read a ``read_excuses`` hook takes over: each

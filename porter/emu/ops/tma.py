@@ -170,7 +170,7 @@ class BulkGroups:
                                   "cp.async.bulk.wait_group.read that covers the store (PTX ISA "
                                   "\"cp.async.bulk.wait_group\": the source may be reused only after it)")
             if race is not None:
-                race.record_read_span(st.cta, w.aid, w.vc, st.line, st.lo, st.lo + st.size)
+                race.record_read(st.cta, w.aid, w.vc, st.line, slice(st.lo, st.lo + st.size))
             st.write(st.before)
         self.stores = keep
 

@@ -266,13 +266,18 @@ def _excuse(warp, line: int, offs: np.ndarray, writer: str) -> bool:
     lo, hi = warp.b_spans.get(line, (0, 0))
     if not ((offs >= lo) & (offs < hi)).any():
         return _excuse_warp(warp.warp, line, offs, writer)
-    first = warp.warp.index - warp.warp.index % 4
-    group = [x for x in warp.warp.cta.warps[first:first + 4] if line in _lines_of(x)]
+    group = [x for x in _warpgroup(warp.warp) if line in _lines_of(x)]
     if any(line in x.units["wgmma"].consumed for x in group):
         return False
     for x in group:
         _excuse_warp(x, line, offs, writer)
     return bool(group)
+
+
+def _warpgroup(w) -> list:
+    """The four warps of ``w``'s warpgroup."""
+    first = w.index - w.index % 4
+    return w.cta.warps[first:first + 4]
 
 
 def _lines_of(w) -> set:
@@ -703,9 +708,7 @@ def _rendezvous(w, group: dict, where: str):
     (the race detector joins their clocks, as at a barrier)."""
     from porter.emu.control import Park
 
-    cta = w.cta
-    first = w.index - w.index % 4
-    need = sum(1 for x in cta.warps[first:first + 4] if not x.done)
+    need = sum(1 for x in _warpgroup(w) if not x.done)
     race = w.sched.race
     group["arrived"] += 1
     if race is not None:
